@@ -1,0 +1,428 @@
+"""The mesh (WSE-2-style) cycle kernel: docs/mesh.md, DESIGN.md sections 2.1 and 8.
+
+Layout (structure of arrays; R = rows, C = cols, Q = queue capacity, K = link buffer, H = history):
+
+    q_work  uint16[R, C, Q]   queued tasks' work (cycles), ring buffer from q_head
+    q_birth int32[R, C, Q]    queued tasks' birth cycle
+    q_hops  uint8[R, C, Q]    queued tasks' hops
+    q_head  uint8[R, C]       ring index of the queue's head
+    q_len   uint8[R, C]       queue depth (tasks waiting; the one in service is not counted)
+    s_rem   uint16[R, C]      remaining work of the task in service, 0 = server empty
+    s_birth int32[R, C], s_hops uint8[R, C]
+    link    uint64[R, C, 4, K] messages sent on each output link, ring indexed by the send count
+    sent_h  uint8[H, R, C, 4] send count per output link at the end of cycle t (slot t & (H-1)),
+                              modulo W = 2K
+    recv_h  uint8[H, R, C, 4] receive count per input link, likewise
+    depth_h uint8[H, R, C]    queue depth at the end of cycle t
+    sent_h32, recv_h32        uint32[H, R, C] views of sent_h, recv_h (the 4 counts as one word)
+    tot_started int64[R, C]   work started in service (busy cycles = tot_started - s_rem)
+    tot_*                     other per-PE totals (latency int64, counts int32)
+    thr     uint32[R, C]      Bernoulli injection threshold (docs/mesh.md)
+
+Two-phase without copies: a PE writes only its own state, and reads other PEs only through the
+history rings, at slots of cycles t - L, t - Lc, t - D (all earlier than t, and H > each delay,
+so the slot written in cycle t is never one being read). A link's ring is written by the sender at
+indices >= its send count and read by the receiver below the send count as it was L cycles ago;
+the sender writes only into slots the receiver has freed as it knew Lc cycles ago, so the two never
+touch the same slot in one cycle. The result is therefore independent of thread count and order.
+
+A message is a task packed into one uint64: work (bits 0-15), hops (16-23), birth (24-55).
+"""
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from .config import JIT, JIT_PARALLEL
+from .rng import STREAM_INJECT, STREAM_MIGRATE, S32, cycle_key, mix64, G_UNIT, G_INDEX, unit_interval_open0
+
+# Columns of the per-cycle series (docs/mesh.md, "Per-cycle observables").
+S_BUSY = 0
+S_QUEUED = 1
+S_IN_SERVICE = 2
+S_INJECTED = 3
+S_REFUSED = 4
+S_COMPLETED = 5
+S_MIGRATED = 6
+S_RECEIVED = 7
+S_IN_FLIGHT = 8
+S_LATENCY_SUM = 9
+S_LATENCY_SQ_SUM = 10
+S_HOPS_SUM = 11
+S_LATENCY_MAX = 12
+N_SERIES = 13
+
+POLICY_NONE = 0
+POLICY_LEAST_LOADED = 1
+POLICY_RANDOM_LOWER = 2
+
+WORK_FIXED = 0
+WORK_UNIFORM = 1
+WORK_GEOMETRIC = 2
+
+# Direction d: 0 N (r-1), 1 E (c+1), 2 S (r+1), 3 W (c-1); opposite (d + 2) & 3.
+
+U16 = np.uint64(0xFFFF)
+U8 = np.uint64(0xFF)
+U32 = np.uint64(0xFFFFFFFF)
+
+
+@njit(**JIT)
+def pack_task(work, birth, hops):
+    """One uint64 message holding a task: work | hops << 16 | birth << 24."""
+    return (np.uint64(work) & U16) | ((np.uint64(hops) & U8) << np.uint64(16)) | (
+        (np.uint64(birth) & U32) << np.uint64(24))
+
+
+@njit(**JIT)
+def _task_work(m):
+    return np.uint16(m & U16)
+
+
+@njit(**JIT)
+def _task_hops(m):
+    return np.uint8((m >> np.uint64(16)) & U8)
+
+
+@njit(**JIT)
+def _task_birth(m):
+    return np.int32((m >> np.uint64(24)) & U32)
+
+
+@njit(**JIT)
+def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev_lo, ev_hi, acc, dhist,
+               lhist, scratch):
+    """Advance rows r0..r1-1 by cycle t; add this block's observables into acc, dhist, lhist.
+
+    cfg: int64[...] (see CFG_* in meshsim.state). acc: int64[N_SERIES]; dhist: int64[4, Q+1] (summed over its first axis);
+    lhist: int64[n_bins] (last bin = overflow); scratch: int64[5, 4] work space. Reads other PEs only through history slots of
+    earlier cycles.
+    """
+    (q_work, q_birth, q_hops, q_head, q_len, s_rem, s_birth, s_hops, link, sent_h, recv_h, depth_h,
+     tot_started, tot_injected, tot_refused, tot_completed, tot_out, tot_in, tot_latency, thr, geo_log, sent_h32, recv_h32) = st
+    rows = q_len.shape[0]
+    cols = q_len.shape[1]
+    cap = cfg[0]
+    hop_lat = cfg[1]
+    bw = cfg[2]
+    kbuf = cfg[3]
+    credit_delay = cfg[4]
+    policy = cfg[5]
+    threshold = cfg[6]
+    info_delay = cfg[7]
+    max_mig = cfg[8]
+    work_kind = cfg[9]
+    work_fixed = cfg[10]
+    work_min = cfg[11]
+    work_max = cfg[12]
+    is_trace = cfg[13]
+    hmask = cfg[14]
+    wrap = 2 * kbuf
+    n_bins = lhist.shape[0]
+    s_now = t & hmask
+    s_prev = (t - 1) & hmask
+    s_lat = (t - hop_lat) & hmask
+    s_cred = (t - credit_delay) & hmask
+    s_info = (t - info_delay) & hmask
+    work_span = np.uint64(work_max - work_min + 1)
+
+    busy = 0
+    queued = 0
+    in_service = 0
+    injected = 0
+    refused = 0
+    completed = 0
+    migrated = 0
+    received = 0
+    lat_sum = 0
+    lat_sq = 0
+    hops_sum = 0
+    lat_max = acc[S_LATENCY_MAX]
+    ep = ev_lo
+    recv_new = scratch[0]
+    sent_new = scratch[1]
+    sent_now = scratch[2]
+    known = scratch[3]
+    elig = scratch[4]
+
+    for r in range(r0, r1):
+        for c in range(cols):
+            u = r * cols + c
+            qlen = np.int64(q_len[r, c])
+            head = np.int64(q_head[r, c])
+
+            # 1. Receive, rotating priority over input ports. Most PEs have nothing waiting on any
+            # input, so look first (fixed order, no rotation) and take the slow path only if needed.
+            any_avail = False
+            if qlen < cap:
+                if r > 0 and sent_h[s_lat, r - 1, c, 2] != recv_h[s_prev, r, c, 0]:
+                    any_avail = True
+                elif c + 1 < cols and sent_h[s_lat, r, c + 1, 3] != recv_h[s_prev, r, c, 1]:
+                    any_avail = True
+                elif r + 1 < rows and sent_h[s_lat, r + 1, c, 0] != recv_h[s_prev, r, c, 2]:
+                    any_avail = True
+                elif c > 0 and sent_h[s_lat, r, c - 1, 1] != recv_h[s_prev, r, c, 3]:
+                    any_avail = True
+            if any_avail:
+                for d in range(4):
+                    recv_new[d] = recv_h[s_prev, r, c, d]
+                for k in range(4):
+                    if qlen >= cap:
+                        break
+                    d = (t + k) & 3
+                    nr = r + (d == 2) - (d == 0)
+                    nc = c + (d == 1) - (d == 3)
+                    if nr < 0 or nr >= rows or nc < 0 or nc >= cols:
+                        continue
+                    od = (d + 2) & 3
+                    got = recv_new[d]
+                    avail = np.int64(sent_h[s_lat, nr, nc, od]) - got
+                    if avail < 0:
+                        avail += wrap
+                    take = min(avail, bw, cap - qlen)
+                    for j in range(take):
+                        slot = (got + j) % kbuf
+                        m = link[nr, nc, od, slot]
+                        tail = head + qlen
+                        if tail >= cap:
+                            tail -= cap
+                        q_work[r, c, tail] = _task_work(m)
+                        q_birth[r, c, tail] = _task_birth(m)
+                        q_hops[r, c, tail] = _task_hops(m)
+                        qlen += 1
+                    if take > 0:
+                        got += take
+                        if got >= wrap:
+                            got -= wrap
+                        recv_new[d] = got
+                        received += take
+                        tot_in[r, c] += take
+                for d in range(4):
+                    recv_h[s_now, r, c, d] = recv_new[d]
+            else:
+                recv_h32[s_now, r, c] = recv_h32[s_prev, r, c]  # the 4 counts in one word
+
+            # 2. Inject.
+            if is_trace:
+                while ep < ev_hi and ev_unit[ep] == u:
+                    injected += 1
+                    tot_injected[r, c] += 1
+                    if qlen < cap:
+                        tail = head + qlen
+                        if tail >= cap:
+                            tail -= cap
+                        q_work[r, c, tail] = ev_work[ep]
+                        q_birth[r, c, tail] = t
+                        q_hops[r, c, tail] = 0
+                        qlen += 1
+                    else:
+                        refused += 1
+                        tot_refused[r, c] += 1
+                    ep += 1
+            else:
+                uk = key_inject ^ (np.uint64(u) * G_UNIT)
+                h = mix64(uk)
+                if (h >> S32) < np.uint64(thr[r, c]):
+                    injected += 1
+                    tot_injected[r, c] += 1
+                    if qlen < cap:
+                        if work_kind == WORK_FIXED:
+                            w = work_fixed
+                        else:
+                            h1 = mix64(uk ^ G_INDEX)
+                            if work_kind == WORK_UNIFORM:
+                                w = work_min + np.int64(h1 % work_span)
+                            elif work_fixed == 1:
+                                w = 1
+                            else:
+                                g = math.floor(math.log(unit_interval_open0(h1)) / geo_log)
+                                # w = 1 + floor(log(U) / log(1 - 1/m)), capped.
+                                if g >= work_max - 1:
+                                    w = work_max
+                                else:
+                                    w = 1 + np.int64(g)
+                        tail = head + qlen
+                        if tail >= cap:
+                            tail -= cap
+                        q_work[r, c, tail] = w
+                        q_birth[r, c, tail] = t
+                        q_hops[r, c, tail] = 0
+                        qlen += 1
+                    else:
+                        refused += 1
+                        tot_refused[r, c] += 1
+
+            # 3. Start service.
+            rem = np.int64(s_rem[r, c])
+            if rem == 0 and qlen > 0:
+                rem = np.int64(q_work[r, c, head])
+                # Busy cycles are derived: work started minus work remaining (no per-cycle update).
+                tot_started[r, c] += rem
+                s_birth[r, c] = q_birth[r, c, head]
+                s_hops[r, c] = q_hops[r, c, head]
+                head += 1
+                if head >= cap:
+                    head -= cap
+                qlen -= 1
+
+            # 4. Migrate from the tail to a neighbour known to be less loaded.
+            if policy != POLICY_NONE and qlen > threshold:
+                for d in range(4):
+                    sent_new[d] = sent_h[s_prev, r, c, d]
+                    sent_now[d] = 0
+                    nr = r + (d == 2) - (d == 0)
+                    nc = c + (d == 1) - (d == 3)
+                    if nr < 0 or nr >= rows or nc < 0 or nc >= cols:
+                        known[d] = -1
+                    else:
+                        known[d] = depth_h[s_info, nr, nc]
+                for k in range(max_mig):
+                    if qlen <= threshold:
+                        break
+                    n_elig = 0
+                    best = -1
+                    for d in range(4):
+                        if known[d] < 0 or sent_now[d] >= bw:
+                            continue
+                        if known[d] + sent_now[d] + 1 >= qlen:
+                            continue
+                        nr = r + (d == 2) - (d == 0)
+                        nc = c + (d == 1) - (d == 3)
+                        od = (d + 2) & 3
+                        outstanding = sent_new[d] - np.int64(recv_h[s_cred, nr, nc, od])
+                        if outstanding < 0:
+                            outstanding += wrap
+                        if outstanding >= kbuf:
+                            continue
+                        elig[n_elig] = d
+                        n_elig += 1
+                        if best < 0 or known[d] + sent_now[d] < known[best] + sent_now[best]:
+                            best = d
+                    if n_elig == 0:
+                        break
+                    if policy == POLICY_RANDOM_LOWER:
+                        hm = mix64(key_migrate ^ (np.uint64(u) * G_UNIT) ^ (np.uint64(k) * G_INDEX))
+                        best = elig[np.int64(((hm >> S32) * np.uint64(n_elig)) >> S32)]
+                    tail = head + qlen - 1
+                    if tail >= cap:
+                        tail -= cap
+                    hops = np.int64(q_hops[r, c, tail]) + 1
+                    if hops > 255:
+                        hops = 255
+                    link[r, c, best, sent_new[best] % kbuf] = pack_task(q_work[r, c, tail], q_birth[r, c, tail], hops)
+                    qlen -= 1
+                    s = sent_new[best] + 1
+                    if s >= wrap:
+                        s -= wrap
+                    sent_new[best] = s
+                    sent_now[best] += 1
+                    migrated += 1
+                    tot_out[r, c] += 1
+                for d in range(4):
+                    sent_h[s_now, r, c, d] = sent_new[d]
+            else:
+                sent_h32[s_now, r, c] = sent_h32[s_prev, r, c]
+
+            # 5. Work. Written without a branch on "busy", which is a coin flip at moderate load.
+            b = np.int64(rem > 0)
+            busy += b
+            rem -= b
+            if b == 1 and rem == 0:
+                lat = t + 1 - np.int64(s_birth[r, c])
+                completed += 1
+                tot_completed[r, c] += 1
+                tot_latency[r, c] += lat
+                lat_sum += lat
+                lat_sq += lat * lat
+                hops_sum += s_hops[r, c]
+                if lat > lat_max:
+                    lat_max = lat
+                if lat >= n_bins - 1:
+                    lhist[n_bins - 1] += 1
+                else:
+                    lhist[lat] += 1
+            in_service += np.int64(rem > 0)
+            s_rem[r, c] = rem
+
+            # 6. End of cycle: own state and the values others may read later.
+            q_head[r, c] = head
+            q_len[r, c] = qlen
+            depth_h[s_now, r, c] = qlen
+            queued += qlen
+            # Four interleaved histograms break the store-to-load chain of equal neighbours.
+            dhist[c & 3, qlen] += 1
+
+    acc[S_BUSY] += busy
+    acc[S_QUEUED] += queued
+    acc[S_IN_SERVICE] += in_service
+    acc[S_INJECTED] += injected
+    acc[S_REFUSED] += refused
+    acc[S_COMPLETED] += completed
+    acc[S_MIGRATED] += migrated
+    acc[S_RECEIVED] += received
+    acc[S_LATENCY_SUM] += lat_sum
+    acc[S_LATENCY_SQ_SUM] += lat_sq
+    acc[S_HOPS_SUM] += hops_sum
+    acc[S_LATENCY_MAX] = lat_max
+
+
+@njit(**JIT_PARALLEL)
+def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block_rows, series, depth_series,
+               lat_hist_blocks, cum):
+    """Run cycles t0 .. t0+n_cycles-1 of the mesh in place; return -1, or the first cycle whose
+    conservation check failed.
+
+    st: the state tuple (meshsim.state.MeshState). cfg: int64 config vector.
+    ev_cycle_lo: int64[n_cycles + 1] offsets into the trace events (ev_unit int64, ev_work uint16,
+    sorted by cycle then unit) for cycles t0..; empty arrays for Bernoulli workloads.
+    block_rows: int64[n_blocks + 1] row bounds of the fixed row blocks split over threads.
+    series: int64[>= n_cycles, N_SERIES] and depth_series: int64[>= n_cycles, Q+1], filled per cycle.
+    lat_hist_blocks: int64[n_blocks, n_bins], accumulated. cum: int64[4] running totals
+    (injected, refused, completed, in_flight), carried across calls.
+    """
+    n_blocks = block_rows.shape[0] - 1
+    acc = np.zeros((n_blocks, N_SERIES), np.int64)
+    dh = np.zeros((n_blocks, 4, depth_series.shape[1]), np.int64)
+    scratch = np.zeros((n_blocks, 5, 4), np.int64)
+    cols = st[4].shape[1]
+    for i in range(n_cycles):
+        t = t0 + i
+        key_inject = cycle_key(seed, STREAM_INJECT, t)
+        key_migrate = cycle_key(seed, STREAM_MIGRATE, t)
+        acc[:, :] = 0
+        dh[:, :, :] = 0
+        lo = ev_cycle_lo[i]
+        hi = ev_cycle_lo[i + 1]
+        for b in prange(n_blocks):
+            r0 = block_rows[b]
+            r1 = block_rows[b + 1]
+            # This block's slice of the cycle's trace events (sorted by unit).
+            e0 = lo + np.searchsorted(ev_unit[lo:hi], r0 * cols)
+            e1 = lo + np.searchsorted(ev_unit[lo:hi], r1 * cols)
+            _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, e0, e1, acc[b], dh[b],
+                       lat_hist_blocks[b], scratch[b])
+        # Merge blocks in a fixed order (integer sums: exact in any order anyway).
+        for j in range(N_SERIES):
+            series[i, j] = 0
+        for b in range(n_blocks):
+            for j in range(N_SERIES):
+                if j == S_LATENCY_MAX:
+                    if acc[b, j] > series[i, j]:
+                        series[i, j] = acc[b, j]
+                else:
+                    series[i, j] += acc[b, j]
+        for q in range(depth_series.shape[1]):
+            v = 0
+            for b in range(n_blocks):
+                for lane in range(4):
+                    v += dh[b, lane, q]
+            depth_series[i, q] = v
+        cum[0] += series[i, S_INJECTED]
+        cum[1] += series[i, S_REFUSED]
+        cum[2] += series[i, S_COMPLETED]
+        cum[3] += series[i, S_MIGRATED] - series[i, S_RECEIVED]
+        series[i, S_IN_FLIGHT] = cum[3]
+        if cum[0] != cum[1] + series[i, S_QUEUED] + series[i, S_IN_SERVICE] + cum[3] + cum[2]:
+            return t
+    return -1

@@ -1,0 +1,1 @@
+"""Slow, plain-Python reference implementations ("oracles") of the meshsim kernels."""

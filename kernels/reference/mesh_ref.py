@@ -1,0 +1,508 @@
+"""Plain reference ("oracle") of the mesh kernel, written from docs/mesh.md alone.
+
+It is deliberately slow: one Python object per PE, explicit per-cycle history of every value another
+PE may read, link messages kept with their send cycles so that "sent at a cycle <= t - L" is checked
+literally.  Its only job is to be obviously correct so that comparing it with the fast kernel, cycle
+by cycle, catches bugs in either.  Only the standard library is used.
+
+Choices made where docs/mesh.md is ambiguous or silent (each also listed in the report that came
+with this file):
+
+1. Order of PEs inside a cycle.  The spec says every read of another PE uses end-of-earlier-cycle
+   values.  The one exception in practice is Receive, which removes messages from the link FIFO
+   that the spec places in the *sender's* state.  Because L >= 1 the receiver only ever takes
+   messages sent at an earlier cycle, and the sender only appends messages of the current cycle,
+   so visiting PEs one after another in any order gives the same result.  We visit them in
+   increasing u (``_visit_reversed`` exists only so a test can prove order independence).
+2. Hop count overflow: the count saturates at 255, as docs/mesh.md says.
+3. Trace events "at or beyond the run's last cycle are not offered".  Read literally that would
+   drop events *at* the last cycle that is run; we take the natural meaning: in cycle t a PE is
+   offered every event whose cycle is t, so a run of N cycles (0..N-1) offers events with cycle
+   in [0, N) and ``unoffered_trace_events()`` counts the others (cycle >= N, or negative).
+4. Geometric work uses ``math.log(1.0 - 1.0 / m)`` literally (not log1p(-1/m), which can differ in
+   the last bit and so change floor() near integers); m = float(work_cycles).  The cap at
+   work_max_cycles is applied only to the geometric distribution, as written; no distribution
+   clamps to the task range 1..65535 (the scenario must keep work inside it).
+5. Skewed rate map.  The spec says only "Box-Muller on draw(seed,0,0,u,0) and draw(seed,0,0,u,1)".
+   We use the project's brief: U1 = ((d0 >> 11) + 1) * 2^-53 in (0, 1], U2 = (d1 >> 11) * 2^-53 in
+   [0, 1), z = sqrt(-2 ln U1) * cos(2 pi U2) (cosine branch only; the sine value is discarded).
+   Clipping to [0, 1] only ever bites at the top because exp() > 0.
+6. Hot regions of the hotspot map are given as half-open rectangles (row0, col0, row1, col1)
+   covering [row0, row1) x [col0, col1); the spec does not fix the rectangle convention.
+7. Seeds are taken modulo 2^64 (``seed & MASK64``); the spec assumes an unsigned 64-bit seed.
+8. In the Migrate step, "has room" compares ``sent_total_d`` *including this cycle's sends* with
+   the credits as of t - Lc, exactly as written; ``k`` for random_lower is the number of tasks this
+   PE already sent in this cycle (equal to the loop iteration index, since every iteration that
+   does not stop sends one task).
+9. "busy PEs (step 5)" counts PEs whose server held a task during step 5, including a task that
+   completes in that same step; a completed task is counted (and its latency and hops summed) on
+   the PE where it completes.
+10. "migrated" per cycle counts messages sent in the cycle; "received" counts messages taken off
+   links in the cycle (= migrated in); a received task is not re-counted as injected.
+11. A trace PE may be offered several tasks in one cycle (one per event, in file order); each is
+   accepted or refused in turn against the queue length at that moment, all before Start.
+12. Rates exactly 1 still use the threshold 2^32 - 1 (the spec's note that rate 1 offers with
+   probability 1 - 2^-32), computed as min(int(floor(rate * 4294967296.0)), 4294967295) in double.
+13. Parameters are checked against the ranges docs/mesh.md lists (Q 1..255, L 1..8, B 1..4,
+   K B..64, Lc 1..8, D 1..8, T 0..Q-1, M 1..4, rates in [0, 1], trace work 1..65535 and positions
+   in the grid); anything outside raises ValueError rather than being simulated.  Work
+   parameters (work_cycles, work_min/max_cycles) are not range-checked: the spec gives none.
+14. "Depth" (own and known) is the queue length only, never counting the task in service, and the
+   end-of-cycle depth other PEs read is taken after Work, i.e. after everything in the cycle.
+15. An edge PE has no link in a missing direction; its snapshot shows an empty list and zero
+   counts there.  A migrated task keeps its birth cycle, so its latency includes time in flight.
+16. The spec's "the kernel checks conservation from the per-cycle counts" is done here from the
+   actual state (queues, servers, link FIFOs), plus in flight == sent - received.
+"""
+
+import math
+from collections import deque
+
+MASK64 = 0xFFFFFFFFFFFFFFFF
+
+N, E, S, W = 0, 1, 2, 3
+POLICIES = ("none", "least_loaded", "random_lower")
+WORK_DISTRIBUTIONS = ("fixed", "uniform", "geometric")
+
+# Stream numbers from the spec ("Streams: 0 set-up, 1 injection, 3 migration").
+STREAM_SETUP = 0
+STREAM_INJECTION = 1
+STREAM_MIGRATION = 3
+
+
+# ----------------------------------------------------------------------------------------------
+# Counter-based randomness (spec section "Workloads").  Every product is masked to 64 bits because
+# Python ints do not wrap.
+# ----------------------------------------------------------------------------------------------
+
+def mix64(z):
+    """The splitmix64 finaliser on an unsigned 64-bit integer."""
+    z &= MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def cycle_key(seed, stream, t):
+    """Key shared by every draw of one stream in one cycle."""
+    inner = mix64((seed & MASK64) ^ ((stream * 0x9E3779B97F4A7C15) & MASK64))
+    return mix64(inner ^ ((t * 0xD1B54A32D192ED03) & MASK64))
+
+
+def draw(seed, stream, t, u, i):
+    """The i-th 64-bit draw of PE u in cycle t on the given stream."""
+    key = cycle_key(seed, stream, t)
+    return mix64(key ^ ((u * 0xC2B2AE3D27D4EB4F) & MASK64) ^ ((i * 0x165667B19E3779F9) & MASK64))
+
+
+def threshold(rate):
+    """Offer threshold of a rate: an offer happens iff (draw >> 32) < threshold(rate)."""
+    return min(int(math.floor(rate * 4294967296.0)), 4294967295)
+
+
+# MeshReference's constructor has a keyword argument named ``threshold`` (the migration threshold
+# T) that shadows this function inside __init__; the alias lets __init__ reach the function.
+threshold_of = threshold
+
+
+def _unit_from_draw_open_low(h):
+    """((h >> 11) + 1) * 2^-53: a double in (0, 1], never 0 so that log() is finite."""
+    return ((h >> 11) + 1) * (2.0 ** -53)
+
+
+def _unit_from_draw_closed_low(h):
+    """(h >> 11) * 2^-53: a double in [0, 1)."""
+    return (h >> 11) * (2.0 ** -53)
+
+
+def rate_map(rows, cols, workload_type, injection_rate, hot_rate=0.0, hot_regions=(),
+             sigma=0.0, seed=0):
+    """Per-PE offer rates (list of rows*cols floats, index u = r*cols + c)."""
+    n_pe = rows * cols
+    if workload_type == "uniform":
+        return [float(injection_rate)] * n_pe
+    if workload_type == "hotspot":
+        rates = []
+        for r in range(rows):
+            for c in range(cols):
+                inside = False
+                for (row0, col0, row1, col1) in hot_regions:
+                    # Half-open rectangles (see choice 6 in the module docstring).
+                    if row0 <= r < row1 and col0 <= c < col1:
+                        inside = True
+                rates.append(float(hot_rate) if inside else float(injection_rate))
+        return rates
+    if workload_type == "skewed":
+        rates = []
+        for u in range(n_pe):
+            u1 = _unit_from_draw_open_low(draw(seed, STREAM_SETUP, 0, u, 0))
+            u2 = _unit_from_draw_closed_low(draw(seed, STREAM_SETUP, 0, u, 1))
+            z = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+            rate = injection_rate * math.exp(sigma * z - sigma * sigma / 2.0)
+            # Clip to [0, 1]; exp() is positive so only the upper bound can bite in practice.
+            rates.append(min(max(rate, 0.0), 1.0))
+        return rates
+    if workload_type == "trace":
+        # A trace does not use rates; the caller passes rates=None to MeshReference.
+        return None
+    raise ValueError("unknown workload type %r" % (workload_type,))
+
+
+def opp(d):
+    """The opposite direction: the input port on which a neighbour receives what we send on d."""
+    return (d + 2) % 4
+
+
+# ----------------------------------------------------------------------------------------------
+# The machine.
+# ----------------------------------------------------------------------------------------------
+
+class _Pe:
+    """Everything one PE holds at the end of a cycle (spec section "State")."""
+
+    def __init__(self):
+        self.queue = deque()          # (work, birth, hops), head at the left
+        self.server = None            # None or [remaining_work, birth, hops]
+        # links[d]: messages sent on output d and not yet received, oldest first, each
+        # (send_cycle, (work, birth, hops)).  The receiver removes them from here.
+        self.links = [deque() for _ in range(4)]
+        self.sent_total = [0, 0, 0, 0]
+        self.received_total = [0, 0, 0, 0]
+        self.busy = 0
+        self.injected = 0
+        self.refused = 0
+        self.completed = 0
+        self.migrated_out = 0
+        self.migrated_in = 0
+        self.latency_sum = 0
+
+
+def _check_range(name, value, low, high):
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError("%s = %r: must be an integer in %d..%d" % (name, value, low, high))
+
+
+class MeshReference:
+    """Cycle-by-cycle reference simulator of docs/mesh.md."""
+
+    def __init__(self, *, rows, cols, queue_capacity, hop_latency_cycles, link_messages_per_cycle,
+                 link_buffer_messages, credit_delay_cycles, policy, threshold, info_delay_cycles,
+                 max_per_cycle, seed, rates, work_distribution, work_cycles, work_min_cycles,
+                 work_max_cycles, trace_events):
+        _check_range("rows", rows, 1, 1 << 30)
+        _check_range("cols", cols, 1, 1 << 30)
+        _check_range("queue_capacity", queue_capacity, 1, 255)
+        _check_range("hop_latency_cycles", hop_latency_cycles, 1, 8)
+        _check_range("link_messages_per_cycle", link_messages_per_cycle, 1, 4)
+        _check_range("link_buffer_messages", link_buffer_messages, link_messages_per_cycle, 64)
+        _check_range("credit_delay_cycles", credit_delay_cycles, 1, 8)
+        _check_range("info_delay_cycles", info_delay_cycles, 1, 8)
+        _check_range("threshold", threshold, 0, queue_capacity - 1)
+        _check_range("max_per_cycle", max_per_cycle, 1, 4)
+        if policy not in POLICIES:
+            raise ValueError("policy = %r: must be one of %s" % (policy, POLICIES))
+
+        self.rows = rows
+        self.cols = cols
+        self.n_pe = rows * cols
+        self.Q = queue_capacity
+        self.L = hop_latency_cycles
+        self.B = link_messages_per_cycle
+        self.K = link_buffer_messages
+        self.Lc = credit_delay_cycles
+        self.D = info_delay_cycles
+        self.T = threshold
+        self.M = max_per_cycle
+        self.policy = policy
+        self.seed = seed & MASK64
+
+        # Exactly one workload source: per-PE rates (Bernoulli) or a trace.
+        if (rates is None) == (trace_events is None):
+            raise ValueError("give exactly one of rates (Bernoulli workloads) and trace_events")
+        self.trace_mode = trace_events is not None
+        self.thresholds = None
+        self.trace_by_cycle = {}
+        self.trace_events = None
+        if self.trace_mode:
+            self.trace_events = [tuple(ev) for ev in trace_events]
+            for (cycle, r, c, work) in self.trace_events:
+                _check_range("trace row", r, 0, rows - 1)
+                _check_range("trace col", c, 0, cols - 1)
+                _check_range("trace work_cycles", work, 1, 65535)
+                # Keep file order within a cycle and PE: a list per cycle, appended in order.
+                self.trace_by_cycle.setdefault(cycle, []).append((r * cols + c, work))
+        else:
+            rates = list(rates)
+            if len(rates) != self.n_pe:
+                raise ValueError("rates has %d entries, expected %d" % (len(rates), self.n_pe))
+            for rate in rates:
+                if not 0.0 <= rate <= 1.0:
+                    raise ValueError("rate %r is outside [0, 1]" % (rate,))
+            self.thresholds = [threshold_of(rate) for rate in rates]
+            if work_distribution not in WORK_DISTRIBUTIONS:
+                raise ValueError("work_distribution = %r: must be one of %s"
+                                 % (work_distribution, WORK_DISTRIBUTIONS))
+        self.work_distribution = work_distribution
+        self.work_cycles = work_cycles
+        self.work_min_cycles = work_min_cycles
+        self.work_max_cycles = work_max_cycles
+
+        self.pes = [_Pe() for _ in range(self.n_pe)]
+        self.cycle = 0
+        # End-of-cycle values other PEs may read later, indexed [cycle][u]; cycles < 0 read as 0.
+        self.depth_history = []
+        self.sent_history = []
+        self.received_history = []
+        # Cumulative per-cycle observables, used for the conservation check.
+        self.cum_injected = 0
+        self.cum_refused = 0
+        self.cum_completed = 0
+        # Only for the order-independence test: visit PEs in decreasing u.
+        self._visit_reversed = False
+
+    # --- geometry ------------------------------------------------------------------------------
+
+    def neighbour(self, u, d):
+        """Unit index of u's neighbour in direction d, or None at an edge (not a torus)."""
+        r, c = divmod(u, self.cols)
+        if d == N:
+            r -= 1
+        elif d == E:
+            c += 1
+        elif d == S:
+            r += 1
+        else:
+            c -= 1
+        if 0 <= r < self.rows and 0 <= c < self.cols:
+            return r * self.cols + c
+        return None
+
+    # --- reads of other PEs, only "as at the end of cycle x" with x < t ------------------------
+
+    def _depth_at(self, n, x):
+        if x < 0:
+            return 0
+        assert x < self.cycle, "read of a cycle that has not ended"
+        return self.depth_history[x][n]
+
+    def _received_at(self, n, port, x):
+        if x < 0:
+            return 0
+        assert x < self.cycle, "read of a cycle that has not ended"
+        return self.received_history[x][n][port]
+
+    def _sent_at(self, n, port, x):
+        if x < 0:
+            return 0
+        assert x < self.cycle, "read of a cycle that has not ended"
+        return self.sent_history[x][n][port]
+
+    # --- workload ------------------------------------------------------------------------------
+
+    def _work_of_draw(self, h):
+        dist = self.work_distribution
+        if dist == "fixed":
+            return self.work_cycles
+        if dist == "uniform":
+            return self.work_min_cycles + h % (self.work_max_cycles - self.work_min_cycles + 1)
+        # geometric with mean m on 1, 2, ...
+        m = self.work_cycles
+        if m == 1:
+            return 1
+        big_u = _unit_from_draw_open_low(h)
+        work = 1 + int(math.floor(math.log(big_u) / math.log(1.0 - 1.0 / float(m))))
+        return min(work, self.work_max_cycles)
+
+    def _offers(self, t, u):
+        """Works of the tasks offered to PE u in cycle t, in order."""
+        if self.trace_mode:
+            return [work for (v, work) in self.trace_by_cycle.get(t, ()) if v == u]
+        if (draw(self.seed, STREAM_INJECTION, t, u, 0) >> 32) < self.thresholds[u]:
+            return [self._work_of_draw(draw(self.seed, STREAM_INJECTION, t, u, 1))]
+        return []
+
+    def unoffered_trace_events(self):
+        """Trace events not offered in the cycles run so far (cycle outside [0, cycles done))."""
+        if not self.trace_mode:
+            return 0
+        return sum(1 for ev in self.trace_events if not 0 <= ev[0] < self.cycle)
+
+    # --- one cycle -----------------------------------------------------------------------------
+
+    def step(self):
+        t = self.cycle
+        obs = {"busy": 0, "queued": 0, "in_service": 0, "injected": 0, "refused": 0,
+               "completed": 0, "migrated": 0, "received": 0, "in_flight": 0, "latency_sum": 0,
+               "latency_sq_sum": 0, "hops_sum": 0, "depth_hist": [0] * (self.Q + 1)}
+        order = range(self.n_pe - 1, -1, -1) if self._visit_reversed else range(self.n_pe)
+        for u in order:
+            self._step_pe(t, u, obs)
+
+        # Record the end-of-cycle values other PEs may read in later cycles.
+        self.depth_history.append([len(pe.queue) for pe in self.pes])
+        self.sent_history.append([tuple(pe.sent_total) for pe in self.pes])
+        self.received_history.append([tuple(pe.received_total) for pe in self.pes])
+        self.cycle = t + 1
+
+        # End-of-cycle observables, counted from the actual state.
+        for pe in self.pes:
+            depth = len(pe.queue)
+            obs["queued"] += depth
+            obs["depth_hist"][depth] += 1
+            if pe.server is not None:
+                obs["in_service"] += 1
+            for d in range(4):
+                obs["in_flight"] += len(pe.links[d])
+        self._check_conservation(obs)
+        return obs
+
+    def _step_pe(self, t, u, obs):
+        pe = self.pes[u]
+
+        # 1. Receive, rotating port priority.  The while-condition on the queue length also
+        # stops every later port once the queue is full, since receiving only grows the queue.
+        for k in range(4):
+            d = (t + k) % 4
+            n = self.neighbour(u, d)
+            if n is None:
+                continue
+            link = self.pes[n].links[opp(d)]
+            # Cross-check of the literal send-cycle rule against the count form: messages sent at
+            # <= t - L by n on this link, minus what u already received from it.
+            available = sum(1 for (sent_at, _task) in link if sent_at <= t - self.L)
+            assert available == self._sent_at(n, opp(d), t - self.L) - pe.received_total[d], (
+                "link %d->%d: %d messages available but counts say otherwise" % (n, u, available))
+            taken = 0
+            while (taken < self.B and len(pe.queue) < self.Q and link
+                   and link[0][0] <= t - self.L):
+                _sent_at, task = link.popleft()
+                pe.queue.append(task)           # unchanged: hops were counted when sent
+                pe.received_total[d] += 1
+                pe.migrated_in += 1
+                obs["received"] += 1
+                taken += 1
+
+        # 2. Inject.
+        for work in self._offers(t, u):
+            pe.injected += 1
+            obs["injected"] += 1
+            self.cum_injected += 1
+            if len(pe.queue) < self.Q:
+                pe.queue.append((work, t, 0))
+            else:
+                pe.refused += 1
+                obs["refused"] += 1
+                self.cum_refused += 1
+
+        # 3. Start.
+        if pe.server is None and pe.queue:
+            work, birth, hops = pe.queue.popleft()
+            pe.server = [work, birth, hops]
+
+        # 4. Migrate.
+        if self.policy != "none":
+            sent_now = [0, 0, 0, 0]
+            for k in range(self.M):
+                depth = len(pe.queue)
+                if depth <= self.T:
+                    break
+                eligible = []   # (d, kd) in increasing d
+                for d in range(4):
+                    n = self.neighbour(u, d)
+                    if n is None:
+                        continue
+                    kd = self._depth_at(n, t - self.D) + sent_now[d]
+                    credits = self._received_at(n, opp(d), t - self.Lc)
+                    has_room = sent_now[d] < self.B and pe.sent_total[d] - credits < self.K
+                    if kd + 1 < depth and has_room:
+                        eligible.append((d, kd))
+                if not eligible:
+                    break
+                if self.policy == "least_loaded":
+                    best_d, best_kd = eligible[0]
+                    for (d, kd) in eligible[1:]:
+                        if kd < best_kd:        # strict: ties keep the smaller d
+                            best_d, best_kd = d, kd
+                    d_pick = best_d
+                else:
+                    h = draw(self.seed, STREAM_MIGRATION, t, u, k)
+                    idx = ((h >> 32) * len(eligible)) >> 32
+                    d_pick = eligible[idx][0]
+                work, birth, hops = pe.queue.pop()      # the tail task
+                pe.links[d_pick].append((t, (work, birth, min(hops + 1, 255))))
+                pe.sent_total[d_pick] += 1
+                sent_now[d_pick] += 1
+                pe.migrated_out += 1
+                obs["migrated"] += 1
+
+        # 5. Work.
+        if pe.server is not None:
+            pe.busy += 1
+            obs["busy"] += 1
+            pe.server[0] -= 1
+            if pe.server[0] == 0:
+                _rem, birth, hops = pe.server
+                latency = t + 1 - birth
+                pe.server = None
+                pe.completed += 1
+                pe.latency_sum += latency
+                obs["completed"] += 1
+                obs["latency_sum"] += latency
+                obs["latency_sq_sum"] += latency * latency
+                obs["hops_sum"] += hops
+                self.cum_completed += 1
+
+    def _check_conservation(self, obs):
+        # Count the state directly rather than trusting the observables.
+        queued = sum(len(pe.queue) for pe in self.pes)
+        in_service = sum(1 for pe in self.pes if pe.server is not None)
+        in_flight = sum(len(link) for pe in self.pes for link in pe.links)
+        injected = sum(pe.injected for pe in self.pes)
+        refused = sum(pe.refused for pe in self.pes)
+        completed = sum(pe.completed for pe in self.pes)
+        sent = sum(sum(pe.sent_total) for pe in self.pes)
+        received = sum(sum(pe.received_total) for pe in self.pes)
+        cycle = self.cycle - 1
+        if injected != refused + queued + in_service + in_flight + completed:
+            raise AssertionError(
+                "conservation violated at the end of cycle %d: injected %d != refused %d + queued "
+                "%d + in service %d + in flight %d + completed %d"
+                % (cycle, injected, refused, queued, in_service, in_flight, completed))
+        if in_flight != sent - received:
+            raise AssertionError("cycle %d: in flight %d != sent %d - received %d"
+                                 % (cycle, in_flight, sent, received))
+        if (injected, refused, completed) != (self.cum_injected, self.cum_refused,
+                                              self.cum_completed):
+            raise AssertionError("cycle %d: per-PE totals disagree with cumulative observables"
+                                 % cycle)
+        if (queued, in_service, in_flight) != (obs["queued"], obs["in_service"], obs["in_flight"]):
+            raise AssertionError("cycle %d: end-of-cycle observables disagree with the state"
+                                 % cycle)
+
+    # --- driving and inspection ----------------------------------------------------------------
+
+    def run(self, cycles):
+        """Run the given number of cycles; return the list of their observables."""
+        return [self.step() for _ in range(cycles)]
+
+    def snapshot(self):
+        """Canonical state at the end of the last cycle (plain lists, tuples and ints)."""
+        return {
+            "cycle": self.cycle,
+            "queue": [[tuple(task) for task in pe.queue] for pe in self.pes],
+            "server": [None if pe.server is None else tuple(pe.server) for pe in self.pes],
+            "links": [[[task for (_sent_at, task) in pe.links[d]] for d in range(4)]
+                      for pe in self.pes],
+            "sent": [list(pe.sent_total) for pe in self.pes],
+            "received": [list(pe.received_total) for pe in self.pes],
+            "totals": {
+                "busy": [pe.busy for pe in self.pes],
+                "injected": [pe.injected for pe in self.pes],
+                "refused": [pe.refused for pe in self.pes],
+                "completed": [pe.completed for pe in self.pes],
+                "migrated_out": [pe.migrated_out for pe in self.pes],
+                "migrated_in": [pe.migrated_in for pe in self.pes],
+                "latency_sum": [pe.latency_sum for pe in self.pes],
+            },
+        }
+

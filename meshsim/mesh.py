@@ -1,0 +1,165 @@
+"""The mesh machine on the Python side: scenario -> kernel inputs, and a stepper over the kernel.
+
+DESIGN.md section 2.1; cycle semantics in docs/mesh.md. The run engine (`meshsim.engine`) and the
+tests drive the kernel only through `MeshSim`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from kernels import mesh as K
+from kernels.workload import lognormal_rates, rate_thresholds
+
+from . import state as S
+from .trace import load_trace
+
+# Indices of the kernel's int64 configuration vector.
+CFG_FIELDS = ("queue_capacity", "hop_latency_cycles", "link_messages_per_cycle", "link_buffer_messages",
+              "credit_delay_cycles", "policy", "threshold", "info_delay_cycles", "max_per_cycle", "work_kind",
+              "work_cycles", "work_min_cycles", "work_max_cycles", "is_trace", "history_mask")
+
+
+@dataclass
+class MeshInputs:
+    """Everything the kernel needs besides its state, built once from a scenario."""
+
+    rows: int
+    cols: int
+    queue_capacity: int
+    link_buffer_messages: int
+    history: int
+    cfg: np.ndarray  # int64[len(CFG_FIELDS)]
+    seed: int
+    rates: np.ndarray | None  # float64[R, C] Bernoulli rates, None for a trace
+    geo_log: float
+    ev_cycle: np.ndarray  # int64[n] trace events, sorted by (cycle, unit)
+    ev_unit: np.ndarray  # int64[n]
+    ev_work: np.ndarray  # uint16[n]
+    latency_bins: int
+
+
+def injection_rates(sc) -> np.ndarray:
+    """Per-PE Bernoulli rates, float64[R, C], for the uniform, hotspot and skewed workloads."""
+    rows, cols = sc.get("machine", "rows"), sc.get("machine", "cols")
+    kind = sc.get("workload", "type")
+    base = float(sc.get("workload", "injection_rate"))
+    if kind == "uniform":
+        return np.full((rows, cols), base)
+    if kind == "hotspot":
+        rates = np.full((rows, cols), base)
+        for r0, c0, r1, c1 in sc.hot_regions():
+            rates[r0:r1, c0:c1] = float(sc.get("workload", "hot_rate"))
+        return rates
+    if kind == "skewed":
+        sigma = float(sc.get("workload", "sigma"))
+        return lognormal_rates(rows * cols, base, sigma, np.uint64(sc.get("run", "seed"))).reshape(rows, cols)
+    raise ValueError(f"no rate map for workload type {kind!r}")
+
+
+def build_inputs(sc) -> MeshInputs:
+    """Kernel inputs for a validated scenario. Raises InputError for a bad trace file."""
+    m, mig, wl = sc.values["machine"], sc.values["migration"], sc.values["workload"]
+    rows, cols = m["rows"], m["cols"]
+    history = S.history_length(m["hop_latency_cycles"], m["credit_delay_cycles"], mig["info_delay_cycles"])
+    is_trace = wl["type"] == "trace"
+    cfg = dict(
+        queue_capacity=m["queue_capacity"],
+        hop_latency_cycles=m["hop_latency_cycles"],
+        link_messages_per_cycle=m["link_messages_per_cycle"],
+        link_buffer_messages=m["link_buffer_messages"],
+        credit_delay_cycles=m["credit_delay_cycles"],
+        policy=S.POLICIES[mig["policy"]],
+        threshold=mig["threshold"],
+        info_delay_cycles=mig["info_delay_cycles"],
+        max_per_cycle=mig["max_per_cycle"],
+        work_kind=S.WORK_KINDS[wl["work_distribution"]],
+        work_cycles=wl["work_cycles"],
+        work_min_cycles=wl["work_min_cycles"],
+        work_max_cycles=wl["work_max_cycles"],
+        is_trace=int(is_trace),
+        history_mask=history - 1,
+    )
+    geo_log = 0.0
+    if not is_trace and wl["work_distribution"] == "geometric" and wl["work_cycles"] > 1:
+        geo_log = math.log(1.0 - 1.0 / float(wl["work_cycles"]))
+    if is_trace:
+        ev_cycle, ev_unit, ev_work = load_trace(sc.trace_path, rows, cols)
+        rates = None
+    else:
+        ev_cycle = np.zeros(0, np.int64)
+        ev_unit = np.zeros(0, np.int64)
+        ev_work = np.zeros(0, np.uint16)
+        rates = injection_rates(sc)
+    return MeshInputs(
+        rows=rows, cols=cols, queue_capacity=m["queue_capacity"], link_buffer_messages=m["link_buffer_messages"],
+        history=history, cfg=np.array([cfg[f] for f in CFG_FIELDS], dtype=np.int64), seed=sc.get("run", "seed"),
+        rates=rates, geo_log=geo_log, ev_cycle=ev_cycle, ev_unit=ev_unit, ev_work=ev_work,
+        latency_bins=sc.get("output", "latency_histogram_max_cycles") + 1)
+
+
+class MeshSim:
+    """The mesh's state plus the kernel, advanced `n` cycles at a time.
+
+    After `advance(n)`, `series[:n]` and `depth_series[:n]` hold the cycles just run; the latency
+    histogram accumulates in `lat_hist_blocks` until `take_latency_histogram()`.
+    """
+
+    def __init__(self, inputs: MeshInputs, max_chunk: int):
+        self.inputs = inputs
+        thr = rate_thresholds(np.ascontiguousarray(inputs.rates)) if inputs.rates is not None else \
+            np.zeros((inputs.rows, inputs.cols), np.uint32)
+        self.state = S.allocate_mesh(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
+                                     inputs.history, thr, inputs.geo_log)
+        self.blocks = S.row_blocks(inputs.rows)
+        self.max_chunk = max_chunk
+        self.series = np.zeros((max_chunk, K.N_SERIES), np.int64)
+        self.depth_series = np.zeros((max_chunk, inputs.queue_capacity + 1), np.int64)
+        self.lat_hist_blocks = np.zeros((len(self.blocks) - 1, inputs.latency_bins), np.int64)
+        self.cum = np.zeros(4, np.int64)  # injected, refused, completed, in flight
+        self.cycle = 0
+        self._ev_lo = np.zeros(max_chunk + 1, np.int64)
+
+    def advance(self, n: int) -> None:
+        """Run the next n cycles (n <= max_chunk). Raises RuntimeError if conservation fails."""
+        if not 0 < n <= self.max_chunk:
+            raise ValueError(f"advance({n}) outside 1..{self.max_chunk}")
+        t0 = self.cycle
+        inp = self.inputs
+        if inp.ev_cycle.size:
+            self._ev_lo[: n + 1] = np.searchsorted(inp.ev_cycle, np.arange(t0, t0 + n + 1))
+        else:
+            self._ev_lo[: n + 1] = 0
+        bad = K.run_cycles(self.state, inp.cfg, np.uint64(inp.seed), t0, n, self._ev_lo, inp.ev_unit, inp.ev_work,
+                           self.blocks, self.series, self.depth_series, self.lat_hist_blocks, self.cum)
+        if bad >= 0:
+            raise RuntimeError(f"conservation of tasks violated at cycle {bad}: this is a bug in meshsim")
+        self.cycle = t0 + n
+
+    def take_latency_histogram(self) -> np.ndarray:
+        """The latency histogram accumulated since the last call (int64[bins]), and reset it."""
+        h = self.lat_hist_blocks.sum(axis=0)
+        self.lat_hist_blocks[:] = 0
+        return h
+
+    def audit(self) -> None:
+        """Check the kernel's in-flight count against the link state (a bug if they differ)."""
+        counted = S.in_flight_from_links(self.state, self.cycle, self.inputs.link_buffer_messages)
+        if counted != int(self.cum[3]):
+            raise RuntimeError(f"in-flight messages: links hold {counted}, the running count says {int(self.cum[3])} "
+                               f"after cycle {self.cycle - 1}: this is a bug in meshsim")
+
+    def unoffered_events(self, cycles: int) -> int:
+        """Trace events a run of `cycles` cycles does not offer (cycle outside [0, cycles))."""
+        return int(self.inputs.ev_cycle.size - np.count_nonzero(self.inputs.ev_cycle < cycles))
+
+
+def set_threads(threads: int) -> int:
+    """Use `threads` Numba threads (0 = all cores); returns the number in use."""
+    n = numba.config.NUMBA_NUM_THREADS if threads == 0 else min(threads, numba.config.NUMBA_NUM_THREADS)
+    numba.set_num_threads(n)
+    return n

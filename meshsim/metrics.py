@@ -1,0 +1,88 @@
+"""Load-balance and latency metrics (DESIGN.md section 3), as plain functions of arrays.
+
+The run computes its summary with these, and `report` recomputes them from a result file with the
+same functions, so the two can never disagree about a formula.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def load_balance(load) -> dict:
+    """Balance figures of per-unit loads L (busy cycles or work over one window).
+
+    li = mean(L) / max(L), in (0, 1], 1 = perfectly balanced; percent_imbalance = (max/mean - 1) x 100;
+    jain_index = (sum L)^2 / (n sum L^2); cv = std(L) / mean(L) (population std); min, max, mean.
+    With no load at all (max = 0) the ratios are undefined and reported as NaN.
+    """
+    a = np.asarray(load, dtype=np.int64).ravel()
+    n = a.size
+    total = int(a.sum())
+    lo = int(a.min()) if n else 0
+    hi = int(a.max()) if n else 0
+    sum_sq = int((a.astype(np.float64) ** 2).sum()) if n else 0
+    if n == 0 or hi == 0:
+        nan = float("nan")
+        return dict(li=nan, percent_imbalance=nan, jain_index=nan, cv=nan, min=lo, max=hi, mean=0.0)
+    mean = total / n
+    # The variance from exact integer sums, so that a perfectly even load gives exactly 0.
+    sq = int(np.dot(a, a)) if sum_sq < 2**62 else sum_sq
+    var = max(sq / n - mean * mean, 0.0)
+    return dict(
+        li=mean / hi,
+        percent_imbalance=(hi / mean - 1.0) * 100.0,
+        jain_index=(total * total) / (n * sq),
+        cv=math.sqrt(var) / mean,
+        min=lo,
+        max=hi,
+        mean=mean,
+    )
+
+
+def compute_time_spread(busy) -> float:
+    """(max - min) / mean of per-unit busy time over the active units (busy > 0); NaN if none."""
+    a = np.asarray(busy, dtype=np.int64).ravel()
+    a = a[a > 0]
+    if a.size == 0:
+        return float("nan")
+    return float((int(a.max()) - int(a.min())) / a.mean())
+
+
+def utilization(busy_total: int, n_units: int, cycles: int) -> float:
+    """Busy unit-cycles / (units x cycles); NaN before the first cycle."""
+    if n_units == 0 or cycles == 0:
+        return float("nan")
+    return busy_total / (n_units * cycles)
+
+
+def latency_stats(histogram, count: int, total: int, total_sq: int, maximum: int) -> dict:
+    """Task latency figures from exact sums and a unit-width histogram (bin i = latency i cycles,
+    the last bin holding every latency at or above its index).
+
+    mean and variance (population) come from the exact integer sums; percentiles are nearest-rank
+    from the histogram: the smallest latency l with at least q x count tasks at or below l. A
+    percentile falling in the overflow bin is reported as the maximum, and `percentile_overflow`
+    says so.
+    """
+    h = np.asarray(histogram, dtype=np.int64)
+    out = dict(count=int(count), mean=float("nan"), var=float("nan"), p50=float("nan"), p90=float("nan"),
+               p99=float("nan"), max=int(maximum), percentile_overflow=False)
+    if count == 0:
+        return out
+    count, total, total_sq = int(count), int(total), int(total_sq)
+    out["mean"] = total / count
+    out["var"] = (count * total_sq - total * total) / (count * count)
+    cum = np.cumsum(h)
+    last = h.size - 1
+    for name, q in (("p50", 0.50), ("p90", 0.90), ("p99", 0.99)):
+        rank = max(1, math.ceil(q * count))
+        i = int(np.searchsorted(cum, rank))
+        if i >= last:
+            out[name] = int(maximum)
+            out["percentile_overflow"] = True
+        else:
+            out[name] = i
+    return out

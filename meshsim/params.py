@@ -1,0 +1,216 @@
+"""The one parameter table: each scenario key's type, unit, default, allowed values and meaning.
+
+DESIGN.md section 4. Validation and defaults (`meshsim.scenario`) and the README's parameter
+reference (`meshsim.docs`) are all generated from `PARAMS`; a key that is not in this table does
+not exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: The value types a parameter may have. "regions" is a list of [row0, col0, row1, col1] integer
+#: lists: half-open rectangles of PEs, rows row0..row1-1 and columns col0..col1-1.
+TYPES = ("int", "float", "str", "bool", "regions")
+
+#: The largest grid the mesh accepts, in PEs (DESIGN.md 2.1 asks for at least 850,000).
+MAX_MESH_PES = 4_194_304
+
+#: Workload types whose tasks are Bernoulli injections with a work distribution (docs/mesh.md).
+BERNOULLI_WORKLOADS = ("uniform", "hotspot", "skewed")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One scenario key (DESIGN.md section 4).
+
+    section, name: the key is written `name = ...` under `[section]`; its path is `section.name`.
+    type: one of TYPES.
+    unit: the unit of the value ("" when it has none); also carried in the name where it has one.
+    default: the value used when the scenario does not set the key (a tuple stands for a TOML list).
+    description: one line saying what the key means.
+    allowed: an inclusive (lo, hi) numeric range, a tuple of allowed strings, or None (any value
+        of the type).
+    applies_when: None, or ("section.key", values): the key only means something when that other
+        key has one of those values; setting it otherwise is an error.
+    """
+
+    section: str
+    name: str
+    type: str
+    unit: str
+    default: object
+    description: str
+    allowed: tuple | None = None
+    applies_when: tuple[str, tuple] | None = None
+
+    @property
+    def path(self) -> str:
+        """The key path `section.name`, as written in overrides and messages."""
+        return f"{self.section}.{self.name}"
+
+    @property
+    def choices(self) -> tuple[str, ...] | None:
+        """The allowed strings of a "str" key with a fixed set of values, else None."""
+        if self.type == "str" and self.allowed is not None:
+            return tuple(self.allowed)
+        return None
+
+    @property
+    def range(self) -> tuple | None:
+        """The inclusive (lo, hi) range of an "int" or "float" key, else None."""
+        if self.type in ("int", "float") and self.allowed is not None:
+            return tuple(self.allowed)
+        return None
+
+    def default_value(self):
+        """A fresh copy of the default, as the value a TOML file would give (lists, not tuples)."""
+        if isinstance(self.default, tuple):
+            return [list(item) if isinstance(item, tuple) else item for item in self.default]
+        return self.default
+
+
+_BERNOULLI = ("workload.type", BERNOULLI_WORKLOADS)
+
+PARAMS: tuple[Param, ...] = (
+    # [run]
+    Param("run", "name", "str", "", "",
+          "Name of the run, used for the default result file name; empty means the scenario "
+          "file's stem."),
+    Param("run", "cycles", "int", "cycles", 1000,
+          "Number of cycles to simulate.", (1, 1_000_000_000)),
+    Param("run", "seed", "int", "", 1,
+          "Seed of every random draw; the same seed gives bit-identical results.", (0, 2**63 - 1)),
+    Param("run", "threads", "int", "threads", 0,
+          "Worker threads; 0 means all cores. Results do not depend on it.", (0, 1024)),
+    Param("run", "window_cycles", "int", "cycles", 100,
+          "Length of the windows over which LI is computed.", (1, 1_000_000_000)),
+    # [machine]
+    Param("machine", "type", "str", "", "mesh",
+          "The machine model: mesh is a WSE-2-style 2D mesh of PEs.", ("mesh",)),
+    Param("machine", "rows", "int", "PEs", 757,
+          "Rows of PEs in the mesh (the WSE-2 fabric usable by programs is 757 x 996).", (1, 4096)),
+    Param("machine", "cols", "int", "PEs", 996,
+          "Columns of PEs in the mesh.", (1, 4096)),
+    Param("machine", "queue_capacity", "int", "tasks", 16,
+          "Capacity of each PE's FIFO task queue; a task offered to a full queue is refused.",
+          (1, 255)),
+    Param("machine", "hop_latency_cycles", "int", "cycles", 1,
+          "Cycles a message takes from one PE to its neighbour (1 or 2 on the WSE-2).", (1, 8)),
+    Param("machine", "link_messages_per_cycle", "int", "messages/cycle", 1,
+          "Messages each link carries per cycle.", (1, 4)),
+    Param("machine", "link_buffer_messages", "int", "messages", 2,
+          "Receive buffer of each link, in messages (the sender's credits); at least "
+          "link_messages_per_cycle.", (1, 64)),
+    Param("machine", "credit_delay_cycles", "int", "cycles", 1,
+          "Cycles a freed buffer slot takes to return to the sender as a credit.", (1, 8)),
+    Param("machine", "clock_ghz", "float", "GHz", 1.1,
+          "Clock frequency; used only to convert cycles to seconds in reports.", (0.001, 100.0)),
+    # [migration]
+    Param("migration", "policy", "str", "", "least_loaded",
+          "How an overfull PE picks the neighbour it moves a task to (none disables migration).",
+          ("none", "least_loaded", "random_lower")),
+    Param("migration", "threshold", "int", "tasks", 4,
+          "A PE migrates only while its queue holds more than this many tasks; less than "
+          "machine.queue_capacity.", (0, 254)),
+    Param("migration", "info_delay_cycles", "int", "cycles", 1,
+          "Age of the neighbour queue depths a PE decides on.", (1, 8)),
+    Param("migration", "max_per_cycle", "int", "tasks/cycle", 1,
+          "Most tasks one PE migrates in one cycle.", (1, 4)),
+    # [workload]
+    Param("workload", "type", "str", "", "uniform",
+          "Where tasks come from: Bernoulli injection with a uniform, hotspot or lognormal-skewed "
+          "rate map, or events read from a trace file.",
+          ("uniform", "hotspot", "skewed", "trace")),
+    Param("workload", "injection_rate", "float", "tasks/PE/cycle", 0.05,
+          "Probability that a PE is offered a task in a cycle (the mean rate for skewed, the "
+          "rate outside the hot regions for hotspot).", (0.0, 1.0), _BERNOULLI),
+    Param("workload", "work_distribution", "str", "", "fixed",
+          "Distribution of a task's work: fixed, uniform in [work_min_cycles, work_max_cycles], "
+          "or geometric with mean work_cycles capped at work_max_cycles.",
+          ("fixed", "uniform", "geometric"), _BERNOULLI),
+    Param("workload", "work_cycles", "int", "cycles", 10,
+          "Work of each task for fixed, or the mean for geometric.", (1, 65535), _BERNOULLI),
+    Param("workload", "work_min_cycles", "int", "cycles", 1,
+          "Smallest work of a task for the uniform work distribution.", (1, 65535),
+          ("workload.work_distribution", ("uniform",))),
+    Param("workload", "work_max_cycles", "int", "cycles", 20,
+          "Largest work of a task: the upper bound for uniform, the cap for geometric.",
+          (1, 65535), ("workload.work_distribution", ("uniform", "geometric"))),
+    Param("workload", "hot_rate", "float", "tasks/PE/cycle", 0.5,
+          "Injection rate inside the hot regions.", (0.0, 1.0), ("workload.type", ("hotspot",))),
+    Param("workload", "hot_regions", "regions", "PEs", (),
+          "Hot rectangles as [row0, col0, row1, col1] (rows row0..row1-1, columns col0..col1-1); "
+          "empty means one region in the middle of the grid, a quarter of each side.",
+          None, ("workload.type", ("hotspot",))),
+    Param("workload", "sigma", "float", "", 1.0,
+          "Shape of the lognormal field of per-PE rates (0 gives uniform rates).", (0.0, 10.0),
+          ("workload.type", ("skewed",))),
+    Param("workload", "trace_file", "str", "", "",
+          "Path of a CSV or HDF5 trace of (cycle, row, col, work_cycles) events, relative to the "
+          "scenario file.", None, ("workload.type", ("trace",))),
+    # [output]
+    Param("output", "frame_every_cycles", "int", "cycles", 100,
+          "Cycles between full per-PE frames in the result file; 0 writes no frames.",
+          (0, 1_000_000_000)),
+    Param("output", "flush_every_cycles", "int", "cycles", 500,
+          "Cycles between flushes of the result file (what an interrupted run keeps).",
+          (1, 1_000_000)),
+    Param("output", "compression_level", "int", "", 1,
+          "Gzip level of the result datasets; 0 means uncompressed.", (0, 9)),
+    Param("output", "latency_histogram_max_cycles", "int", "cycles", 16384,
+          "Size of the latency histogram; latencies at or above it go to an overflow bin.",
+          (16, 1_048_576)),
+)
+
+_BY_PATH = {(p.section, p.name): p for p in PARAMS}
+
+
+def param(section: str, name: str) -> Param:
+    """The table entry of `section.name` (DESIGN.md section 4); KeyError if there is none."""
+    try:
+        return _BY_PATH[(section, name)]
+    except KeyError:
+        raise KeyError(f"no scenario key {section}.{name}") from None
+
+
+def sections() -> tuple[str, ...]:
+    """The section names in table order (DESIGN.md section 4)."""
+    return tuple(dict.fromkeys(p.section for p in PARAMS))
+
+
+def section_params(section: str) -> tuple[Param, ...]:
+    """The entries of one section in table order."""
+    return tuple(p for p in PARAMS if p.section == section)
+
+
+def format_number(x) -> str:
+    """A bound or value as a user would write it in TOML: 16_384, 0.001, 1 (for 1.0)."""
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, int):
+        # Underscores keep nine-digit bounds readable and are valid TOML integers.
+        return f"{x:_}" if abs(x) >= 1_000_000 else str(x)
+    return f"{x:g}"
+
+
+def format_range(p: Param) -> str:
+    """The inclusive range of a numeric key as "[lo, hi]", or "" when it has none."""
+    if p.range is None:
+        return ""
+    lo, hi = p.range
+    return f"[{format_number(lo)}, {format_number(hi)}]"
+
+
+def format_choices(values) -> str:
+    """Allowed strings as a TOML-quoted list: "a", "b", "c"."""
+    return ", ".join(f'"{v}"' for v in values)
+
+
+def format_condition(condition: tuple[str, tuple]) -> str:
+    """An applies_when condition in words: workload.type is "uniform", "hotspot" or "skewed"."""
+    key, values = condition
+    quoted = [f'"{v}"' for v in values]
+    if len(quoted) == 1:
+        return f"{key} is {quoted[0]}"
+    return f"{key} is {', '.join(quoted[:-1])} or {quoted[-1]}"

@@ -1,0 +1,582 @@
+"""Scenario files: read a TOML scenario, apply command-line overrides, fill defaults, validate.
+
+DESIGN.md section 4. Everything about a key (type, unit, default, range, when it applies) comes from
+the parameter table in `meshsim.params`. Validation collects every problem it finds and raises one
+`InputError`; each problem is one line naming where (the file, or the override), the key path, the
+bad value and what is allowed.
+
+The only filesystem access here is reading the scenario and checking that a trace file exists.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import json
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomli_w
+
+from meshsim.errors import InputError
+from meshsim.params import (
+    BERNOULLI_WORKLOADS,
+    MAX_MESH_PES,
+    PARAMS,
+    Param,
+    format_choices,
+    format_condition,
+    format_number,
+    format_range,
+    param,
+    section_params,
+    sections,
+)
+
+_SECTIONS = sections()
+_KEYS = {s: tuple(p.name for p in section_params(s)) for s in _SECTIONS}
+_TEXT_NAME = "<scenario>"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario (DESIGN.md section 4).
+
+    path: the scenario file as given, or None when built from text or a dict.
+    source_text: the file's original text (echoed into result files).
+    values: section -> key -> value, every key of the parameter table, defaults filled in, in
+        table order; floats are floats and regions are lists of 4-int lists.
+    overrides: the ("section.key", value) pairs applied on top of the file, in order.
+    """
+
+    path: str | None
+    source_text: str
+    values: dict
+    overrides: list = field(default_factory=list)
+
+    def get(self, section: str, key: str):
+        """The resolved value of `section.key`; KeyError if the key is not in the table."""
+        param(section, key)
+        return self.values[section][key]
+
+    @property
+    def name(self) -> str:
+        """The run's name: run.name, else the scenario file's stem, else "scenario"."""
+        if self.values["run"]["name"]:
+            return self.values["run"]["name"]
+        if self.path:
+            return Path(self.path).stem
+        return "scenario"
+
+    @property
+    def trace_path(self) -> str | None:
+        """The trace file for a trace workload, resolved relative to the scenario's folder."""
+        if self.values["workload"]["type"] != "trace":
+            return None
+        return _resolve_relative(self.values["workload"]["trace_file"], self.path)
+
+    def hot_regions(self) -> list[tuple[int, int, int, int]]:
+        """The hot rectangles (row0, col0, row1, col1), half-open; the default one if none given.
+
+        The default is one region in the middle of the grid, a quarter of each side (at least
+        one PE). See docs/mesh.md, "Rate maps".
+        """
+        regions = self.values["workload"]["hot_regions"]
+        if regions:
+            return [tuple(r) for r in regions]
+        rows, cols = self.values["machine"]["rows"], self.values["machine"]["cols"]
+        return [default_hot_region(rows, cols)]
+
+    def resolved_toml(self) -> str:
+        """The resolved values as TOML text; tomllib reads it back to `values` exactly."""
+        return tomli_w.dumps(self.values)
+
+
+def default_hot_region(rows: int, cols: int) -> tuple[int, int, int, int]:
+    """The hot region used when workload.hot_regions is empty: centred, a quarter of each side."""
+    h, w = max(1, rows // 4), max(1, cols // 4)
+    r0, c0 = (rows - h) // 2, (cols - w) // 2
+    return (r0, c0, r0 + h, c0 + w)
+
+
+def parse_overrides(items) -> list[tuple[str, object]]:
+    """Parse command-line overrides `section.key=value` into ("section.key", value) pairs.
+
+    DESIGN.md sections 4 and 6. The value is read as a TOML value (`64`, `0.1`, `true`,
+    `[[0, 0, 8, 8]]`, `"x"`); if it is not valid TOML it is taken as a bare string, so
+    `migration.policy=none` works. Raises InputError listing every malformed item. Whether the
+    key exists is checked by `load_scenario`.
+    """
+    pairs, problems = _parse_override_items(items)
+    if problems:
+        raise InputError(problems)
+    return [(key, value) for key, value, _ in pairs]
+
+
+def load_scenario(path, overrides=(), *, text: str | None = None) -> Scenario:
+    """Read, override, complete and validate a scenario (DESIGN.md section 4).
+
+    path: the TOML file (str or Path); when `text` is given it is parsed instead and `path` is
+        only used in messages and to resolve the trace file (None: relative to the current
+        folder).
+    overrides: `section.key=value` strings, or ("section.key", value) pairs; they win over the
+        file.
+    Raises InputError with every problem found.
+    """
+    where = str(path) if path is not None else _TEXT_NAME
+    if text is None:
+        if path is None:
+            raise InputError([f"{_TEXT_NAME}: no scenario file or text given"])
+        text = _read_text(path, where)
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError([f"{where}: invalid TOML: {e}"]) from None
+    return _build(raw, None if path is None else str(path), text, overrides)
+
+
+def scenario_from_dict(d: dict, path=None, overrides=()) -> Scenario:
+    """Validate a scenario given as a dict shaped like a parsed TOML file (for tests and sweeps).
+
+    Same checks and messages as `load_scenario`; `path`, if given, names the scenario in messages
+    and anchors a relative trace file.
+    """
+    where = str(path) if path is not None else _TEXT_NAME
+    if not isinstance(d, dict):
+        raise InputError([f"{where}: a scenario must be a table of sections, not {_toml_repr(d)}"])
+    try:
+        source_text = tomli_w.dumps(d)
+    except (TypeError, ValueError):
+        # Values TOML cannot hold (None, objects) are reported by validation below.
+        source_text = ""
+    return _build(d, None if path is None else str(path), source_text, overrides)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def _read_text(path, where: str) -> str:
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError([f"{where}: no such scenario file"]) from None
+    except IsADirectoryError:
+        raise InputError([f"{where}: is a folder, not a scenario file"]) from None
+    except OSError as e:
+        raise InputError([f"{where}: cannot read scenario file: {e.strerror or e}"]) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError([f"{where}: not UTF-8 text (bad byte at offset {e.start})"]) from None
+
+
+def _parse_override_items(items):
+    """(section.key, value, item-as-shown) triples and the problems of the malformed items."""
+    if isinstance(items, str):
+        # A single string is one item, not a sequence of characters.
+        items = [items]
+    pairs, problems = [], []
+    for item in items:
+        if isinstance(item, str):
+            key, eq, value_text = item.partition("=")
+            key = key.strip()
+            if not eq:
+                problems.append(
+                    f"override {item}: expected section.key=value, e.g. machine.rows=64"
+                )
+                continue
+            section, dot, name = key.partition(".")
+            if not dot or not section or not name:
+                problems.append(
+                    f"override {item}: the key \"{key}\" must be written section.key, "
+                    "e.g. machine.rows=64"
+                )
+                continue
+            pairs.append((key, _parse_value(value_text.strip()), item))
+        elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str):
+            key, value = item
+            shown = f"{key}={_toml_repr(value)}"
+            if "." not in key:
+                problems.append(f"override {shown}: the key must be written section.key")
+                continue
+            pairs.append((key.strip(), value, shown))
+        else:
+            problems.append(
+                f"override {item!r}: expected a section.key=value string or a (key, value) pair"
+            )
+    return pairs, problems
+
+
+def _parse_value(text: str):
+    """A TOML value if `text` is one, else the text itself as a bare string."""
+    try:
+        parsed = tomllib.loads("v = " + text)
+    except tomllib.TOMLDecodeError:
+        return text
+    # A value with newlines could smuggle in more keys; only a single clean value counts.
+    if list(parsed) != ["v"]:
+        return text
+    return parsed["v"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Building and validating
+
+
+def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario:
+    where = path if path is not None else _TEXT_NAME
+    problems: list[str] = []
+    given: dict[str, object] = {}
+    origin: dict[str, str] = {}
+
+    override_pairs, override_problems = _parse_override_items(overrides)
+
+    for section, content in raw.items():
+        if section not in _SECTIONS:
+            problems.append(_unknown_top_level(where, section, content))
+            continue
+        if not isinstance(content, dict):
+            problems.append(
+                f"{where}: {section} = {_toml_repr(content)}: must be a table, "
+                f"written as a [{section}] section"
+            )
+            continue
+        for key, value in content.items():
+            if key in _KEYS[section]:
+                given[f"{section}.{key}"] = value
+                origin[f"{section}.{key}"] = where
+            else:
+                problems.append(f"{where}: {section}.{key}: {_unknown_key(section, key)}")
+
+    problems.extend(override_problems)
+    applied = []
+    for key, value, shown in override_pairs:
+        section, _, name = key.partition(".")
+        if section not in _SECTIONS:
+            problems.append(f"override {shown}: {key}: {_unknown_section(section)}")
+        elif name not in _KEYS[section]:
+            problems.append(f"override {shown}: {key}: {_unknown_key(section, name)}")
+        else:
+            given[key] = value
+            origin[key] = f"override {shown}"
+            applied.append((key, value))
+
+    values: dict[str, dict] = {s: {} for s in _SECTIONS}
+    valid: dict[str, bool] = {}
+    for p in PARAMS:
+        if p.path in given:
+            value = given[p.path]
+            wrong = _check_value(p, value)
+            valid[p.path] = wrong is None
+            if wrong is not None:
+                problems.append(f"{origin[p.path]}: {p.path} = {_toml_repr(value)}: {wrong}")
+            else:
+                value = _normalise(p, value)
+            values[p.section][p.name] = value
+        else:
+            values[p.section][p.name] = p.default_value()
+            valid[p.path] = True
+
+    for p in PARAMS:
+        # A key left at its default changes nothing where it does not apply; accepting it lets
+        # resolved_toml(), which lists every key, be loaded again as a scenario.
+        if p.path in given and p.applies_when is not None and given[p.path] != p.default_value():
+            unmet = _unmet_condition(p, values, valid)
+            if unmet is not None:
+                key, allowed, actual = unmet
+                problems.append(
+                    f"{origin[p.path]}: {p.path} = {_toml_repr(given[p.path])}: applies only when "
+                    f"{format_condition((key, allowed))} (it is {_toml_repr(actual)})"
+                )
+
+    problems.extend(_check_combinations(values, valid, given, origin, where, path))
+
+    if problems:
+        raise InputError(problems)
+    return Scenario(path=path, source_text=source_text, values=values, overrides=applied)
+
+
+def _check_value(p: Param, value) -> str | None:
+    """What is wrong with `value` for `p` (the text after "key = value: "), or None if fine."""
+    unit = f" ({p.unit})" if p.unit else ""
+    if p.type == "int":
+        expected = f"must be an integer in {format_range(p)}{unit}" if p.range else (
+            f"must be an integer{unit}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+                # A common slip: 100.0 is a TOML float, and ints must stay exact.
+                return f"{expected}; write {int(value)} without a decimal point"
+            return expected
+        if p.range and not (p.range[0] <= value <= p.range[1]):
+            return expected
+        return None
+    if p.type == "float":
+        expected = f"must be a number in {format_range(p)}{unit}" if p.range else (
+            f"must be a number{unit}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return expected
+        # Comparisons with nan are false, so nan falls out here as out of range.
+        if p.range and not (p.range[0] <= value <= p.range[1]):
+            return expected
+        if not p.range and not math.isfinite(value):
+            return expected
+        return None
+    if p.type == "str":
+        if p.choices is not None:
+            expected = f"must be one of {format_choices(p.choices)}"
+            if not isinstance(value, str):
+                return expected
+            if value not in p.choices:
+                match = _closest(value, p.choices)
+                return expected + (f'; did you mean "{match}"?' if match else "")
+            return None
+        if not isinstance(value, str):
+            return "must be a string"
+        return None
+    if p.type == "bool":
+        if not isinstance(value, bool):
+            return "must be true or false"
+        return None
+    if p.type == "regions":
+        expected = f"must be a list of [row0, col0, row1, col1] lists of 4 integers{unit}"
+        if not isinstance(value, list):
+            return expected
+        for i, region in enumerate(value):
+            if not (
+                isinstance(region, list)
+                and len(region) == 4
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in region)
+            ):
+                return f"{expected}; region {i} is {_toml_repr(region)}"
+        return None
+    raise AssertionError(f"parameter {p.path} has unknown type {p.type!r}")
+
+
+def _normalise(p: Param, value):
+    """The value in its resolved form: floats as float, regions as fresh lists."""
+    if p.type == "float":
+        return float(value)
+    if p.type == "regions":
+        return [list(region) for region in value]
+    return value
+
+
+def _unmet_condition(p: Param, values, valid):
+    """The outermost applies_when condition of `p` that does not hold, or None.
+
+    Walks the chain (work_min_cycles needs work_distribution "uniform", which needs a Bernoulli
+    workload type) from its root, so the message names the key the user should look at first. A
+    condition on a key that is itself invalid is not judged: that key has its own message.
+    """
+    chain = []
+    condition = p.applies_when
+    while condition is not None:
+        chain.append(condition)
+        section, _, name = condition[0].partition(".")
+        condition = param(section, name).applies_when
+    for key, allowed in reversed(chain):
+        if not valid[key]:
+            return None
+        section, _, name = key.partition(".")
+        actual = values[section][name]
+        if actual not in allowed:
+            return key, allowed, actual
+    return None
+
+
+def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
+    """Problems that involve more than one key (DESIGN.md 2.1, docs/mesh.md parameters).
+
+    Each check runs only when every key it reads is itself valid, so one slip gives one message.
+    """
+    problems = []
+
+    def ok(*keys):
+        return all(valid[k] for k in keys)
+
+    def get(key):
+        section, _, name = key.partition(".")
+        return values[section][name]
+
+    def shown(key):
+        # Saying "(default)" tells the user they never wrote the value that is in conflict.
+        text = _toml_repr(get(key))
+        return text if key in given else f"{text} (default)"
+
+    def at(*keys):
+        for k in keys:
+            if k in given:
+                return origin[k]
+        return where
+
+    def add(blamed, others, message):
+        problems.append(f"{at(blamed, *others)}: {blamed} = {shown(blamed)}: {message}")
+
+    t, q = "migration.threshold", "machine.queue_capacity"
+    if ok(t, q) and get(t) >= get(q):
+        add(t, [q], f"must be less than {q} = {shown(q)}, so an integer in "
+                    f"[0, {get(q) - 1}] (tasks)")
+
+    k, b = "machine.link_buffer_messages", "machine.link_messages_per_cycle"
+    if ok(k, b) and get(k) < get(b):
+        add(k, [b], f"must be at least {b} = {shown(b)}, so an integer in "
+                    f"[{get(b)}, 64] (messages)")
+
+    wtype, dist = "workload.type", "workload.work_distribution"
+    lo, hi, mean = "workload.work_min_cycles", "workload.work_max_cycles", "workload.work_cycles"
+    if ok(wtype, dist) and get(wtype) in BERNOULLI_WORKLOADS:
+        if get(dist) == "uniform" and ok(lo, hi) and get(lo) > get(hi):
+            add(lo, [hi, dist], f"must be at most {hi} = {shown(hi)} when {dist} is \"uniform\"")
+        if get(dist) == "geometric" and ok(mean, hi) and get(mean) > get(hi):
+            add(mean, [hi, dist], f"must be at most {hi} = {shown(hi)} when {dist} is "
+                                  f"\"geometric\", since it caps the work")
+
+    rows, cols = "machine.rows", "machine.cols"
+    grid_ok = ok(rows, cols)
+    if grid_ok and get(rows) * get(cols) > MAX_MESH_PES:
+        n = get(rows) * get(cols)
+        problems.append(
+            f"{at(rows, cols)}: {rows} x {cols} = {get(rows)} x {get(cols)} = "
+            f"{format_number(n)} PEs: must be at most {format_number(MAX_MESH_PES)} PEs"
+        )
+        grid_ok = False
+
+    regions = "workload.hot_regions"
+    if grid_ok and ok(wtype, regions) and get(wtype) == "hotspot":
+        n_rows, n_cols = get(rows), get(cols)
+        for i, (r0, c0, r1, c1) in enumerate(get(regions)):
+            wrong = []
+            if r0 < 0:
+                wrong.append(f"row0 = {r0} is negative")
+            if c0 < 0:
+                wrong.append(f"col0 = {c0} is negative")
+            if r1 <= r0:
+                wrong.append(f"row1 = {r1} is not greater than row0 = {r0}")
+            if c1 <= c0:
+                wrong.append(f"col1 = {c1} is not greater than col0 = {c0}")
+            if r1 > n_rows:
+                wrong.append(f"row1 = {r1} is beyond {rows} = {n_rows}")
+            if c1 > n_cols:
+                wrong.append(f"col1 = {c1} is beyond {cols} = {n_cols}")
+            if wrong:
+                problems.append(
+                    f"{at(regions)}: {regions}[{i}] = {_toml_repr([r0, c0, r1, c1])}: "
+                    f"{'; '.join(wrong)}; a region [row0, col0, row1, col1] needs "
+                    f"0 <= row0 < row1 <= {n_rows} and 0 <= col0 < col1 <= {n_cols}"
+                )
+
+    trace = "workload.trace_file"
+    if ok(wtype, trace) and get(wtype) == "trace":
+        if get(trace) == "":
+            add(trace, [wtype], "required when workload.type is \"trace\": the path of a CSV or "
+                                "HDF5 trace, relative to the scenario file")
+        else:
+            resolved = _resolve_relative(get(trace), path)
+            if not os.path.isfile(resolved):
+                add(trace, [wtype], f"no such trace file (looked for {resolved})")
+
+    name = "run.name"
+    if ok(name) and (any(c in get(name) for c in "/\\\0") or get(name) in (".", "..")):
+        add(name, [], "must be a plain file name, without / or \\")
+
+    return problems
+
+
+def _resolve_relative(file: str, scenario_path: str | None) -> str:
+    """A path written in a scenario, relative to the scenario file's folder (or the cwd)."""
+    if os.path.isabs(file):
+        return file
+    base = os.path.dirname(os.path.abspath(scenario_path)) if scenario_path else os.getcwd()
+    return os.path.normpath(os.path.join(base, file))
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages
+
+
+def _unknown_top_level(where: str, name: str, content) -> str:
+    if isinstance(content, dict):
+        return f"{where}: [{name}]: {_unknown_section(name, brackets=True)}"
+    owners = [s for s in _SECTIONS if name in _KEYS[s]]
+    if owners:
+        return (
+            f"{where}: {name} = {_toml_repr(content)}: keys belong in a section; "
+            f"did you mean {owners[0]}.{name}?"
+        )
+    known = ", ".join(f"[{s}]" for s in _SECTIONS)
+    return (
+        f"{where}: {name} = {_toml_repr(content)}: unknown key outside any section; "
+        f"keys belong in one of the sections {known}"
+    )
+
+
+def _unknown_section(section: str, brackets: bool = False) -> str:
+    wrap = (lambda s: f"[{s}]") if brackets else (lambda s: s)
+    match = _closest(section, _SECTIONS)
+    if match:
+        return f"unknown section; did you mean {wrap(match)}?"
+    return "unknown section; the sections are " + ", ".join(wrap(s) for s in _SECTIONS)
+
+
+def _unknown_key(section: str, key: str) -> str:
+    # A right key in the wrong section is the likeliest slip, so it is tried before spelling.
+    owners = [s for s in _SECTIONS if key in _KEYS[s]]
+    if owners:
+        return f"unknown key; did you mean {owners[0]}.{key}?"
+    match = _closest(key, _KEYS[section])
+    if match:
+        return f"unknown key; did you mean {section}.{match}?"
+    elsewhere = {f"{s}.{k}": k for s in _SECTIONS if s != section for k in _KEYS[s]}
+    match = _closest(key, list(elsewhere.values()), cutoff=0.75)
+    if match:
+        paths = [p for p, k in elsewhere.items() if k == match]
+        return f"unknown key; did you mean {paths[0]}?"
+    return f"unknown key; the keys of [{section}] are " + ", ".join(_KEYS[section])
+
+
+def _closest(word: str, candidates, cutoff: float = 0.6) -> str | None:
+    """The candidate the user most likely meant, or None."""
+    candidates = list(candidates)
+    folded = {c.lower(): c for c in candidates}
+    if word.lower() in folded:
+        return folded[word.lower()]
+    # An abbreviation ("least" for "least_loaded") scores low on similarity but is unambiguous.
+    if len(word) >= 3:
+        starts = [c for c in candidates if c.lower().startswith(word.lower())]
+        if len(starts) == 1:
+            return starts[0]
+    matches = difflib.get_close_matches(word.lower(), list(folded), n=1, cutoff=cutoff)
+    return folded[matches[0]] if matches else None
+
+
+def _toml_repr(value, limit: int = 80) -> str:
+    """A value as it would be written in TOML, shortened for messages."""
+    text = _toml_repr_full(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _toml_repr_full(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        # JSON string escapes are valid TOML basic-string escapes.
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_repr_full(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml_repr_full(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    return repr(value)

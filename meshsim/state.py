@@ -1,0 +1,130 @@
+"""Allocation of the mesh kernel's state (DESIGN.md section 8; layout in kernels/mesh.py).
+
+The dtypes live here, in one place: the narrowest that hold every legal value.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from kernels import mesh as K
+
+POLICIES = {"none": K.POLICY_NONE, "least_loaded": K.POLICY_LEAST_LOADED, "random_lower": K.POLICY_RANDOM_LOWER}
+WORK_KINDS = {"fixed": K.WORK_FIXED, "uniform": K.WORK_UNIFORM, "geometric": K.WORK_GEOMETRIC}
+
+
+class MeshState(NamedTuple):
+    """Every per-PE array of a mesh run, in the order the kernel unpacks them."""
+
+    q_work: np.ndarray  # uint16[R, C, Q] work (cycles) of queued tasks
+    q_birth: np.ndarray  # int32[R, C, Q] birth cycle of queued tasks
+    q_hops: np.ndarray  # uint8[R, C, Q] hops of queued tasks
+    q_head: np.ndarray  # uint8[R, C] ring index of the queue's head
+    q_len: np.ndarray  # uint8[R, C] queue depth (tasks)
+    s_rem: np.ndarray  # uint16[R, C] remaining work in service (cycles), 0 = idle
+    s_birth: np.ndarray  # int32[R, C]
+    s_hops: np.ndarray  # uint8[R, C]
+    link: np.ndarray  # uint64[R, C, 4, K] packed messages on each output link
+    sent_h: np.ndarray  # uint8[H, R, C, 4] send counts (mod 2K) at the end of cycle t, slot t % H
+    recv_h: np.ndarray  # uint8[H, R, C, 4] receive counts (mod 2K), likewise
+    depth_h: np.ndarray  # uint8[H, R, C] queue depth at the end of cycle t
+    tot_started: np.ndarray  # int64[R, C] work started in service; busy cycles = tot_started - s_rem
+    tot_injected: np.ndarray  # int32[R, C] tasks offered
+    tot_refused: np.ndarray  # int32[R, C] tasks refused at injection
+    tot_completed: np.ndarray  # int32[R, C] tasks completed here
+    tot_migrated_out: np.ndarray  # int32[R, C] tasks sent to a neighbour
+    tot_migrated_in: np.ndarray  # int32[R, C] tasks received from a neighbour
+    tot_latency: np.ndarray  # int64[R, C] sum of latencies of tasks completed here (cycles)
+    thr: np.ndarray  # uint32[R, C] Bernoulli injection threshold
+    geo_log: float  # log(1 - 1/mean) for geometric work (0 otherwise)
+    sent_h32: np.ndarray  # uint32[H, R, C] view of sent_h: a PE's 4 counts as one word
+    recv_h32: np.ndarray  # uint32[H, R, C] view of recv_h
+
+
+VIEW_FIELDS = ("sent_h32", "recv_h32")
+
+
+CFG_LEN = 15
+
+
+def history_length(*delays: int) -> int:
+    """Smallest power of two H > every delay, so the slot written at t is never read at t."""
+    h = 2
+    while h <= max(delays):
+        h *= 2
+    return h
+
+
+def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_messages: int, history: int,
+                  thresholds: np.ndarray, geo_log: float = 0.0) -> MeshState:
+    """Zeroed state for an empty mesh (before cycle 0)."""
+    r, c = rows, cols
+    sent_h = np.zeros((history, r, c, 4), np.uint8)
+    recv_h = np.zeros((history, r, c, 4), np.uint8)
+    return MeshState(
+        q_work=np.zeros((r, c, queue_capacity), np.uint16),
+        q_birth=np.zeros((r, c, queue_capacity), np.int32),
+        q_hops=np.zeros((r, c, queue_capacity), np.uint8),
+        q_head=np.zeros((r, c), np.uint8),
+        q_len=np.zeros((r, c), np.uint8),
+        s_rem=np.zeros((r, c), np.uint16),
+        s_birth=np.zeros((r, c), np.int32),
+        s_hops=np.zeros((r, c), np.uint8),
+        link=np.zeros((r, c, 4, link_buffer_messages), np.uint64),
+        sent_h=sent_h,
+        recv_h=recv_h,
+        depth_h=np.zeros((history, r, c), np.uint8),
+        tot_started=np.zeros((r, c), np.int64),
+        tot_injected=np.zeros((r, c), np.int32),
+        tot_refused=np.zeros((r, c), np.int32),
+        tot_completed=np.zeros((r, c), np.int32),
+        tot_migrated_out=np.zeros((r, c), np.int32),
+        tot_migrated_in=np.zeros((r, c), np.int32),
+        tot_latency=np.zeros((r, c), np.int64),
+        thr=np.ascontiguousarray(thresholds, dtype=np.uint32).reshape(r, c),
+        geo_log=float(geo_log),
+        sent_h32=sent_h.view(np.uint32).reshape(history, r, c),
+        recv_h32=recv_h.view(np.uint32).reshape(history, r, c),
+    )
+
+
+def state_bytes_per_pe(state: MeshState) -> float:
+    """Bytes of state arrays per PE."""
+    n = state.q_len.size
+    arrays = [getattr(state, f) for f in state._fields if f not in VIEW_FIELDS]
+    return sum(a.nbytes for a in arrays if isinstance(a, np.ndarray)) / n
+
+
+def in_flight_from_links(state: MeshState, cycle_done: int, link_buffer_messages: int) -> int:
+    """Messages sent and not yet received, counted from the link state after `cycle_done` cycles.
+
+    An audit independent of the kernel's running count: for every link, the sender's send count
+    minus the receiver's receive count (mod 2K), at the end of the last cycle.
+    """
+    if cycle_done == 0:
+        return 0
+    h = state.sent_h.shape[0]
+    s = (cycle_done - 1) % h
+    sent = state.sent_h[s].astype(np.int64)
+    recv = state.recv_h[s].astype(np.int64)
+    wrap = 2 * link_buffer_messages
+    total = 0
+    # Output d of (r, c) feeds input opp(d) of its neighbour.
+    total += ((sent[1:, :, 0] - recv[:-1, :, 2]) % wrap).sum()  # N: to (r-1, c)
+    total += ((sent[:, :-1, 1] - recv[:, 1:, 3]) % wrap).sum()  # E: to (r, c+1)
+    total += ((sent[:-1, :, 2] - recv[1:, :, 0]) % wrap).sum()  # S: to (r+1, c)
+    total += ((sent[:, 1:, 3] - recv[:, :-1, 1]) % wrap).sum()  # W: to (r, c-1)
+    return int(total)
+
+
+def row_blocks(rows: int, n_blocks: int = 64) -> np.ndarray:
+    """Fixed row bounds of the blocks split over threads: int64[n + 1]. Independent of thread count."""
+    n = max(1, min(rows, n_blocks))
+    return np.array([rows * i // n for i in range(n + 1)], dtype=np.int64)
+
+
+def busy_cycles(state: MeshState) -> np.ndarray:
+    """Busy cycles of every PE so far: int64[R, C] (work started minus work still remaining)."""
+    return state.tot_started - state.s_rem.astype(np.int64)

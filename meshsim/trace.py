@@ -1,0 +1,333 @@
+"""Trace workloads: read injection events (cycle, row, col, work_cycles) from CSV or HDF5.
+
+DESIGN.md section 2.1 (workload `trace`) and docs/mesh.md ("Workloads"): in cycle t, PE u is offered
+one task per event with that cycle and position, in file order. A trace is validated like a
+scenario: every problem found is collected (the first MAX_LISTED shown) into one InputError, each
+naming the file, the line (CSV) or index (HDF5), the column, the bad value and what is allowed.
+
+CSV: a header line with exactly the columns cycle,row,col,work_cycles in any order, then one event
+per line; blank lines and lines starting with # are ignored. HDF5 (.h5, .hdf5): 1-D integer datasets
+cycle, row, col and work_cycles of equal length at the file's root.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from meshsim.errors import InputError
+
+COLUMNS = ("cycle", "row", "col", "work_cycles")
+HDF5_SUFFIXES = (".h5", ".hdf5")
+MAX_LISTED = 20
+MAX_WORK_CYCLES = 65535
+_INT64_MAX = np.iinfo(np.int64).max
+_INTEGER = re.compile(r"[+-]?[0-9]+\Z")
+_CHUNK_LINES = 1 << 16
+
+
+def load_trace(path, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Read and validate a trace for a rows x cols mesh (DESIGN.md 2.1, docs/mesh.md "Workloads").
+
+    Returns (cycle, unit, work), each of length n_events, sorted stably by (cycle, unit) so that
+    events of the same cycle and PE keep their file order:
+      cycle: int64, the cycle the task is offered (>= 0);
+      unit: int64, the PE index row * cols + col;
+      work: uint16, the task's work in cycles (1..65535).
+    Raises InputError listing the problems (file, line or index, column, value, allowed range).
+    """
+    where = str(path)
+    if not os.path.exists(path):
+        raise InputError([f"{where}: no such trace file"])
+    if os.path.isdir(path):
+        raise InputError([f"{where}: is a folder, not a trace file"])
+    bounds = {
+        "cycle": (0, _INT64_MAX, "must be an integer >= 0 and < 2^63"),
+        "row": (0, rows - 1, f"must be an integer in [0, {rows - 1}] (machine.rows = {rows})"),
+        "col": (0, cols - 1, f"must be an integer in [0, {cols - 1}] (machine.cols = {cols})"),
+        "work_cycles": (1, MAX_WORK_CYCLES, f"must be an integer in [1, {MAX_WORK_CYCLES}]"),
+    }
+    allowed = {name: text for name, (_, _, text) in bounds.items()}
+    if Path(path).suffix.lower() in HDF5_SUFFIXES:
+        columns, position, parse_problems = _read_hdf5(path, where)
+    else:
+        columns, position, parse_problems = _read_csv(path, where, allowed)
+
+    n_events = len(columns["cycle"][0])
+    # Problems are (event index, column index, text without the position) so that parse and range
+    # problems come out in file order; only the first MAX_LISTED are formatted.
+    found = list(parse_problems)
+    n_found = len(found)
+    for j, name in enumerate(COLUMNS):
+        values, overflow, raw = columns[name]
+        lo, hi, text = bounds[name]
+        bad = overflow | (values < lo) | (values > hi)
+        n_bad = int(np.count_nonzero(bad))
+        n_found += n_bad
+        for i in np.flatnonzero(bad)[:MAX_LISTED]:
+            found.append((int(i), j, f"{name} = {raw[i]}: {text}"))
+    if n_found:
+        found.sort(key=lambda item: (item[0], item[1]))
+        lines = [f"{where}: {position(i)}: {text}" for i, _, text in found[:MAX_LISTED]]
+        if n_found > MAX_LISTED:
+            lines.append(f"{where}: ... and {n_found - MAX_LISTED} more problems")
+        raise InputError(lines)
+    if n_events == 0:
+        raise InputError([f"{where}: the trace holds no events"])
+
+    cycle = columns["cycle"][0]
+    unit = columns["row"][0] * np.int64(cols) + columns["col"][0]
+    work = columns["work_cycles"][0].astype(np.uint16)
+    if n_events > 1:
+        later = cycle[1:] > cycle[:-1]
+        same = cycle[1:] == cycle[:-1]
+        if not np.all(later | (same & (unit[1:] >= unit[:-1]))):
+            # lexsort is stable and sorts by its last key first: cycle, then unit, then file order.
+            order = np.lexsort((unit, cycle))
+            cycle, unit, work = cycle[order], unit[order], work[order]
+    return cycle, unit, work
+
+
+# ---------------------------------------------------------------------------------------------
+# CSV
+
+
+def _read_csv(path, where: str, allowed: dict[str, str]):
+    """Columns {name: (int64 values, overflow mask, raw values)}, position(i), parse problems."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise InputError([f"{where}: cannot read trace file: {e.strerror or e}"]) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InputError([f"{where}: not UTF-8 text (bad byte at offset {e.start})"]) from None
+    lines = text.splitlines()
+
+    header_at = next((i for i, line in enumerate(lines) if not _is_skipped(line)), None)
+    if header_at is None:
+        raise InputError([
+            f"{where}: empty trace file; expected a header line {','.join(COLUMNS)} and then one "
+            "event per line"
+        ])
+    names = [name.strip() for name in lines[header_at].split(",")]
+    header_problems = _check_header(names)
+    if header_problems:
+        found = lines[header_at].strip()
+        raise InputError([
+            f"{where}: line {header_at + 1}: header \"{found}\": {p}; expected exactly the columns "
+            f"{','.join(COLUMNS)} (in any order)"
+            for p in header_problems
+        ])
+    body = lines[header_at + 1:]
+    order = [names.index(name) for name in COLUMNS]
+
+    # numpy's C parser reads clean chunks; a chunk it rejects is parsed again line by line to name
+    # every bad field. So a large trace with one bad line costs one slow chunk, not a slow file.
+    tables, overflows, problems, too_big = [], [], [], {}
+    n_events = 0
+    for start in range(0, len(body), _CHUNK_LINES):
+        part = body[start:start + _CHUNK_LINES]
+        table = _fast_parse(part, len(names))
+        if table is not None:
+            table = table[:, order]
+            overflow = np.zeros(table.shape, dtype=bool)
+        else:
+            table, overflow, part_problems, part_big = _slow_parse(part, names, order, allowed)
+            problems.extend((n_events + e, j, text) for e, j, text in part_problems)
+            too_big.update({(n_events + e, j): text for (e, j), text in part_big.items()})
+        tables.append(table)
+        overflows.append(overflow)
+        n_events += len(table)
+    table = np.concatenate(tables) if tables else np.zeros((0, len(COLUMNS)), dtype=np.int64)
+    overflow = np.concatenate(overflows) if overflows else np.zeros(table.shape, dtype=bool)
+    columns = {}
+    for j, name in enumerate(COLUMNS):
+        values = np.ascontiguousarray(table[:, j])
+        raw = _RawValues(values, {e: text for (e, jj), text in too_big.items() if jj == j})
+        columns[name] = (values, np.ascontiguousarray(overflow[:, j]), raw)
+    line_of = _LazyLineNumbers(body, header_at + 1, n_events)
+    return columns, (lambda i: f"line {line_of(i)}"), problems
+
+
+def _is_skipped(line: str) -> bool:
+    """Blank lines and comments carry no event."""
+    stripped = line.strip()
+    return not stripped or stripped.startswith("#")
+
+
+def _check_header(names: list[str]) -> list[str]:
+    if all(_INTEGER.match(n) for n in names):
+        return ["this looks like an event, not a header"]
+    problems = []
+    missing = [c for c in COLUMNS if c not in names]
+    if missing:
+        problems.append("missing column" + ("s " if len(missing) > 1 else " ") + ", ".join(missing))
+    unknown = [n for n in names if n not in COLUMNS]
+    if unknown:
+        shown = ", ".join(f'"{n}"' for n in unknown)
+        problems.append("unknown column" + ("s " if len(unknown) > 1 else " ") + shown)
+    repeated = sorted({n for n in names if names.count(n) > 1 and n in COLUMNS})
+    if repeated:
+        plural = "s " if len(repeated) > 1 else " "
+        problems.append("repeated column" + plural + ", ".join(repeated))
+    return problems
+
+
+def _fast_parse(body: list[str], n_columns: int):
+    """The events as an int64 (n, n_columns) array via numpy's C parser, or None on any doubt.
+
+    None sends the file to the slow parser, which finds and names every bad line; errors are the
+    rare case, so only they pay for Python-level parsing.
+    """
+    try:
+        with warnings.catch_warnings():
+            # A header with no events is reported by load_trace, not as a numpy warning.
+            warnings.simplefilter("ignore", UserWarning)
+            table = np.loadtxt(body, delimiter=",", comments="#", dtype=np.int64, ndmin=2)
+    except (ValueError, OverflowError):
+        return None
+    if table.shape[0] == 0:
+        return np.zeros((0, n_columns), dtype=np.int64)
+    if table.shape[1] != n_columns:
+        return None
+    return table
+
+
+class _LazyLineNumbers:
+    """Maps an event index to its 1-based line number, computed only when a problem needs it."""
+
+    def __init__(self, body: list[str], first_line_index: int, n_events: int):
+        self._body = body
+        self._first = first_line_index
+        self._n_events = n_events
+        self._numbers = None
+
+    def __call__(self, i: int) -> int:
+        if self._numbers is None:
+            self._numbers = [
+                self._first + k + 1 for k, line in enumerate(self._body) if _has_event(line)
+            ]
+            # loadtxt and _slow_parse must agree on which lines hold events, or numbers lie.
+            assert len(self._numbers) == self._n_events, (len(self._numbers), self._n_events)
+        return self._numbers[i]
+
+
+def _has_event(line: str) -> bool:
+    """Whether a body line holds an event: anything left before a '#' comment."""
+    return bool(line.split("#", 1)[0].strip())
+
+
+def _slow_parse(part: list[str], names: list[str], order: list[int], allowed: dict[str, str]):
+    """Parse line by line: an int64 (n, 4) table in COLUMNS order, its overflow mask, problems
+    as (event, column index, text), and {(event, column index): text} of integers too big for
+    int64 (reported with the range problems)."""
+    n_columns = len(names)
+    # A bad field gets a value that passes the range checks, so it is reported once.
+    placeholder = [0, 0, 0, 1]
+    events = []
+    too_big = {}
+    problems = []
+    for line in part:
+        if not _has_event(line):
+            continue
+        event = len(events)
+        fields = [f.strip() for f in line.split("#", 1)[0].split(",")]
+        if len(fields) != n_columns:
+            problems.append((
+                event, -1,
+                f"expected {n_columns} comma-separated fields ({','.join(names)}), "
+                f"found {len(fields)}",
+            ))
+            events.append(list(placeholder))
+            continue
+        parsed = []
+        for j, (name, col) in enumerate(zip(COLUMNS, order)):
+            field = fields[col]
+            if not _INTEGER.match(field):
+                problems.append((event, j, f'{name} = "{field}": {allowed[name]}'))
+                parsed.append(placeholder[j])
+                continue
+            value = int(field)
+            if not (-_INT64_MAX - 1 <= value <= _INT64_MAX):
+                too_big[(event, j)] = field
+                value = placeholder[j]
+            parsed.append(value)
+        events.append(parsed)
+    table = np.array(events, dtype=np.int64).reshape(len(events), len(COLUMNS))
+    overflow = np.zeros(table.shape, dtype=bool)
+    for event, j in too_big:
+        overflow[event, j] = True
+    return table, overflow, problems, too_big
+
+
+class _RawValues:
+    """The values as written, for messages: the parsed integers, except where they overflowed."""
+
+    def __init__(self, values: np.ndarray, overrides: dict):
+        self.values = values
+        self.overrides = overrides
+
+    def __getitem__(self, i):
+        return self.overrides.get(int(i), self.values[i])
+
+
+# ---------------------------------------------------------------------------------------------
+# HDF5
+
+
+def _read_hdf5(path, where: str):
+    """Columns {name: (int64 values, overflow mask, raw values)}, position(i), parse problems."""
+    import h5py  # Imported here so CSV traces and scenario checks do not pay for it.
+
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise InputError([f"{where}: cannot read as HDF5 ({e})"]) from None
+    problems = []
+    arrays = {}
+    with f:
+        for name in COLUMNS:
+            if name not in f:
+                problems.append(
+                    f'{where}: missing dataset "{name}"; a trace needs the 1-D integer '
+                    f"datasets {', '.join(COLUMNS)}"
+                )
+                continue
+            obj = f[name]
+            if not isinstance(obj, h5py.Dataset):
+                problems.append(f'{where}: "{name}" is a group; it must be a 1-D integer dataset')
+                continue
+            if obj.ndim != 1:
+                problems.append(f'{where}: dataset "{name}" has shape {obj.shape}; it must be 1-D')
+                continue
+            if obj.dtype.kind not in "iu":
+                problems.append(
+                    f'{where}: dataset "{name}" has type {obj.dtype}; it must hold integers'
+                )
+                continue
+            arrays[name] = obj[()]
+    if not problems:
+        lengths = {name: len(a) for name, a in arrays.items()}
+        if len(set(lengths.values())) > 1:
+            shown = ", ".join(f"{n} {k}" for n, k in lengths.items())
+            problems.append(f"{where}: the datasets must have equal lengths; they have {shown}")
+    if problems:
+        raise InputError(problems)
+
+    columns = {}
+    for name in COLUMNS:
+        a = arrays[name]
+        if a.dtype.kind == "u" and a.dtype.itemsize == 8:
+            # uint64 beyond int64 would wrap negative; flag it and keep the original for messages.
+            overflow = a > np.uint64(_INT64_MAX)
+            values = np.where(overflow, np.uint64(0), a).astype(np.int64)
+        else:
+            overflow = np.zeros(len(a), dtype=bool)
+            values = a.astype(np.int64)
+        columns[name] = (values, overflow, a)
+    return columns, (lambda i: f"index {i}"), []

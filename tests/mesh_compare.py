@@ -1,0 +1,124 @@
+"""Helpers shared by the kernel tests: build a small scenario, run it through the fast kernel and
+the plain reference side by side, and put the kernel's state in the reference's canonical form."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels import mesh as K
+from kernels.reference.mesh_ref import MeshReference, rate_map
+from meshsim.mesh import MeshSim, build_inputs
+from meshsim.scenario import scenario_from_dict
+from meshsim.state import busy_cycles
+
+SERIES_KEYS = {"busy": K.S_BUSY, "queued": K.S_QUEUED, "in_service": K.S_IN_SERVICE, "injected": K.S_INJECTED,
+               "refused": K.S_REFUSED, "completed": K.S_COMPLETED, "migrated": K.S_MIGRATED,
+               "received": K.S_RECEIVED, "in_flight": K.S_IN_FLIGHT, "latency_sum": K.S_LATENCY_SUM,
+               "latency_sq_sum": K.S_LATENCY_SQ_SUM, "hops_sum": K.S_HOPS_SUM}
+
+
+def small_scenario(rows, cols, *, workload="uniform", trace_file=None, path=None, **over):
+    """A scenario dict for a small grid, heavily loaded so that queues fill and migration works."""
+    d = {
+        "run": {"cycles": 200, "seed": 7},
+        "machine": {"rows": rows, "cols": cols, "queue_capacity": 6},
+        "migration": {"policy": "least_loaded", "threshold": 1},
+        "workload": {"type": workload},
+        "output": {"frame_every_cycles": 0},
+    }
+    if workload != "trace":
+        d["workload"]["injection_rate"] = 0.2
+        if "workload__work_distribution" not in over:
+            d["workload"].update(work_distribution="uniform", work_min_cycles=1, work_max_cycles=9)
+    else:
+        d["workload"]["trace_file"] = trace_file
+    for key, value in over.items():
+        section, name = key.split("__")
+        d.setdefault(section, {})[name] = value
+    return scenario_from_dict(d, path=path)
+
+
+def reference_for(sc, trace_events=None) -> MeshReference:
+    """The plain reference for a scenario, its rate map built by the reference's own code."""
+    m, mig, wl = sc.values["machine"], sc.values["migration"], sc.values["workload"]
+    rates = None
+    if wl["type"] != "trace":
+        rates = rate_map(m["rows"], m["cols"], wl["type"], wl["injection_rate"], hot_rate=wl["hot_rate"],
+                         hot_regions=sc.hot_regions(), sigma=wl["sigma"], seed=sc.get("run", "seed"))
+    return MeshReference(
+        rows=m["rows"], cols=m["cols"], queue_capacity=m["queue_capacity"],
+        hop_latency_cycles=m["hop_latency_cycles"], link_messages_per_cycle=m["link_messages_per_cycle"],
+        link_buffer_messages=m["link_buffer_messages"], credit_delay_cycles=m["credit_delay_cycles"],
+        policy=mig["policy"], threshold=mig["threshold"], info_delay_cycles=mig["info_delay_cycles"],
+        max_per_cycle=mig["max_per_cycle"], seed=sc.get("run", "seed"), rates=rates,
+        work_distribution=wl["work_distribution"], work_cycles=wl["work_cycles"],
+        work_min_cycles=wl["work_min_cycles"], work_max_cycles=wl["work_max_cycles"], trace_events=trace_events)
+
+
+def kernel_snapshot(sim: MeshSim) -> dict:
+    """The kernel's state in the reference's canonical snapshot form (counts modulo 2K)."""
+    st, inp = sim.state, sim.inputs
+    rows, cols, cap, kbuf = inp.rows, inp.cols, inp.queue_capacity, inp.link_buffer_messages
+    wrap = 2 * kbuf
+    slot = (sim.cycle - 1) % inp.history
+    queue, server, links, sent, received = [], [], [], [], []
+    for r in range(rows):
+        for c in range(cols):
+            head, n = int(st.q_head[r, c]), int(st.q_len[r, c])
+            idx = [(head + i) % cap for i in range(n)]
+            queue.append([(int(st.q_work[r, c, i]), int(st.q_birth[r, c, i]), int(st.q_hops[r, c, i])) for i in idx])
+            rem = int(st.s_rem[r, c])
+            server.append(None if rem == 0 else (rem, int(st.s_birth[r, c]), int(st.s_hops[r, c])))
+            sent.append([int(x) for x in st.sent_h[slot, r, c]])
+            received.append([int(x) for x in st.recv_h[slot, r, c]])
+            pe_links = []
+            for d, (dr, dc) in enumerate(((-1, 0), (0, 1), (1, 0), (0, -1))):
+                nr, nc = r + dr, c + dc
+                if not (0 <= nr < rows and 0 <= nc < cols):
+                    pe_links.append([])
+                    continue
+                got = int(st.recv_h[slot, nr, nc, (d + 2) % 4])
+                k = (int(st.sent_h[slot, r, c, d]) - got) % wrap
+                msgs = []
+                for j in range(k):
+                    m = int(st.link[r, c, d, (got + j) % kbuf])
+                    msgs.append((m & 0xFFFF, (m >> 24) & 0xFFFFFFFF, (m >> 16) & 0xFF))
+                pe_links.append(msgs)
+            links.append(pe_links)
+    busy = busy_cycles(st).ravel()
+    totals = {"busy": busy, "injected": st.tot_injected.ravel(), "refused": st.tot_refused.ravel(),
+              "completed": st.tot_completed.ravel(), "migrated_out": st.tot_migrated_out.ravel(),
+              "migrated_in": st.tot_migrated_in.ravel(), "latency_sum": st.tot_latency.ravel()}
+    return {"queue": queue, "server": server, "links": links, "sent": sent, "received": received,
+            "totals": {k: [int(x) for x in v] for k, v in totals.items()}, "wrap": wrap}
+
+
+def compare_cycle_by_cycle(sc, cycles, trace_events=None):
+    """Run kernel and reference together, asserting equal state and observables after every cycle.
+
+    Returns the reference's cumulative series (for tests that want to check the case did something).
+    """
+    ref = reference_for(sc, trace_events)
+    sim = MeshSim(build_inputs(sc), max_chunk=1)
+    totals = {k: 0 for k in SERIES_KEYS}
+    for t in range(cycles):
+        obs = ref.step()
+        sim.advance(1)
+        row = sim.series[0]
+        for key, col in SERIES_KEYS.items():
+            assert int(row[col]) == obs[key], f"cycle {t}: series {key}: kernel {int(row[col])} != reference {obs[key]}"
+            totals[key] += obs[key]
+        assert [int(x) for x in sim.depth_series[0]] == obs["depth_hist"], f"cycle {t}: depth histogram"
+        fast = kernel_snapshot(sim)
+        slow = ref.snapshot()
+        wrap = fast["wrap"]
+        for key in ("queue", "server", "links"):
+            if fast[key] != slow[key]:
+                u = next(i for i in range(len(fast[key])) if fast[key][i] != slow[key][i])
+                raise AssertionError(f"cycle {t}: {key} of PE {u}: kernel {fast[key][u]} != reference {slow[key][u]}")
+        assert fast["sent"] == [[x % wrap for x in v] for v in slow["sent"]], f"cycle {t}: send counts"
+        assert fast["received"] == [[x % wrap for x in v] for v in slow["received"]], f"cycle {t}: receive counts"
+        for key, v in slow["totals"].items():
+            assert fast["totals"][key] == list(v), f"cycle {t}: per-PE totals {key}"
+    sim.audit()
+    return totals

@@ -1,0 +1,104 @@
+"""The fast mesh kernel against the plain reference, cycle by cycle (STYLE: a slow oracle for every
+kernel; docs/mesh.md is the contract both are written from)."""
+
+import numpy as np
+import pytest
+
+from kernels.reference.mesh_ref import draw as ref_draw, rate_map
+from kernels.rng import draw
+from meshsim.mesh import build_inputs, injection_rates
+
+from mesh_compare import compare_cycle_by_cycle, small_scenario
+
+GRIDS = [(1, 1), (1, 5), (2, 2), (3, 5), (4, 6)]
+POLICIES = ["none", "least_loaded", "random_lower"]
+
+
+def test_counter_based_draws_match_the_reference():
+    for args in [(0, 0, 0, 0, 0), (1, 1, 5, 17, 0), (123456789, 3, 999, 850000, 3), (2**63 - 1, 1, 2**31, 7, 1)]:
+        assert int(draw(np.uint64(args[0]), *args[1:])) == ref_draw(*args)
+
+
+@pytest.mark.parametrize("workload", ["uniform", "hotspot", "skewed"])
+def test_rate_maps_match_the_reference(workload):
+    sc = small_scenario(7, 9, workload=workload, workload__sigma=1.5) if workload == "skewed" else \
+        small_scenario(7, 9, workload=workload)
+    wl = sc.values["workload"]
+    expected = rate_map(7, 9, workload, wl["injection_rate"], hot_rate=wl["hot_rate"], hot_regions=sc.hot_regions(),
+                        sigma=wl["sigma"], seed=sc.get("run", "seed"))
+    assert injection_rates(sc).ravel().tolist() == expected
+
+
+@pytest.mark.parametrize("grid", GRIDS, ids=lambda g: f"{g[0]}x{g[1]}")
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("hop_latency", [1, 2])
+def test_kernel_equals_reference_uniform_work(grid, policy, hop_latency):
+    sc = small_scenario(*grid, migration__policy=policy, machine__hop_latency_cycles=hop_latency,
+                        machine__link_buffer_messages=3)
+    totals = compare_cycle_by_cycle(sc, 120)
+    assert totals["completed"] > 0
+    if policy != "none" and grid[0] * grid[1] > 1:
+        assert totals["migrated"] > 0
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("hop_latency", [1, 2])
+def test_kernel_equals_reference_hotspot_fixed_work(policy, hop_latency):
+    sc = small_scenario(5, 6, workload="hotspot", migration__policy=policy, machine__hop_latency_cycles=hop_latency,
+                        workload__hot_rate=0.5, workload__injection_rate=0.02, workload__work_distribution="fixed",
+                        workload__work_cycles=4, workload__hot_regions=[[1, 1, 3, 4]])
+    compare_cycle_by_cycle(sc, 150)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("hop_latency", [1, 2])
+def test_kernel_equals_reference_skewed_geometric_work(policy, hop_latency):
+    sc = small_scenario(4, 5, workload="skewed", migration__policy=policy, machine__hop_latency_cycles=hop_latency,
+                        workload__sigma=1.2, workload__injection_rate=0.15, workload__work_distribution="geometric",
+                        workload__work_cycles=6, workload__work_max_cycles=40)
+    compare_cycle_by_cycle(sc, 150)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("hop_latency", [1, 2])
+def test_kernel_equals_reference_trace(tmp_path, policy, hop_latency):
+    rng = np.random.default_rng(3)
+    rows, cols, n = 3, 4, 400
+    events = [(int(rng.integers(0, 100)), int(rng.integers(0, rows)), int(rng.integers(0, 2)),
+               int(rng.integers(1, 12))) for _ in range(n)]
+    events.append((500, 0, 0, 3))  # beyond the run: never offered
+    path = tmp_path / "t.csv"
+    path.write_text("cycle,row,col,work_cycles\n" + "".join(f"{a},{b},{c},{d}\n" for a, b, c, d in events))
+    sc = small_scenario(rows, cols, workload="trace", trace_file=str(path), migration__policy=policy,
+                        machine__hop_latency_cycles=hop_latency, migration__max_per_cycle=2)
+    totals = compare_cycle_by_cycle(sc, 150, trace_events=events)
+    assert totals["injected"] == n
+    assert totals["refused"] > 0
+
+
+@pytest.mark.parametrize("case", [
+    dict(machine__link_messages_per_cycle=2, machine__link_buffer_messages=5, migration__max_per_cycle=3),
+    dict(machine__credit_delay_cycles=3, machine__link_buffer_messages=1, migration__info_delay_cycles=4),
+    dict(machine__hop_latency_cycles=8, machine__credit_delay_cycles=8, migration__info_delay_cycles=8,
+         machine__link_buffer_messages=64, machine__link_messages_per_cycle=4, migration__max_per_cycle=4),
+    dict(machine__queue_capacity=1, migration__threshold=0, migration__policy="random_lower"),
+    dict(machine__queue_capacity=255, migration__threshold=0, workload__injection_rate=1.0),
+], ids=["wide-links", "slow-credits", "longest-delays", "capacity-1", "capacity-255"])
+def test_kernel_equals_reference_at_parameter_edges(case):
+    compare_cycle_by_cycle(small_scenario(3, 4, **case), 120)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kernel_equals_reference_on_random_small_scenarios(seed):
+    rng = np.random.default_rng(100 + seed)
+    rows, cols = int(rng.integers(1, 6)), int(rng.integers(1, 7))
+    cap = int(rng.integers(2, 10))
+    bw = int(rng.integers(1, 3))
+    sc = small_scenario(
+        rows, cols, run__seed=int(rng.integers(0, 2**40)), machine__queue_capacity=cap,
+        machine__hop_latency_cycles=int(rng.integers(1, 4)), machine__link_messages_per_cycle=bw,
+        machine__link_buffer_messages=int(rng.integers(bw, 6)), machine__credit_delay_cycles=int(rng.integers(1, 4)),
+        migration__policy=str(rng.choice(POLICIES)), migration__threshold=int(rng.integers(0, cap)),
+        migration__info_delay_cycles=int(rng.integers(1, 4)), migration__max_per_cycle=int(rng.integers(1, 4)),
+        workload__injection_rate=float(rng.uniform(0.05, 0.5)))
+    compare_cycle_by_cycle(sc, 100)

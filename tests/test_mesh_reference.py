@@ -1,0 +1,644 @@
+"""Tests of the plain mesh reference (kernels/reference/mesh_ref.py) against hand-worked cases.
+
+Each expected number below was worked out by hand from docs/mesh.md; the comments show the working.
+"""
+
+import math
+import pathlib
+import random
+import sys
+
+import pytest
+
+# The repository root holds the `kernels` directory; make it importable however pytest is started.
+_ROOT = str(pathlib.Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from kernels.reference.mesh_ref import (  # noqa: E402
+    MeshReference,
+    cycle_key,
+    draw,
+    mix64,
+    rate_map,
+    threshold,
+)
+
+W, E = 3, 1     # directions used below
+
+
+def make(**overrides):
+    """A reference machine with small, explicit defaults; tests override what they exercise."""
+    params = dict(rows=1, cols=1, queue_capacity=8, hop_latency_cycles=1,
+                  link_messages_per_cycle=1, link_buffer_messages=8, credit_delay_cycles=1,
+                  policy="none", threshold=0, info_delay_cycles=1, max_per_cycle=1, seed=1,
+                  rates=None, work_distribution="fixed", work_cycles=1, work_min_cycles=1,
+                  work_max_cycles=100, trace_events=None)
+    params.update(overrides)
+    return MeshReference(**params)
+
+
+def series(observables, key):
+    return [o[key] for o in observables]
+
+
+# ---------------------------------------------------------------------------------------------
+# Randomness
+# ---------------------------------------------------------------------------------------------
+
+def _mix64_independent(z):
+    # Written from the formula again, with % 2**64 instead of masks.
+    m = 2 ** 64
+    z %= m
+    z = ((z ^ (z >> 30)) * 13787848793156543929) % m
+    z = ((z ^ (z >> 27)) * 10723151780598845931) % m
+    return z ^ (z >> 31)
+
+
+def test_mix64_of_zero_is_zero_and_cycle_key_of_all_zero_is_zero():
+    assert mix64(0) == 0
+    assert cycle_key(0, 0, 0) == 0
+    assert draw(0, 0, 0, 0, 0) == 0
+
+
+def test_mix64_matches_published_splitmix64_outputs_for_seed_zero():
+    # splitmix64 seeded with 0 returns mix64(k * golden_gamma) as its k-th output.
+    gamma = 0x9E3779B97F4A7C15
+    assert mix64(gamma) == 0xE220A8397B1DCDAF
+    assert mix64(2 * gamma % 2 ** 64) == 0x6E789E6AA1B965F4
+    assert mix64(3 * gamma % 2 ** 64) == 0x06C45D188009454F
+    assert mix64(4 * gamma % 2 ** 64) == 0xF88BB8A8724C81EC
+
+
+def test_cycle_key_and_draw_match_a_direct_recomputation():
+    m = 2 ** 64
+    cases = [(1, 1, 0, 0, 0), (12345, 1, 77, 5, 1), (2 ** 64 - 1, 3, 999, 35, 3),
+             (42, 0, 0, 17, 1), (7, 3, 123456, 0, 2)]
+    for seed, stream, t, u, i in cases:
+        key = _mix64_independent(_mix64_independent(seed ^ (stream * 0x9E3779B97F4A7C15 % m))
+                                 ^ (t * 0xD1B54A32D192ED03 % m))
+        assert cycle_key(seed, stream, t) == key
+        expected = _mix64_independent(key ^ (u * 0xC2B2AE3D27D4EB4F % m)
+                                      ^ (i * 0x165667B19E3779F9 % m))
+        assert draw(seed, stream, t, u, i) == expected
+        assert 0 <= expected < m
+
+
+def test_threshold_of_rates():
+    assert threshold(0.0) == 0
+    assert threshold(0.5) == 2 ** 31
+    assert threshold(0.25) == 2 ** 30
+    assert threshold(1.0) == 2 ** 32 - 1     # rate 1 offers with probability 1 - 2^-32
+    assert threshold(2.0 ** -32) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Rate maps
+# ---------------------------------------------------------------------------------------------
+
+def test_uniform_rate_map_is_flat():
+    assert rate_map(2, 3, "uniform", 0.3) == [0.3] * 6
+
+
+def test_hotspot_rate_map_uses_half_open_rectangles():
+    rates = rate_map(3, 4, "hotspot", 0.1, hot_rate=0.9, hot_regions=[(0, 1, 2, 3)])
+    expected = [0.1, 0.9, 0.9, 0.1,
+                0.1, 0.9, 0.9, 0.1,
+                0.1, 0.1, 0.1, 0.1]
+    assert rates == expected
+
+
+def test_skewed_rate_map_matches_box_muller_on_setup_draws_and_is_clipped():
+    seed, sigma, base = 99, 0.8, 0.2
+    rates = rate_map(3, 3, "skewed", base, sigma=sigma, seed=seed)
+    for u, rate in enumerate(rates):
+        u1 = ((draw(seed, 0, 0, u, 0) >> 11) + 1) / 2.0 ** 53
+        u2 = (draw(seed, 0, 0, u, 1) >> 11) / 2.0 ** 53
+        z = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+        assert rate == min(1.0, base * math.exp(sigma * z - sigma * sigma / 2.0))
+    # A base rate near 1 pushes some PEs above 1: they are clipped to exactly 1.
+    clipped = rate_map(6, 6, "skewed", 0.9, sigma=1.0, seed=3)
+    assert max(clipped) == 1.0 and min(clipped) >= 0.0
+    # sigma 0 gives the base rate everywhere.
+    assert rate_map(2, 2, "skewed", 0.4, sigma=0.0, seed=5) == [0.4] * 4
+
+
+# ---------------------------------------------------------------------------------------------
+# One PE, trace workloads
+# ---------------------------------------------------------------------------------------------
+
+def test_single_pe_task_latency_is_its_work_and_the_next_one_waits():
+    # Cycle 0: A (work 3) injected, started, 2 left.  Cycle 1: B (work 2) queued; A 1 left.
+    # Cycle 2: A completes, latency 2 + 1 - 0 = 3.  Cycle 3: B starts, 1 left.
+    # Cycle 4: B completes, latency 4 + 1 - 1 = 4 (2 of work + waited cycles 1 and 2).
+    ref = make(trace_events=[(0, 0, 0, 3), (1, 0, 0, 2)])
+    obs = ref.run(6)
+    assert series(obs, "completed") == [0, 0, 1, 0, 1, 0]
+    assert series(obs, "latency_sum") == [0, 0, 3, 0, 4, 0]
+    assert series(obs, "latency_sq_sum") == [0, 0, 9, 0, 16, 0]
+    assert series(obs, "busy") == [1, 1, 1, 1, 1, 0]
+    assert series(obs, "queued") == [0, 1, 1, 0, 0, 0]
+    assert series(obs, "in_service") == [1, 1, 0, 1, 0, 0]
+    assert series(obs, "hops_sum") == [0] * 6
+    snap = ref.snapshot()
+    assert snap["cycle"] == 6
+    assert snap["totals"]["busy"] == [5]
+    assert snap["totals"]["latency_sum"] == [7]
+    assert snap["totals"]["completed"] == [2]
+
+
+def test_single_pe_queue_state_in_snapshot():
+    ref = make(trace_events=[(0, 0, 0, 5), (0, 0, 0, 4), (0, 0, 0, 6)])
+    ref.step()
+    snap = ref.snapshot()
+    # Head (5) moved to the server and did one cycle of work.
+    assert snap["server"] == [(4, 0, 0)]
+    assert snap["queue"] == [[(4, 0, 0), (6, 0, 0)]]
+    assert snap["links"] == [[[], [], [], []]]
+    assert ref.step()["depth_hist"] == [0, 0, 1, 0, 0, 0, 0, 0, 0]
+
+
+def test_full_queue_refuses_offered_tasks():
+    # Q = 1.  Cycle 0: three offers; the first fills the queue, the other two are refused, then the
+    # first moves into the server.  Cycle 1: two offers; the first queues, the second is refused.
+    ref = make(queue_capacity=1, trace_events=[(0, 0, 0, 5)] * 3 + [(1, 0, 0, 5)] * 2)
+    obs = ref.run(2)
+    assert series(obs, "injected") == [3, 2]
+    assert series(obs, "refused") == [2, 1]
+    assert series(obs, "queued") == [0, 1]
+    assert obs[1]["depth_hist"] == [0, 1]
+    snap = ref.snapshot()
+    assert snap["totals"]["injected"] == [5]
+    assert snap["totals"]["refused"] == [3]
+
+
+def test_trace_events_outside_the_run_are_counted_as_not_offered():
+    ref = make(trace_events=[(0, 0, 0, 1), (3, 0, 0, 1), (10, 0, 0, 1)])
+    obs = ref.run(4)
+    assert series(obs, "injected") == [1, 0, 0, 1]
+    assert ref.unoffered_trace_events() == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Migration on a 1 x 2 grid
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("hop_latency", [1, 2])
+def test_migrated_task_arrives_exactly_hop_latency_later_and_counts_one_hop(hop_latency):
+    # Cycle 0 on PE 0: a, b, c (work 10) injected; a starts; depth 2 > T = 0; PE 1's known depth is
+    # 0 (end of cycle -1), 0 + 1 < 2, so the tail c goes east with hops 1.  M = 1 stops there.
+    # PE 1 receives c at cycle L, starts it, completes it at cycle L + 9: latency L + 10, hops 1.
+    # PE 0: a completes at cycle 9 (latency 10); b starts at 10, completes at 19 (latency 20).
+    L = hop_latency
+    ref = make(cols=2, policy="least_loaded", hop_latency_cycles=L,
+               trace_events=[(0, 0, 0, 10)] * 3)
+    obs = ref.run(25)
+    assert series(obs, "migrated") == [1] + [0] * 24
+    expected_received = [0] * 25
+    expected_received[L] = 1
+    assert series(obs, "received") == expected_received
+    assert series(obs, "in_flight") == [1] * L + [0] * (25 - L)
+    completions = {t: (o["latency_sum"], o["hops_sum"])
+                   for t, o in enumerate(obs) if o["completed"]}
+    assert completions == {9: (10, 0), L + 9: (L + 10, 1), 19: (20, 0)}
+    snap = ref.snapshot()
+    assert snap["sent"] == [[0, 1, 0, 0], [0, 0, 0, 0]]
+    assert snap["received"] == [[0, 0, 0, 0], [0, 0, 0, 1]]
+    assert snap["totals"]["migrated_out"] == [1, 0]
+    assert snap["totals"]["migrated_in"] == [0, 1]
+    assert snap["totals"]["completed"] == [2, 1]
+
+
+def test_message_on_link_is_visible_in_snapshot_with_its_hop():
+    ref = make(cols=2, policy="least_loaded", hop_latency_cycles=2,
+               trace_events=[(0, 0, 0, 10)] * 3)
+    ref.step()
+    snap = ref.snapshot()
+    assert snap["links"][0] == [[], [(10, 0, 1)], [], []]
+    assert snap["queue"] == [[(10, 0, 0)], []]
+    ref.step()
+    assert ref.snapshot()["links"][0][E] == [(10, 0, 1)]    # sent at 0, not receivable before 2
+    ref.step()
+    snap = ref.snapshot()
+    assert snap["links"][0][E] == []
+    assert snap["server"][1] == (9, 0, 1)                    # received at 2, started, worked once
+
+
+@pytest.mark.parametrize("buffer, credit_delay, expected_sends", [
+    # K = 1, L = Lc = 1: send at 0; at 1, 1 sent - 0 credits (PE 1 received nothing by the end of
+    # cycle 0) is not < 1; PE 1 receives at 1, so at 2 the credit is back: send; and so on.
+    (1, 1, [1, 0, 1, 0, 1, 0, 0, 0, 0, 0]),
+    # K = 1, Lc = 2: the receive at 1 is seen by the sender only at 3; one send per L + Lc = 3.
+    (1, 2, [1, 0, 0, 1, 0, 0, 1, 0, 0, 0]),
+    # K = 2 = B * (L + Lc): full bandwidth, one a cycle until PE 0's depth is T.
+    (2, 1, [1, 1, 1, 0, 0, 0, 0, 0, 0, 0]),
+])
+def test_credits_limit_sending_on_a_small_link_buffer(buffer, credit_delay, expected_sends):
+    # PE 0 gets 6 long tasks at cycle 0: one in service, depth 5; T = 2, so it sends 3 (5 -> 2).
+    # D = 8 keeps PE 1's known depth at 0 (end of a negative cycle) for cycles 0..7, so only
+    # credits limit the pace.  PE 1 ends at depth 2 <= T (one task in service) and sends nothing.
+    ref = make(cols=2, policy="least_loaded", threshold=2, info_delay_cycles=8, max_per_cycle=4,
+               link_buffer_messages=buffer, credit_delay_cycles=credit_delay,
+               trace_events=[(0, 0, 0, 100)] * 6)
+    obs = ref.run(10)
+    assert series(obs, "migrated") == expected_sends
+    assert ref.snapshot()["sent"] == [[0, 3, 0, 0], [0, 0, 0, 0]]
+    received = [0] + expected_sends[:-1]        # each received exactly L = 1 cycle later
+    assert series(obs, "received") == received
+
+
+def test_bandwidth_limits_sends_per_link_per_cycle():
+    # B = 2, M = 4, K = 8, T = 4, D = 8 (PE 1 known at depth 0 throughout): PE 0 with depth 7 (8
+    # injected, one in service) would send 3 at cycle 0 (kd 0, 1, 2 against depth 7, 6, 5) but
+    # the link takes only B = 2: 7 -> 5; at cycle 1, 5 -> 4 = T.
+    ref = make(cols=2, policy="least_loaded", threshold=4, info_delay_cycles=8, max_per_cycle=4,
+               link_messages_per_cycle=2, trace_events=[(0, 0, 0, 100)] * 8)
+    obs = ref.run(5)
+    assert series(obs, "migrated") == [2, 1, 0, 0, 0]
+    # Everything sent at t is received at t + 1 (PE 1 has room, takes up to B = 2 a cycle).
+    assert series(obs, "received") == [0, 2, 1, 0, 0]
+    assert ref.snapshot()["sent"] == [[0, 3, 0, 0], [0, 0, 0, 0]]
+
+
+def test_max_per_cycle_caps_sends_even_with_bandwidth_to_spare():
+    # Depth 4, T = 2: with M = 4 cycle 0 would send 2 (kd 0, 1 against depth 4, 3); M = 1 sends
+    # one a cycle: 4 -> 3 -> 2.  PE 1 ends at depth 1 (one in service).
+    ref = make(cols=2, policy="least_loaded", threshold=2, info_delay_cycles=8, max_per_cycle=1,
+               link_messages_per_cycle=4, trace_events=[(0, 0, 0, 100)] * 5)
+    obs = ref.run(5)
+    assert series(obs, "migrated") == [1, 1, 0, 0, 0]
+    ref4 = make(cols=2, policy="least_loaded", threshold=2, info_delay_cycles=8, max_per_cycle=4,
+                link_messages_per_cycle=4, trace_events=[(0, 0, 0, 100)] * 5)
+    assert series(ref4.run(5), "migrated") == [2, 0, 0, 0, 0]
+
+
+def _known_depth_machine(pe0_tasks, info_delay):
+    # T = 2, Q = 8, M = 4, B = 2, L = 1, all work 100 (nothing completes in the test).
+    # Cycle 0: PE 1 gets 3 tasks (one in service, depth 2 <= T); PE 0 gets 1 (in service).
+    # Cycle 1: PE 0 gets pe0_tasks more, so its depth is pe0_tasks.
+    events = [(0, 0, 1, 100)] * 3 + [(0, 0, 0, 100)] + [(1, 0, 0, 100)] * pe0_tasks
+    return make(cols=2, queue_capacity=8, threshold=2, policy="least_loaded", max_per_cycle=4,
+                link_messages_per_cycle=2, info_delay_cycles=info_delay, trace_events=events)
+
+
+@pytest.mark.parametrize("pe0_tasks, expected_migrated", [
+    # D = 1: at cycle 1 PE 0 knows PE 1's depth at the end of cycle 0, i.e. 2.
+    (3, 0),   # depth 3: 2 + 1 < 3 fails -> never sends to a neighbour known as full as itself
+    (4, 1),   # depth 4: 2 + 1 < 4 -> sends one; then kd = 2 + 1 and 3 + 1 < 3 fails
+])
+def test_migration_needs_known_depth_plus_one_below_own_depth(pe0_tasks, expected_migrated):
+    # Later cycles: PE 0 sees PE 1 at 2 or 3 and has depth 3, PE 1 (at most depth 3) sees PE 0 at
+    # 3: nobody is ever eligible again.
+    ref = _known_depth_machine(pe0_tasks, info_delay=1)
+    obs = ref.run(12)
+    assert obs[1]["migrated"] == expected_migrated
+    assert sum(series(obs, "migrated")) == expected_migrated
+
+
+def test_stale_information_can_send_a_task_back():
+    # D = 2, PE 0 gets 3 at cycle 1:
+    # c1: PE 0 depth 3, knows PE 1 at the end of cycle -1 (0): 0 + 1 < 3, sends its tail (hops 1)
+    #     east and is left at depth 2 <= T.
+    # c2: PE 1 receives it (depth 3 > T), knows PE 0 at the end of cycle 0 (0): 0 + 1 < 3, sends
+    #     the tail -- the task it just received -- back west with hops 2.
+    # c3: PE 0 receives it (depth 3), knows PE 1 at the end of cycle 1 (2): 2 + 1 < 3 fails.
+    # Afterwards PE 0 (3) sees PE 1 at 2 and PE 1 (2) is at the threshold: no more moves.
+    ref = _known_depth_machine(3, info_delay=2)
+    obs = ref.run(12)
+    assert series(obs, "migrated")[:5] == [0, 1, 1, 0, 0]
+    assert sum(series(obs, "migrated")) == 2
+    assert series(obs, "received")[:5] == [0, 0, 1, 1, 0]
+    snap = ref.snapshot()
+    assert snap["queue"][0][-1] == (100, 1, 2)
+    assert snap["sent"] == [[0, 1, 0, 0], [0, 0, 0, 1]]
+    assert snap["received"] == [[0, 1, 0, 0], [0, 0, 0, 1]]
+
+
+def test_migration_never_sends_to_a_neighbour_known_at_least_as_full_on_random_runs():
+    # Replay the decision rule from the snapshots: every send at cycle t from u on d must have had
+    # depth_of_n(t - D) + sends_so_far_on_d + 1 < depth_before_that_send.  The depths between
+    # sends are not observable, so we check what follows from the end-of-cycle state (see below).
+    rng = random.Random(5)
+    for policy in ("least_loaded", "random_lower"):
+        for trial in range(5):
+            seed = rng.randrange(2 ** 32)
+            ref = make(rows=3, cols=3, queue_capacity=6, threshold=1, policy=policy,
+                       info_delay_cycles=rng.randint(1, 4), max_per_cycle=rng.randint(1, 4),
+                       link_messages_per_cycle=2, link_buffer_messages=4, seed=seed,
+                       rates=[0.6] * 9, work_distribution="uniform", work_min_cycles=1,
+                       work_max_cycles=6)
+            for _ in range(60):
+                t = ref.cycle
+                before = [s[:] for s in ref.snapshot()["sent"]]
+                ref.step()
+                after = ref.snapshot()
+                for u in range(9):
+                    total_sent = sum(after["sent"][u][d] - before[u][d] for d in range(4))
+                    depth_end = len(after["queue"][u])
+                    for d in range(4):
+                        sent_d = after["sent"][u][d] - before[u][d]
+                        if sent_d == 0:
+                            continue
+                        n = ref.neighbour(u, d)
+                        known = ref._depth_at(n, t - ref.D)
+                        # Migrate is the only step after Start that changes the queue, so the
+                        # depth was depth_end + total_sent when it began and fell by one per send.
+                        # The last send on d had kd = known + sent_d - 1 and happened at a depth
+                        # <= depth_end + total_sent (== depth_end + 1 if d was the only direction).
+                        assert known + sent_d < depth_end + total_sent
+                        if sent_d == total_sent:
+                            assert known + sent_d <= depth_end
+                        assert sent_d <= ref.B
+                    assert total_sent <= ref.M
+
+
+@pytest.mark.parametrize("bandwidth, hop_latency, work_max", [(1, 2, 6), (2, 1, 12)])
+def test_receive_takes_at_most_b_per_port_in_rotation_until_the_queue_is_full(bandwidth,
+                                                                             hop_latency,
+                                                                             work_max):
+    # A backlog above B with room to spare is hard to build by hand, so busy random runs provide
+    # them and we recount, from the state before each cycle, what Receive must take: ports in the
+    # order (t + k) mod 4, from each min(B, available, room left).  (White-box: the link FIFOs keep
+    # their send cycles.)  The run must contain cycles where B, not the room, was the limit: a long
+    # information delay (D = 8) makes PEs send into neighbours that are already full.
+    ref = make(rows=3, cols=3, queue_capacity=6, threshold=1, policy="least_loaded",
+               hop_latency_cycles=hop_latency, link_messages_per_cycle=bandwidth,
+               link_buffer_messages=8, info_delay_cycles=8, max_per_cycle=4, seed=31,
+               rates=[0.8] * 9, work_distribution="uniform", work_min_cycles=1,
+               work_max_cycles=work_max)
+    capped_by_bandwidth = 0
+    for _ in range(150):
+        t = ref.cycle
+        expected = []
+        for u in range(9):
+            room = ref.Q - len(ref.pes[u].queue)
+            takes = [0, 0, 0, 0]
+            for k in range(4):
+                d = (t + k) % 4
+                n = ref.neighbour(u, d)
+                if n is None:
+                    continue
+                available = sum(1 for (sent_at, _) in ref.pes[n].links[(d + 2) % 4]
+                                if sent_at <= t - ref.L)
+                takes[d] = min(bandwidth, available, room)
+                if available > bandwidth and room > bandwidth:
+                    capped_by_bandwidth += 1
+                room -= takes[d]
+            expected.append(takes)
+        before = ref.snapshot()["received"]
+        ref.step()
+        after = ref.snapshot()["received"]
+        for u in range(9):
+            assert [after[u][d] - before[u][d] for d in range(4)] == expected[u]
+    assert capped_by_bandwidth > 0
+
+
+def test_full_receiver_takes_nothing_more_and_ports_rotate():
+    # 1 x 3, Q = 3, T = 2, D = 1, L = 1, M = 1.  PE 0 and PE 2 each: 1 task (work 100) at 0 (in
+    # service), 3 at 1 (depth 3 > T).  PE 1: 1 task of work 3 at 0 (in service, completes at
+    # cycle 2), 2 tasks (work 100) at 1 (depth 2 <= T).
+    # Cycle 1: PE 0 and PE 2 read PE 1's depth at the end of cycle 0 = 0: 0 + 1 < 3, each sends
+    #   its tail towards PE 1 and is left with depth 2.
+    # Cycle 2: PE 1's port order is (2 + k) mod 4 = S, W, N, E: it takes PE 0's message from W,
+    #   its queue is then full (3), so PE 2's message stays on the link.  PE 1 then has depth 3
+    #   but both neighbours were at 2 at the end of cycle 1 (2 + 1 < 3 fails): no send.
+    # Cycle 3: queue full at Receive; Start moves the head into the free server (depth 2).
+    # Cycle 4: port order N, E, ...: PE 2's message is taken from E.
+    events = ([(0, 0, 0, 100), (0, 0, 2, 100), (0, 0, 1, 3)]
+              + [(1, 0, 0, 100)] * 3 + [(1, 0, 2, 100)] * 3 + [(1, 0, 1, 100)] * 2)
+    ref = make(cols=3, queue_capacity=3, threshold=2, policy="least_loaded", max_per_cycle=1,
+               trace_events=events)
+    obs = ref.run(2)
+    assert obs[1]["migrated"] == 2
+    assert ref.snapshot()["sent"] == [[0, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1]]
+    ref.step()                                   # cycle 2
+    snap = ref.snapshot()
+    assert snap["received"][1] == [0, 0, 0, 1]
+    assert snap["links"][2][W] == [(100, 1, 1)]
+    assert len(snap["queue"][1]) == 3
+    ref.step()                                   # cycle 3
+    snap = ref.snapshot()
+    assert snap["received"][1] == [0, 0, 0, 1]
+    assert snap["links"][2][W] == [(100, 1, 1)]
+    obs4 = ref.step()                            # cycle 4
+    snap = ref.snapshot()
+    assert snap["received"][1] == [0, 1, 0, 1]
+    assert snap["links"][2][W] == []
+    assert snap["queue"][1][-1] == (100, 1, 1)
+    assert obs4["received"] == 1 and obs4["in_flight"] == 0
+
+
+def test_random_lower_picks_the_drawn_entry_among_eligible_directions():
+    # 3 x 3, centre PE 4 gets 6 tasks at cycle 0: depth 5; all four neighbours are known at 0, so
+    # all four directions are eligible and the pick is entry ((h >> 32) * 4) >> 32 of [N, E, S, W].
+    seed = 2024
+    ref = make(rows=3, cols=3, policy="random_lower", seed=seed,
+               trace_events=[(0, 1, 1, 50)] * 6)
+    ref.step()
+    h = draw(seed, 3, 0, 4, 0)
+    pick = ((h >> 32) * 4) >> 32
+    expected = [0, 0, 0, 0]
+    expected[pick] = 1
+    assert ref.snapshot()["sent"][4] == expected
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_lower_draws_afresh_for_each_task_sent_in_a_cycle(seed):
+    # Same centre PE, M = 2, B = 1: the first pick uses draw k = 0 among [N, E, S, W]; that link
+    # is then full for the cycle, so the second uses draw k = 1 among the three others.
+    ref = make(rows=3, cols=3, policy="random_lower", seed=seed, max_per_cycle=2,
+               trace_events=[(0, 1, 1, 50 + i) for i in range(6)])
+    ref.step()
+    eligible = [0, 1, 2, 3]
+    picks = []
+    for k in range(2):
+        h = draw(seed, 3, 0, 4, k)
+        picks.append(eligible.pop(((h >> 32) * len(eligible)) >> 32))
+    links = ref.snapshot()["links"][4]
+    # The tail goes first: work 55 on the first pick, then 54 on the second.
+    assert links[picks[0]] == [(55, 0, 1)]
+    assert links[picks[1]] == [(54, 0, 1)]
+
+
+def test_least_loaded_prefers_the_smaller_known_depth_then_the_smaller_direction():
+    # 1 x 3, T = 2, D = 1, M = B = 4.  Cycle 0: PE 0 gets 3 tasks (depth 2 <= T), PE 1 gets one
+    # (in service).  Cycle 1: PE 1 gets 6 more: depth 6, knows W at 2 and E at 0.
+    #   k = 0: depth 6, kd E 0 < kd W 2 -> E;   k = 1: depth 5, kd E 1 < 2 -> E;
+    #   k = 2: depth 4, kd E 2 == kd W 2, both eligible (3 < 4): the tie goes to E (d = 1 < 3);
+    #   k = 3: depth 3, kd E 3 and kd W 2: 3 + 1 < 3 and 2 + 1 < 3 both fail -> stop.
+    events = ([(0, 0, 0, 100)] * 3 + [(0, 0, 1, 100)]
+              + [(1, 0, 1, 10 + i) for i in range(6)])
+    ref = make(cols=3, threshold=2, policy="least_loaded", max_per_cycle=4,
+               link_messages_per_cycle=4, trace_events=events)
+    obs = ref.run(2)
+    assert obs[1]["migrated"] == 3
+    snap = ref.snapshot()
+    assert snap["sent"][1] == [0, 3, 0, 0]
+    assert snap["links"][1][E] == [(15, 1, 1), (14, 1, 1), (13, 1, 1)]   # tails, oldest first
+    assert snap["queue"][1] == [(10, 1, 0), (11, 1, 0), (12, 1, 0)]
+
+
+def test_least_loaded_breaks_full_ties_in_direction_order():
+    # 3 x 3 centre PE with depth 7, every neighbour known at 0, B = 2, M = 4: each send adds one
+    # to that direction's kd, so the picks go N, E, S, W, taking tails 18, 17, 16, 15.
+    ref = make(rows=3, cols=3, policy="least_loaded", max_per_cycle=4, link_messages_per_cycle=2,
+               trace_events=[(0, 1, 1, 11 + i) for i in range(8)])
+    ref.step()
+    assert ref.snapshot()["links"][4] == [[(18, 0, 1)], [(17, 0, 1)], [(16, 0, 1)], [(15, 0, 1)]]
+
+
+def test_policy_none_never_migrates():
+    ref = make(cols=2, policy="none", trace_events=[(0, 0, 0, 10)] * 5)
+    obs = ref.run(10)
+    assert sum(series(obs, "migrated")) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Bernoulli workloads
+# ---------------------------------------------------------------------------------------------
+
+def test_rate_zero_never_offers_and_rate_one_offers_every_cycle_with_fixed_work():
+    ref = make(cols=2, rates=[0.0, 1.0], work_cycles=1)
+    obs = ref.run(50)
+    snap = ref.snapshot()
+    assert snap["totals"]["injected"] == [0, 50]
+    assert snap["totals"]["completed"] == [0, 50]
+    assert snap["totals"]["latency_sum"] == [0, 50]
+
+
+def test_bernoulli_offers_follow_the_injection_stream():
+    seed, rate = 77, 0.3
+    ref = make(rows=2, cols=2, rates=[rate] * 4, seed=seed, work_distribution="uniform",
+               work_min_cycles=2, work_max_cycles=9, queue_capacity=255)
+    obs = ref.run(40)
+    thr = int(rate * 2 ** 32)
+    expected = [sum(1 for u in range(4) if (draw(seed, 1, t, u, 0) >> 32) < thr) for t in range(40)]
+    assert series(obs, "injected") == expected
+    # Uniform work of the first offer equals 2 + h mod 8.
+    t0, u0 = next((t, u) for t in range(40) for u in range(4)
+                  if (draw(seed, 1, t, u, 0) >> 32) < thr)
+    ref2 = make(rows=2, cols=2, rates=[rate] * 4, seed=seed, work_distribution="uniform",
+                work_min_cycles=2, work_max_cycles=9)
+    for _ in range(t0 + 1):
+        ref2.step()
+    work = 2 + draw(seed, 1, t0, u0, 1) % 8
+    server = ref2.snapshot()["server"][u0]
+    assert server == ((work - 1, t0, 0) if work > 1 else None)
+
+
+def test_offer_needs_the_draw_strictly_below_the_threshold():
+    # Choose the rate so that thr equals the top 32 bits of cycle 0's draw exactly: no offer;
+    # one more unit of threshold and the same draw offers.
+    seed = 5
+    top = draw(seed, 1, 0, 0, 0) >> 32
+    at = make(rates=[top / 2.0 ** 32], seed=seed)
+    above = make(rates=[(top + 1) / 2.0 ** 32], seed=seed)
+    assert threshold(top / 2.0 ** 32) == top
+    assert at.step()["injected"] == 0
+    assert above.step()["injected"] == 1
+
+
+def test_geometric_work_follows_the_inverse_cdf_and_has_the_requested_mean():
+    seed, mean = 8, 4
+    ref = make(rates=[1.0], work_distribution="geometric", work_cycles=mean, work_max_cycles=1000,
+               seed=seed, queue_capacity=255)
+    ref.run(30)
+    queued = ref.snapshot()["queue"][0]
+    assert len(queued) > 0
+    for work, birth, _hops in queued:
+        h = draw(seed, 1, birth, 0, 1)
+        u = ((h >> 11) + 1) / 2.0 ** 53
+        assert work == 1 + math.floor(math.log(u) / math.log(1 - 1 / mean))
+    works = [ref._work_of_draw(draw(seed, 1, t, 0, 1)) for t in range(20000)]
+    assert min(works) == 1
+    assert abs(sum(works) / len(works) - mean) < 0.1
+
+
+def test_geometric_work_with_mean_one_is_one_and_is_capped():
+    ref = make(rates=[1.0], work_distribution="geometric", work_cycles=1)
+    obs = ref.run(10)
+    assert series(obs, "latency_sum") == [1] * 10
+    # Mean 1000 capped at 3: every task has work <= 3; check the first one exactly.
+    seed = 11
+    ref = make(rates=[1.0], work_distribution="geometric", work_cycles=1000, work_max_cycles=3,
+               seed=seed, queue_capacity=255)
+    ref.step()
+    h = draw(seed, 1, 0, 0, 1)
+    u = ((h >> 11) + 1) / 2.0 ** 53
+    work = min(3, 1 + math.floor(math.log(u) / math.log(1 - 1 / 1000)))
+    assert ref.snapshot()["server"][0] == ((work - 1, 0, 0) if work > 1 else None)
+    ref.run(100)
+    for task in ref.snapshot()["queue"][0]:
+        assert 1 <= task[0] <= 3
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole runs: conservation, determinism, order independence
+# ---------------------------------------------------------------------------------------------
+
+def _random_run_machine(policy, seed=123):
+    return make(rows=4, cols=5, queue_capacity=4, hop_latency_cycles=2, link_messages_per_cycle=2,
+                link_buffer_messages=3, credit_delay_cycles=2, policy=policy, threshold=1,
+                info_delay_cycles=2, max_per_cycle=2, seed=seed, rates=[0.45] * 20,
+                work_distribution="geometric", work_cycles=3, work_max_cycles=40)
+
+
+@pytest.mark.parametrize("policy", ["none", "least_loaded", "random_lower"])
+def test_conservation_holds_for_200_cycles_and_runs_are_deterministic(policy):
+    a = _random_run_machine(policy)
+    b = _random_run_machine(policy)
+    injected = refused = completed = 0
+    for _ in range(200):
+        oa = a.step()                    # step() itself raises if conservation fails
+        ob = b.step()
+        assert oa == ob
+        injected += oa["injected"]
+        refused += oa["refused"]
+        completed += oa["completed"]
+        assert injected == refused + oa["queued"] + oa["in_service"] + oa["in_flight"] + completed
+        assert sum(oa["depth_hist"]) == 20
+        assert sum(k * n for k, n in enumerate(oa["depth_hist"])) == oa["queued"]
+    assert a.snapshot() == b.snapshot()
+    totals = a.snapshot()["totals"]
+    assert sum(totals["injected"]) == injected > 0
+    assert sum(totals["migrated_out"]) == sum(totals["migrated_in"]) + oa["in_flight"]
+    if policy == "none":
+        assert sum(totals["migrated_out"]) == 0
+    else:
+        assert sum(totals["migrated_out"]) > 0
+
+
+def test_different_seeds_give_different_runs():
+    a = _random_run_machine("random_lower", seed=1)
+    b = _random_run_machine("random_lower", seed=2)
+    a.run(50)
+    b.run(50)
+    assert a.snapshot() != b.snapshot()
+
+
+@pytest.mark.parametrize("policy", ["least_loaded", "random_lower"])
+def test_order_of_visiting_pes_does_not_change_the_result(policy):
+    a = _random_run_machine(policy, seed=9)
+    b = _random_run_machine(policy, seed=9)
+    b._visit_reversed = True
+    assert a.run(120) == b.run(120)
+    assert a.snapshot() == b.snapshot()
+
+
+def test_conservation_violation_raises():
+    ref = make(trace_events=[(0, 0, 0, 5)])
+    ref.step()
+    ref.pes[0].server = None             # lose the task behind the simulator's back
+    with pytest.raises(AssertionError, match="conservation"):
+        ref.step()
+
+
+def test_bad_parameters_are_rejected():
+    with pytest.raises(ValueError):
+        make(threshold=8)                # T must be < Q
+    with pytest.raises(ValueError):
+        make(link_buffer_messages=1, link_messages_per_cycle=2)
+    with pytest.raises(ValueError):
+        make(rates=[0.5], trace_events=[(0, 0, 0, 1)])
+    with pytest.raises(ValueError):
+        make(policy="greedy", trace_events=[])
