@@ -1,0 +1,253 @@
+"""HDF5 result files (DESIGN.md section 5).
+
+A run writes `NAME.incomplete.h5` while it goes and renames it to `NAME.h5` only when it finishes.
+An interrupted run keeps the `.incomplete.h5` file, marked `complete = False`, holding everything
+up to its last flush. Every dataset carries `units` and `description` attributes, is chunked along
+time and compressed, and has dimension scales (`cycle`, `row`, `col`, ...) so xarray can open it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from kernels import mesh as K
+
+from . import __version__
+
+SCHEMA_VERSION = 1
+
+# name -> (series column, units, description)
+SERIES = {
+    "busy": (K.S_BUSY, "PEs", "PEs that did one cycle of work in the cycle"),
+    "queued": (K.S_QUEUED, "tasks", "tasks waiting in queues at the end of the cycle"),
+    "in_service": (K.S_IN_SERVICE, "tasks", "tasks in service at the end of the cycle"),
+    "injected": (K.S_INJECTED, "tasks", "tasks offered by the workload in the cycle"),
+    "refused": (K.S_REFUSED, "tasks", "offered tasks refused because the queue was full"),
+    "completed": (K.S_COMPLETED, "tasks", "tasks completed in the cycle"),
+    "migrated": (K.S_MIGRATED, "tasks", "tasks sent to a neighbour in the cycle"),
+    "received": (K.S_RECEIVED, "tasks", "tasks received from a neighbour in the cycle"),
+    "in_flight": (K.S_IN_FLIGHT, "tasks", "tasks on links (sent, not yet received) at the end of the cycle"),
+    "latency_sum": (K.S_LATENCY_SUM, "cycles", "sum of the latencies of the tasks completed in the cycle"),
+    "latency_sq_sum": (K.S_LATENCY_SQ_SUM, "cycles^2", "sum of the squared latencies of the tasks completed"),
+    "hops_sum": (K.S_HOPS_SUM, "hops", "sum of the hops of the tasks completed in the cycle"),
+    "latency_max": (K.S_LATENCY_MAX, "cycles", "largest latency of a task completed in the cycle (0: none)"),
+}
+
+# name -> (dtype, units, description) of the per-unit totals.
+UNITS = {
+    "busy_cycles": (np.int64, "cycles", "cycles in which the PE did work"),
+    "injected": (np.int32, "tasks", "tasks offered to the PE by the workload"),
+    "refused": (np.int32, "tasks", "tasks refused at injection (queue full)"),
+    "completed": (np.int32, "tasks", "tasks completed by the PE"),
+    "migrated_out": (np.int32, "tasks", "tasks the PE sent to a neighbour"),
+    "migrated_in": (np.int32, "tasks", "tasks the PE received from a neighbour"),
+    "latency_sum": (np.int64, "cycles", "sum of the latencies of the tasks the PE completed"),
+    "injection_rate": (np.float64, "tasks/PE/cycle", "Bernoulli injection rate of the PE (NaN for traces)"),
+    "queue_depth_end": (np.uint8, "tasks", "queue depth at the end of the last cycle done"),
+}
+
+# name -> (dtype, units, description) of the per-window figures.
+WINDOWS = {
+    "window_end": (np.int64, "cycle", "last cycle of the window (exclusive end)"),
+    "li": (np.float64, "1", "load-balance efficiency mean/max of per-PE busy cycles in the window"),
+    "percent_imbalance": (np.float64, "%", "(max/mean - 1) x 100 of per-PE busy cycles"),
+    "jain_index": (np.float64, "1", "Jain's fairness index of per-PE busy cycles"),
+    "cv": (np.float64, "1", "coefficient of variation of per-PE busy cycles"),
+    "busy_min": (np.int64, "cycles", "least busy cycles of a PE in the window"),
+    "busy_max": (np.int64, "cycles", "most busy cycles of a PE in the window"),
+    "utilization": (np.float64, "1", "busy PE-cycles / (PEs x cycles) in the window"),
+    "completed": (np.int64, "tasks", "tasks completed in the window"),
+    "latency_mean": (np.float64, "cycles", "mean latency of the tasks completed in the window (NaN: none)"),
+}
+
+
+def incomplete_path(final: Path) -> Path:
+    """Where a run writes before it is complete: NAME.incomplete.h5 beside NAME.h5."""
+    return final.with_name(final.stem + ".incomplete" + final.suffix)
+
+
+def _describe(ds, units: str, description: str) -> None:
+    ds.attrs["units"] = units
+    ds.attrs["description"] = description
+
+
+class ResultWriter:
+    """Writes one mesh run's HDF5 file incrementally. Use as a context manager around the run:
+    leaving it by an exception keeps the file as NAME.incomplete.h5 marked incomplete."""
+
+    def __init__(self, final_path, scenario, *, rows: int, cols: int, queue_capacity: int, latency_bins: int,
+                 threads: int, compression_level: int):
+        self.final_path = Path(final_path)
+        self.path = incomplete_path(self.final_path)
+        self.rows, self.cols, self.q = rows, cols, queue_capacity
+        self.comp = dict(compression="gzip", compression_opts=compression_level) if compression_level > 0 else {}
+        self.latency_bins = latency_bins
+        self.finished = False
+        self.n_cycles = 0
+        self.n_frames = 0
+        self.n_windows = 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = self.f = h5py.File(self.path, "w", libver=("earliest", "v110"))
+        a = f.attrs
+        a["schema_version"] = SCHEMA_VERSION
+        a["meshsim_version"] = __version__
+        a["machine"] = "mesh"
+        a["scenario_name"] = scenario.name
+        a["scenario_path"] = scenario.path or ""
+        a["scenario_text"] = scenario.source_text
+        a["scenario_resolved"] = scenario.resolved_toml()
+        a["overrides"] = "\n".join(f"{k}={v!r}" for k, v in scenario.overrides)
+        a["seed"] = np.uint64(scenario.get("run", "seed"))
+        a["threads"] = threads
+        a["cycles_requested"] = scenario.get("run", "cycles")
+        a["cycles_done"] = 0
+        a["complete"] = False
+        a["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+        self.cycle = self._scale(f, "cycle", np.arange(0, dtype=np.int64), "cycle", "cycle number", grow=True)
+        self.row = self._scale(f, "row", np.arange(rows, dtype=np.int32), "PE", "PE row")
+        self.col = self._scale(f, "col", np.arange(cols, dtype=np.int32), "PE", "PE column")
+
+        g = f.create_group("series")
+        g.attrs["description"] = "one value per cycle, summed over all PEs"
+        self.series = {}
+        for name, (_, units, desc) in SERIES.items():
+            ds = g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(8192,), **self.comp)
+            _describe(ds, units, desc)
+            ds.dims[0].attach_scale(self.cycle)
+            self.series[name] = ds
+
+        occ = f.create_group("occupancy")
+        depth = self._scale(occ, "depth", np.arange(queue_capacity + 1, dtype=np.int32), "tasks", "queue depth")
+        self.depth_hist = occ.create_dataset("depth_histogram", shape=(0, queue_capacity + 1),
+                                             maxshape=(None, queue_capacity + 1), dtype=np.int32,
+                                             chunks=(max(1, min(4096, 2**20 // (queue_capacity + 1))),
+                                                     queue_capacity + 1), **self.comp)
+        _describe(self.depth_hist, "PEs", "PEs with each queue depth at the end of each cycle")
+        self.depth_hist.dims[0].attach_scale(self.cycle)
+        self.depth_hist.dims[1].attach_scale(depth)
+        self.frame_cycle = self._scale(occ, "frame_cycle", np.arange(0, dtype=np.int64), "cycle",
+                                       "cycle at whose end the frame was taken", grow=True)
+        self.frames = {}
+        for name, desc in (("queue_depth", "queue depth of every PE at the end of the frame's cycle"),
+                           ("in_service", "1 where the PE holds a task in service at the end of the frame's cycle")):
+            ds = occ.create_dataset(name, shape=(0, rows, cols), maxshape=(None, rows, cols), dtype=np.uint8,
+                                    chunks=(1, rows, cols), **self.comp)
+            _describe(ds, "tasks", desc)
+            ds.dims[0].attach_scale(self.frame_cycle)
+            ds.dims[1].attach_scale(self.row)
+            ds.dims[2].attach_scale(self.col)
+            self.frames[name] = ds
+
+        w = f.create_group("windows")
+        w.attrs["description"] = "load balance per window of run.window_cycles cycles (the last may be shorter)"
+        self.window_start = self._scale(w, "window_start", np.arange(0, dtype=np.int64), "cycle",
+                                        "first cycle of the window", grow=True)
+        self.windows = {}
+        for name, (dtype, units, desc) in WINDOWS.items():
+            ds = w.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(1024,))
+            _describe(ds, units, desc)
+            ds.dims[0].attach_scale(self.window_start)
+            self.windows[name] = ds
+        f.create_group("units").attrs["description"] = "per-PE totals over the cycles done"
+        f.create_group("latency").attrs["description"] = "latency of completed tasks (completion - birth)"
+        f.create_group("summary").attrs["description"] = "the run's figures (DESIGN.md section 5)"
+
+    def _scale(self, parent, name, values, units, description, grow=False):
+        kw = dict(maxshape=(None,), chunks=(8192,)) if grow else {}
+        ds = parent.create_dataset(name, data=values, **kw)
+        _describe(ds, units, description)
+        ds.make_scale(name)
+        return ds
+
+    @staticmethod
+    def _append(ds, data) -> None:
+        n = ds.shape[0]
+        ds.resize(n + len(data), axis=0)
+        ds[n:] = data
+
+    def append_cycles(self, t0: int, series: np.ndarray, depth_series: np.ndarray) -> None:
+        """Per-cycle series and depth histograms of cycles t0 .. t0 + len(series) - 1."""
+        n = len(series)
+        self._append(self.cycle, np.arange(t0, t0 + n, dtype=np.int64))
+        for name, (col, _, _) in SERIES.items():
+            self._append(self.series[name], series[:, col])
+        self._append(self.depth_hist, depth_series.astype(np.int32))
+        self.n_cycles = t0 + n
+
+    def append_frame(self, cycle: int, queue_depth: np.ndarray, in_service: np.ndarray) -> None:
+        """A full per-PE frame at the end of `cycle`."""
+        self._append(self.frame_cycle, [cycle])
+        self._append(self.frames["queue_depth"], queue_depth[None])
+        self._append(self.frames["in_service"], in_service[None].astype(np.uint8))
+        self.n_frames += 1
+
+    def append_window(self, start: int, figures: dict) -> None:
+        """One window's load-balance figures (keys of WINDOWS)."""
+        self._append(self.window_start, [start])
+        for name in WINDOWS:
+            self._append(self.windows[name], [figures[name]])
+        self.n_windows += 1
+
+    def write_totals(self, units: dict, latency_hist: np.ndarray, latency: dict) -> None:
+        """Per-PE totals and the latency histogram, replacing any written before."""
+        g = self.f["units"]
+        for name, (dtype, unit_name, desc) in UNITS.items():
+            if name in g:
+                del g[name]
+            ds = g.create_dataset(name, data=np.asarray(units[name], dtype=dtype), chunks=True, **self.comp)
+            _describe(ds, unit_name, desc)
+            ds.dims[0].attach_scale(self.row)
+            ds.dims[1].attach_scale(self.col)
+        lg = self.f["latency"]
+        for name in list(lg):
+            del lg[name]
+        bins = self._scale(lg, "latency_bin", np.arange(self.latency_bins, dtype=np.int64), "cycles",
+                           "latency in cycles; the last bin counts every latency at or above it")
+        h = lg.create_dataset("histogram", data=np.asarray(latency_hist, np.int64), chunks=True, **self.comp)
+        _describe(h, "tasks", "completed tasks per latency (cycles); last bin: overflow")
+        h.dims[0].attach_scale(bins)
+        for k, v in latency.items():
+            lg.attrs[k] = v
+
+    def flush(self, cycles_done: int) -> None:
+        """Make everything written so far durable and readable."""
+        self.f.attrs["cycles_done"] = cycles_done
+        self.f.flush()
+
+    def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
+        """Write the summary, mark the file and close it; rename to the final name if complete."""
+        s = self.f["summary"].attrs
+        for k, v in summary.items():
+            s[k] = v
+        self.f.attrs["cycles_done"] = cycles_done
+        self.f.attrs["complete"] = complete
+        self.f.close()
+        self.finished = True
+        if complete:
+            os.replace(self.path, self.final_path)
+            return self.final_path
+        return self.path
+
+    def close_incomplete(self) -> Path:
+        """Close a file whose run broke off before `finish`, keeping it marked incomplete."""
+        if not self.finished:
+            try:
+                self.f.attrs["complete"] = False
+                self.f.close()
+            finally:
+                self.finished = True
+        return self.path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.close_incomplete()
+        return False

@@ -1,0 +1,103 @@
+"""Reading a result file's summary and printing it (DESIGN.md sections 5 and 6).
+
+`read_summary` checks that a file is a meshsim result before trusting it; `format_summary` is the
+one-screen summary shown at the end of a run and by `meshsim report`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from .errors import InputError
+from .output import SCHEMA_VERSION
+
+
+def read_summary(path) -> tuple[dict, dict]:
+    """(root attributes, /summary attributes) of a result file, as plain Python values.
+
+    Raises InputError naming the file when it is missing, not HDF5, or not a meshsim result.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such result file")
+    try:
+        f = h5py.File(p, "r")
+    except OSError as e:
+        raise InputError(f"{p}: not a readable HDF5 file ({e.__class__.__name__}: {str(e).splitlines()[0]})") from None
+    with f:
+        root = {k: _plain(v) for k, v in f.attrs.items()}
+        if "schema_version" not in root or "summary" not in f:
+            raise InputError(f"{p}: not a meshsim result file (no schema_version attribute or /summary group)")
+        if root["schema_version"] > SCHEMA_VERSION:
+            raise InputError(f"{p}: schema version {root['schema_version']} is newer than this meshsim reads "
+                             f"(up to {SCHEMA_VERSION}); upgrade meshsim")
+        summary = {k: _plain(v) for k, v in f["summary"].attrs.items() if k != "description"}
+    return root, summary
+
+
+def _plain(v):
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return v
+
+
+def _f(x, digits=4):
+    if isinstance(x, float) and math.isnan(x):
+        return "n/a"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}"
+    return f"{x:,}" if isinstance(x, int) else str(x)
+
+
+def format_summary(summary: dict, root: dict | None = None, path=None) -> str:
+    """The one-screen summary of a run."""
+    s = summary
+    lines = []
+    if root is not None:
+        state = "complete" if root.get("complete") else f"INCOMPLETE ({root.get('cycles_done', 0):,} cycles done)"
+        lines.append(f"{root.get('scenario_name', '')}: {root.get('machine', '')}, {state}")
+    if path is not None:
+        lines.append(f"result        {path}")
+    lines += [
+        f"cycles        {_f(s['cycles'])} on {_f(s['n_units'])} PEs ({_f(s.get('active_units', 0))} did work)",
+        f"LI            {_f(s['li'])}  (mean/max busy; {_f(s['percent_imbalance'], 3)}% imbalance, "
+        f"Jain {_f(s['jain_index'])}, CV {_f(s['cv'])})",
+        f"busy cycles   min {_f(s.get('busy_min_cycles', 'n/a'))}, mean {_f(float(s.get('busy_mean_cycles', math.nan)))}, "
+        f"max {_f(s.get('busy_max_cycles', 'n/a'))}; compute-time spread {_f(s.get('compute_time_spread', math.nan))}",
+        f"utilisation   {_f(s['utilization'])}",
+        f"latency       mean {_f(s['latency_mean_cycles'])}, variance {_f(s['latency_var_cycles2'])}, "
+        f"p50 {_f(s['latency_p50_cycles'])}, p99 {_f(s['latency_p99_cycles'])}, max {_f(s['latency_max_cycles'])} cycles",
+        f"tasks         {_f(s['injected'])} injected, {_f(s['refused'])} refused, {_f(s['completed'])} completed, "
+        f"{_f(s['in_system_at_end'])} in the system at the end",
+        f"migration     {_f(s['migrated'])} tasks moved, {_f(s.get('hops_per_completed_task', math.nan))} hops per "
+        f"completed task",
+        f"throughput    {_f(s.get('throughput_tasks_per_cycle', math.nan))} tasks/cycle",
+        f"speed         {_f(s['pe_cycles_per_second'] / 1e6, 4)} million PE-cycles/s on {_f(s.get('threads', 0))} "
+        f"threads; {_f(s['wall_seconds'], 3)} s wall",
+    ]
+    if s.get("latency_percentile_overflow"):
+        lines.append("note          a latency percentile fell in the histogram's overflow bin: reported as the max "
+                     "(raise output.latency_histogram_max_cycles)")
+    if "trace_events_not_offered" in s and s["trace_events_not_offered"]:
+        lines.append(f"note          {_f(s['trace_events_not_offered'])} trace events lie outside the run's cycles "
+                     "and were not offered")
+    return "\n".join(lines)
+
+
+def summary_json(summary: dict, root: dict) -> str:
+    """The summary as JSON (NaN written as null), with the file's provenance."""
+    def clean(v):
+        return None if isinstance(v, float) and math.isnan(v) else v
+    keep = ("schema_version", "meshsim_version", "machine", "scenario_name", "seed", "threads", "cycles_requested",
+            "cycles_done", "complete")
+    out = {"file": {k: clean(root[k]) for k in keep if k in root}, "summary": {k: clean(v) for k, v in summary.items()}}
+    return json.dumps(out, indent=2, sort_keys=False)
