@@ -2,10 +2,9 @@
 
 Layout (structure of arrays; R = rows, C = cols, Q = queue capacity, K = link buffer, H = history):
 
-    q_work  uint16[R, C, Q]   queued tasks' work (cycles), ring buffer from q_head
-    q_birth int32[R, C, Q]    queued tasks' birth cycle
-    q_hops  uint8[R, C, Q]    queued tasks' hops
-    q_head  uint8[R, C]       ring index of the queue's head
+    q_work  uint16[Q, R, C]   queued tasks' work (cycles); slot 0 is the head
+    q_birth int32[Q, R, C]    queued tasks' birth cycle
+    q_hops  uint8[Q, R, C]    queued tasks' hops
     q_len   uint8[R, C]       queue depth (tasks waiting; the one in service is not counted)
     s_rem   uint16[R, C]      remaining work of the task in service, 0 = server empty
     s_birth int32[R, C], s_hops uint8[R, C]
@@ -92,14 +91,14 @@ def _task_birth(m):
 
 @njit(**JIT)
 def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev_lo, ev_hi, acc, dhist,
-               lhist, scratch):
+               lhist, scratch, arrivals):
     """Advance rows r0..r1-1 by cycle t; add this block's observables into acc, dhist, lhist.
 
     cfg: int64[...] (see CFG_* in meshsim.state). acc: int64[N_SERIES]; dhist: int64[4, Q+1] (summed over its first axis);
-    lhist: int64[n_bins] (last bin = overflow); scratch: int64[5, 4] work space. Reads other PEs only through history slots of
+    lhist: int64[n_bins] (last bin = overflow); scratch: int64[5, 4] and arrivals: uint32[C] work space. Reads other PEs only through history slots of
     earlier cycles.
     """
-    (q_work, q_birth, q_hops, q_head, q_len, s_rem, s_birth, s_hops, link, sent_h, recv_h, depth_h,
+    (q_work, q_birth, q_hops, q_len, s_rem, s_birth, s_hops, link, sent_h, recv_h, depth_h,
      tot_started, tot_injected, tot_refused, tot_completed, tot_out, tot_in, tot_latency, thr, geo_log, sent_h32, recv_h32) = st
     rows = q_len.shape[0]
     cols = q_len.shape[1]
@@ -147,23 +146,30 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
     elig = scratch[4]
 
     for r in range(r0, r1):
+        # Row pass: does any input link of each PE hold a message sent at t - L or earlier that it
+        # has not received? Compares the neighbours' send counts (as at t - L) with the PE's own
+        # receive counts, one byte of each 4-count word per direction; written to vectorise.
+        # Plainly: arrivals[c] = any(sent[n_d, opp(d)](t - L) != recv[(r, c), d](t - 1) for d).
+        rv_row = recv_h32[s_prev, r]
+        up = sent_h32[s_lat, max(r - 1, 0)]
+        down = sent_h32[s_lat, min(r + 1, rows - 1)]
+        same = sent_h32[s_lat, r]
+        up_mask = np.uint32(0xFF) if r > 0 else np.uint32(0)
+        down_mask = np.uint32(0xFF) if r + 1 < rows else np.uint32(0)
+        for c in range(cols):
+            rv = rv_row[c]
+            arrivals[c] = (((up[c] >> np.uint32(16)) ^ rv) & up_mask) | ((down[c] ^ (rv >> np.uint32(16))) & down_mask)
+        for c in range(cols - 1):
+            arrivals[c] |= ((same[c + 1] >> np.uint32(24)) ^ (rv_row[c] >> np.uint32(8))) & np.uint32(0xFF)
+        for c in range(1, cols):
+            arrivals[c] |= ((same[c - 1] >> np.uint32(8)) ^ (rv_row[c] >> np.uint32(24))) & np.uint32(0xFF)
         for c in range(cols):
             u = r * cols + c
             qlen = np.int64(q_len[r, c])
-            head = np.int64(q_head[r, c])
 
-            # 1. Receive, rotating priority over input ports. Most PEs have nothing waiting on any
-            # input, so look first (fixed order, no rotation) and take the slow path only if needed.
-            any_avail = False
-            if qlen < cap:
-                if r > 0 and sent_h[s_lat, r - 1, c, 2] != recv_h[s_prev, r, c, 0]:
-                    any_avail = True
-                elif c + 1 < cols and sent_h[s_lat, r, c + 1, 3] != recv_h[s_prev, r, c, 1]:
-                    any_avail = True
-                elif r + 1 < rows and sent_h[s_lat, r + 1, c, 0] != recv_h[s_prev, r, c, 2]:
-                    any_avail = True
-                elif c > 0 and sent_h[s_lat, r, c - 1, 1] != recv_h[s_prev, r, c, 3]:
-                    any_avail = True
+            # 1. Receive, rotating priority over input ports (the slow path only where the row
+            # pass above found something waiting).
+            any_avail = qlen < cap and arrivals[c] != 0
             if any_avail:
                 for d in range(4):
                     recv_new[d] = recv_h[s_prev, r, c, d]
@@ -184,12 +190,9 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
                     for j in range(take):
                         slot = (got + j) % kbuf
                         m = link[nr, nc, od, slot]
-                        tail = head + qlen
-                        if tail >= cap:
-                            tail -= cap
-                        q_work[r, c, tail] = _task_work(m)
-                        q_birth[r, c, tail] = _task_birth(m)
-                        q_hops[r, c, tail] = _task_hops(m)
+                        q_work[qlen, r, c] = _task_work(m)
+                        q_birth[qlen, r, c] = _task_birth(m)
+                        q_hops[qlen, r, c] = _task_hops(m)
                         qlen += 1
                     if take > 0:
                         got += take
@@ -209,12 +212,9 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
                     injected += 1
                     tot_injected[r, c] += 1
                     if qlen < cap:
-                        tail = head + qlen
-                        if tail >= cap:
-                            tail -= cap
-                        q_work[r, c, tail] = ev_work[ep]
-                        q_birth[r, c, tail] = t
-                        q_hops[r, c, tail] = 0
+                        q_work[qlen, r, c] = ev_work[ep]
+                        q_birth[qlen, r, c] = t
+                        q_hops[qlen, r, c] = 0
                         qlen += 1
                     else:
                         refused += 1
@@ -242,12 +242,9 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
                                     w = work_max
                                 else:
                                     w = 1 + np.int64(g)
-                        tail = head + qlen
-                        if tail >= cap:
-                            tail -= cap
-                        q_work[r, c, tail] = w
-                        q_birth[r, c, tail] = t
-                        q_hops[r, c, tail] = 0
+                        q_work[qlen, r, c] = w
+                        q_birth[qlen, r, c] = t
+                        q_hops[qlen, r, c] = 0
                         qlen += 1
                     else:
                         refused += 1
@@ -256,15 +253,18 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
             # 3. Start service.
             rem = np.int64(s_rem[r, c])
             if rem == 0 and qlen > 0:
-                rem = np.int64(q_work[r, c, head])
+                rem = np.int64(q_work[0, r, c])
                 # Busy cycles are derived: work started minus work remaining (no per-cycle update).
                 tot_started[r, c] += rem
-                s_birth[r, c] = q_birth[r, c, head]
-                s_hops[r, c] = q_hops[r, c, head]
-                head += 1
-                if head >= cap:
-                    head -= cap
+                s_birth[r, c] = q_birth[0, r, c]
+                s_hops[r, c] = q_hops[0, r, c]
                 qlen -= 1
+                # The head stays at slot 0 and the rest move up: queues are short on average, and
+                # keeping tasks in the low slots keeps the memory the kernel touches small.
+                for i in range(qlen):
+                    q_work[i, r, c] = q_work[i + 1, r, c]
+                    q_birth[i, r, c] = q_birth[i + 1, r, c]
+                    q_hops[i, r, c] = q_hops[i + 1, r, c]
 
             # 4. Migrate from the tail to a neighbour known to be less loaded.
             if policy != POLICY_NONE and qlen > threshold:
@@ -304,13 +304,11 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
                     if policy == POLICY_RANDOM_LOWER:
                         hm = mix64(key_migrate ^ (np.uint64(u) * G_UNIT) ^ (np.uint64(k) * G_INDEX))
                         best = elig[np.int64(((hm >> S32) * np.uint64(n_elig)) >> S32)]
-                    tail = head + qlen - 1
-                    if tail >= cap:
-                        tail -= cap
-                    hops = np.int64(q_hops[r, c, tail]) + 1
+                    tail = qlen - 1
+                    hops = np.int64(q_hops[tail, r, c]) + 1
                     if hops > 255:
                         hops = 255
-                    link[r, c, best, sent_new[best] % kbuf] = pack_task(q_work[r, c, tail], q_birth[r, c, tail], hops)
+                    link[r, c, best, sent_new[best] % kbuf] = pack_task(q_work[tail, r, c], q_birth[tail, r, c], hops)
                     qlen -= 1
                     s = sent_new[best] + 1
                     if s >= wrap:
@@ -346,7 +344,6 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
             s_rem[r, c] = rem
 
             # 6. End of cycle: own state and the values others may read later.
-            q_head[r, c] = head
             q_len[r, c] = qlen
             depth_h[s_now, r, c] = qlen
             queued += qlen
@@ -385,7 +382,8 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
     acc = np.zeros((n_blocks, N_SERIES), np.int64)
     dh = np.zeros((n_blocks, 4, depth_series.shape[1]), np.int64)
     scratch = np.zeros((n_blocks, 5, 4), np.int64)
-    cols = st[4].shape[1]
+    cols = st[3].shape[1]  # q_len
+    arrivals = np.zeros((n_blocks, cols), np.uint32)
     for i in range(n_cycles):
         t = t0 + i
         key_inject = cycle_key(seed, STREAM_INJECT, t)
@@ -401,7 +399,7 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
             e0 = lo + np.searchsorted(ev_unit[lo:hi], r0 * cols)
             e1 = lo + np.searchsorted(ev_unit[lo:hi], r1 * cols)
             _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, e0, e1, acc[b], dh[b],
-                       lat_hist_blocks[b], scratch[b])
+                       lat_hist_blocks[b], scratch[b], arrivals[b])
         # Merge blocks in a fixed order (integer sums: exact in any order anyway).
         for j in range(N_SERIES):
             series[i, j] = 0

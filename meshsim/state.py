@@ -18,10 +18,9 @@ WORK_KINDS = {"fixed": K.WORK_FIXED, "uniform": K.WORK_UNIFORM, "geometric": K.W
 class MeshState(NamedTuple):
     """Every per-PE array of a mesh run, in the order the kernel unpacks them."""
 
-    q_work: np.ndarray  # uint16[R, C, Q] work (cycles) of queued tasks
-    q_birth: np.ndarray  # int32[R, C, Q] birth cycle of queued tasks
-    q_hops: np.ndarray  # uint8[R, C, Q] hops of queued tasks
-    q_head: np.ndarray  # uint8[R, C] ring index of the queue's head
+    q_work: np.ndarray  # uint16[Q, R, C] work (cycles) of queued tasks, head at slot 0
+    q_birth: np.ndarray  # int32[Q, R, C] birth cycle of queued tasks
+    q_hops: np.ndarray  # uint8[Q, R, C] hops of queued tasks
     q_len: np.ndarray  # uint8[R, C] queue depth (tasks)
     s_rem: np.ndarray  # uint16[R, C] remaining work in service (cycles), 0 = idle
     s_birth: np.ndarray  # int32[R, C]
@@ -64,10 +63,9 @@ def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_message
     sent_h = np.zeros((history, r, c, 4), np.uint8)
     recv_h = np.zeros((history, r, c, 4), np.uint8)
     return MeshState(
-        q_work=np.zeros((r, c, queue_capacity), np.uint16),
-        q_birth=np.zeros((r, c, queue_capacity), np.int32),
-        q_hops=np.zeros((r, c, queue_capacity), np.uint8),
-        q_head=np.zeros((r, c), np.uint8),
+        q_work=np.zeros((queue_capacity, r, c), np.uint16),
+        q_birth=np.zeros((queue_capacity, r, c), np.int32),
+        q_hops=np.zeros((queue_capacity, r, c), np.uint8),
         q_len=np.zeros((r, c), np.uint8),
         s_rem=np.zeros((r, c), np.uint16),
         s_birth=np.zeros((r, c), np.int32),

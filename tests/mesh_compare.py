@@ -64,9 +64,9 @@ def kernel_snapshot(sim: MeshSim) -> dict:
     queue, server, links, sent, received = [], [], [], [], []
     for r in range(rows):
         for c in range(cols):
-            head, n = int(st.q_head[r, c]), int(st.q_len[r, c])
-            idx = [(head + i) % cap for i in range(n)]
-            queue.append([(int(st.q_work[r, c, i]), int(st.q_birth[r, c, i]), int(st.q_hops[r, c, i])) for i in idx])
+            n = int(st.q_len[r, c])
+            queue.append([(int(st.q_work[i, r, c]), int(st.q_birth[i, r, c]), int(st.q_hops[i, r, c]))
+                          for i in range(n)])
             rem = int(st.s_rem[r, c])
             server.append(None if rem == 0 else (rem, int(st.s_birth[r, c]), int(st.s_hops[r, c])))
             sent.append([int(x) for x in st.sent_h[slot, r, c]])
