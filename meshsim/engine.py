@@ -104,6 +104,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     kernel_seconds = 0.0
     first_call_seconds = None
     first_call_cycles = 0
+    output_seconds = 0.0  # series, frames, windows, audits and flushes between kernel calls
     bar = tqdm(total=cycles, unit="cycle", disable=not progress, delay=2.0, file=sys.stderr, dynamic_ncols=True)
     done = 0
     try:
@@ -118,6 +119,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
                         first_call_seconds, first_call_cycles = dt, n
                     else:
                         kernel_seconds += dt
+                    t_out = time.perf_counter()
                     s = sim.series[:n]
                     writer.append_cycles(done, s, sim.depth_series[:n])
                     c = s[:, K.S_COMPLETED].sum()
@@ -151,6 +153,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
                         sim.audit()
                         writer.flush(done)
                     bar.update(n)
+                    output_seconds += time.perf_counter() - t_out
             except (KeyboardInterrupt, _Terminate):
                 _write_totals(writer, sim, inputs, lat_hist, lat_count, lat_sum, lat_sq, lat_max)
                 summary = _summary(sim, n_units, done, busy_total, migrated, hops, lat_hist, lat_count, lat_sum,
@@ -162,6 +165,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
             summary = _summary(sim, n_units, done, busy_total, migrated, hops, lat_hist, lat_count, lat_sum, lat_sq,
                                lat_max, time.perf_counter() - t_start, kernel_seconds, first_call_seconds,
                                first_call_cycles, n_threads)
+            summary["output_seconds"] = output_seconds
             unoffered = sim.unoffered_events(cycles)
             if scenario.get("workload", "type") == "trace":
                 summary["trace_events_not_offered"] = unoffered

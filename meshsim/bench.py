@@ -1,0 +1,155 @@
+"""`meshsim bench`: figures, not tests (DESIGN.md section 8; STYLE "Tests and benchmarks").
+
+Prints simulated PE-cycles per second on the full WSE-2 fabric (757 x 996) with migration on at
+moderate load (offered load 0.5: rate 0.05, geometric work of mean 10, least_loaded, threshold 2),
+with 1 thread and with all cores; start-up time cold (compiling) and cached; bytes of state per
+PE; peak memory of a full-fabric 1,000-cycle run; the HDF5 writing overhead; and the plain
+reference's speed on a small grid for the ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import numba
+
+BENCH_SCENARIO = {
+    "run": {"cycles": 1000, "seed": 1, "window_cycles": 100},
+    "machine": {"rows": 757, "cols": 996, "queue_capacity": 16, "hop_latency_cycles": 1},
+    "migration": {"policy": "least_loaded", "threshold": 2},
+    "workload": {"type": "uniform", "injection_rate": 0.05, "work_distribution": "geometric", "work_cycles": 10,
+                 "work_max_cycles": 400},
+    "output": {"frame_every_cycles": 100, "flush_every_cycles": 500},
+}
+
+_STARTUP = textwrap.dedent("""
+    import time, json
+    t0 = time.perf_counter()
+    from meshsim.scenario import scenario_from_dict
+    from meshsim.mesh import MeshSim, build_inputs
+    t1 = time.perf_counter()
+    sc = scenario_from_dict({d})
+    sim = MeshSim(build_inputs(sc), 1)
+    t2 = time.perf_counter()
+    sim.advance(1)
+    t3 = time.perf_counter()
+    print(json.dumps(dict(imports=t1 - t0, setup=t2 - t1, first_cycle=t3 - t2)))
+""")
+
+_PEAK = textwrap.dedent("""
+    import json, resource, sys
+    from meshsim.engine import run_scenario
+    from meshsim.scenario import scenario_from_dict
+    res = run_scenario(scenario_from_dict({d}), sys.argv[1], progress=False)
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps(dict(peak_bytes=peak_kib * 1024, wall=res.summary["wall_seconds"],
+                          kernel=res.summary["kernel_seconds"], output=res.summary["output_seconds"])))
+""")
+
+
+def _scenario(quick: bool, **run):
+    import copy
+
+    d = copy.deepcopy(BENCH_SCENARIO)
+    if quick:
+        d["machine"].update(rows=128, cols=128)
+    d["run"].update(run)
+    return d
+
+
+def _python(code: str, *args, env=None) -> tuple[dict, float]:
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1]), time.perf_counter() - t
+
+
+def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
+    """Run every measurement and return the figures as a dict."""
+    from kernels.reference.mesh_ref import MeshReference, rate_map
+
+    from .mesh import MeshSim, build_inputs, set_threads
+    from .scenario import scenario_from_dict
+    from .state import state_bytes_per_pe
+
+    fig = {}
+    sc = scenario_from_dict(_scenario(quick))
+    n_pe = sc.get("machine", "rows") * sc.get("machine", "cols")
+    fig["grid"] = f"{sc.get('machine', 'rows')} x {sc.get('machine', 'cols')}"
+    fig["n_pes"] = n_pe
+    fig["cores"] = numba.config.NUMBA_NUM_THREADS
+
+    # Start-up: a fresh process up to the end of its first cycle, with an empty and a warm cache.
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        small = repr(_scenario(True, cycles=10))
+        cold, cold_wall = _python(_STARTUP.format(d=small), env=env)
+        warm, warm_wall = _python(_STARTUP.format(d=small), env=env)
+    fig["startup_cold_seconds"] = cold_wall
+    fig["startup_cached_seconds"] = warm_wall
+    fig["compile_seconds"] = cold["first_cycle"] - warm["first_cycle"]
+    fig["cached_first_call_seconds"] = warm["first_cycle"]
+    log(f"start-up to the first cycle: {cold_wall:.2f} s cold (compiling {fig['compile_seconds']:.2f} s), "
+        f"{warm_wall:.2f} s cached")
+
+    # Simulation speed, kernel only, after a warm-up that fills the queues.
+    sim = MeshSim(build_inputs(sc), cycles)
+    fig["state_bytes_per_pe"] = state_bytes_per_pe(sim.state)
+    sim.advance(min(cycles, 200))
+    for label, threads in (("1_thread", 1), ("all_cores", 0)):
+        n = set_threads(threads)
+        sim.advance(min(cycles, 50))
+        t = time.perf_counter()
+        sim.advance(cycles)
+        dt = time.perf_counter() - t
+        fig[f"pe_cycles_per_second_{label}"] = n_pe * cycles / dt
+        log(f"speed, {n} thread{'s' if n > 1 else ''}: {n_pe * cycles / dt / 1e6:.1f} million PE-cycles/s "
+            f"({cycles} cycles of {fig['grid']} in {dt:.2f} s)")
+    log(f"state: {fig['state_bytes_per_pe']:.0f} bytes per PE at queue capacity 16")
+
+    # A whole run with output (frames every 100 cycles) in a fresh process: peak memory and the
+    # share of the time spent outside the kernel (series, histograms, frames, windows, flushes).
+    with tempfile.TemporaryDirectory() as tmp:
+        run_cycles = 1000
+        r, _ = _python(_PEAK.format(d=repr(_scenario(quick, cycles=run_cycles))), os.path.join(tmp, "b.h5"))
+    fig["run_cycles"] = run_cycles
+    fig["peak_memory_bytes"] = r["peak_bytes"]
+    fig["run_wall_seconds"] = r["wall"]
+    fig["run_kernel_seconds"] = r["kernel"]
+    fig["run_output_seconds"] = r["output"]
+    fig["output_overhead_fraction"] = r["output"] / (r["kernel"] + r["output"])
+    log(f"full run of {run_cycles} cycles with output: {r['wall']:.2f} s wall, {r['kernel']:.2f} s in the kernel, "
+        f"{r['output']:.2f} s writing series, histograms, frames every 100 cycles and windows: "
+        f"{fig['output_overhead_fraction'] * 100:.1f}% of the run; peak memory {r['peak_bytes'] / 2**30:.2f} GiB")
+
+    # The plain reference on a small grid, for the ratio.
+    rs = scenario_from_dict(_scenario(True))
+    rows, cols, ref_cycles = 8, 8, 40
+    wl = rs.values["workload"]
+    ref = MeshReference(rows=rows, cols=cols, queue_capacity=16, hop_latency_cycles=1, link_messages_per_cycle=1,
+                        link_buffer_messages=2, credit_delay_cycles=1, policy="least_loaded", threshold=2,
+                        info_delay_cycles=1, max_per_cycle=1, seed=1,
+                        rates=rate_map(rows, cols, "uniform", wl["injection_rate"]), work_distribution="geometric",
+                        work_cycles=10, work_min_cycles=1, work_max_cycles=400, trace_events=None)
+    t = time.perf_counter()
+    for _ in range(ref_cycles):
+        ref.step()
+    dt = time.perf_counter() - t
+    fig["reference_pe_cycles_per_second"] = rows * cols * ref_cycles / dt
+    fig["speedup_over_reference"] = fig["pe_cycles_per_second_all_cores"] / fig["reference_pe_cycles_per_second"]
+    log(f"plain reference ({rows} x {cols}): {fig['reference_pe_cycles_per_second']:.0f} PE-cycles/s; "
+        f"the kernel is {fig['speedup_over_reference']:,.0f} times faster")
+    return fig
+
+
+def run_bench(json_out: bool = False, quick: bool = False, cycles: int = 300) -> dict:
+    """`meshsim bench`: print the figures (as JSON with json_out)."""
+    fig = measure(quick=quick, cycles=cycles, log=(lambda *_: None) if json_out else print)
+    if json_out:
+        print(json.dumps(fig, indent=2))
+    return fig

@@ -1,0 +1,124 @@
+"""The command line through a real subprocess: exit codes, messages, no traceback, no half-written
+result (DESIGN.md sections 4 and 6)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def meshsim(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "meshsim", *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+@pytest.fixture
+def work(tmp_path):
+    shutil.copy(ROOT / "scenarios" / "smoke.toml", tmp_path / "smoke.toml")
+    return tmp_path
+
+
+def test_run_writes_results_under_results_and_prints_the_summary(work):
+    p = meshsim("run", "smoke.toml", "run.cycles=300", cwd=work)
+    assert p.returncode == 0, p.stderr
+    assert (work / "results" / "smoke.h5").exists()
+    for word in ("LI", "utilisation", "latency", "p99", "variance", "million PE-cycles/s"):
+        assert word in p.stdout
+    rep = meshsim("report", "results/smoke.h5", "--json", cwd=work)
+    assert rep.returncode == 0, rep.stderr
+    data = json.loads(rep.stdout)
+    assert data["summary"]["cycles"] == 300 and data["file"]["complete"] is True
+    assert 0 < data["summary"]["li"] <= 1
+
+
+def test_bad_scenario_exits_2_with_every_problem_and_writes_nothing(work):
+    (work / "bad.toml").write_text('[machine]\nrows = 0\nhop_latency_cycles = 9\n[migration]\npolicy = "least"\n'
+                                   '[workload]\ninjection_rat = 0.1\n')
+    p = meshsim("run", "bad.toml", "-o", "out.h5", cwd=work)
+    assert p.returncode == 2
+    assert "Traceback" not in p.stderr
+    assert "machine.rows = 0: must be an integer in [1, 4096]" in p.stderr
+    assert "machine.hop_latency_cycles = 9: must be an integer in [1, 8]" in p.stderr
+    assert 'did you mean "least_loaded"' in p.stderr
+    assert "workload.injection_rat: unknown key; did you mean workload.injection_rate?" in p.stderr
+    assert "bad.toml" in p.stderr
+    assert not (work / "out.h5").exists() and not (work / "out.incomplete.h5").exists()
+    assert not (work / "results").exists()
+
+
+def test_bad_override_exits_2(work):
+    p = meshsim("run", "smoke.toml", "migration.threshold=99", cwd=work)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "migration.threshold = 99" in p.stderr
+    assert not (work / "results").exists()
+
+
+def test_missing_scenario_and_bad_trace_exit_2(work):
+    p = meshsim("run", "nope.toml", cwd=work)
+    assert p.returncode == 2 and "nope.toml: no such scenario file" in p.stderr
+    (work / "t.csv").write_text("cycle,row,col,work_cycles\n0,0,0,5\n1,99,0,5\n")
+    (work / "tr.toml").write_text('[machine]\nrows = 4\ncols = 4\n[workload]\ntype = "trace"\ntrace_file = "t.csv"\n')
+    p = meshsim("run", "tr.toml", cwd=work)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "line 3" in p.stderr and "row" in p.stderr and "99" in p.stderr
+    assert not (work / "results").exists()
+
+
+def test_report_of_a_file_that_is_not_a_result_exits_2(work):
+    (work / "x.h5").write_bytes(b"not hdf5 at all")
+    p = meshsim("report", "x.h5", cwd=work)
+    assert p.returncode == 2 and "x.h5: not a readable HDF5 file" in p.stderr and "Traceback" not in p.stderr
+    import h5py
+
+    with h5py.File(work / "y.h5", "w") as f:
+        f["a"] = 1
+    p = meshsim("report", "y.h5", cwd=work)
+    assert p.returncode == 2 and "y.h5: not a meshsim result file" in p.stderr
+    p = meshsim("report", "missing.h5", cwd=work)
+    assert p.returncode == 2 and "missing.h5: no such result file" in p.stderr
+
+
+def test_validate_accepts_the_shipped_scenarios(work):
+    for name in ("smoke.toml", "wse2_uniform.toml", "wse2_hotspot.toml"):
+        p = meshsim("validate", ROOT / "scenarios" / name, cwd=work)
+        assert p.returncode == 0, p.stderr
+        assert "valid" in p.stdout
+
+
+def test_sigterm_leaves_an_incomplete_readable_file(work):
+    import signal
+    import time
+
+    import h5py
+
+    proc = subprocess.Popen([sys.executable, "-m", "meshsim", "run", "smoke.toml", "run.cycles=100000000",
+                             "output.flush_every_cycles=100", "-o", "long.h5", "-q"], cwd=work,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), stderr=subprocess.PIPE, text=True)
+    partial = work / "long.incomplete.h5"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        time.sleep(0.5)
+        if partial.exists():
+            try:
+                # The writer holds the file's lock; a reader that ignores it sees the last flush.
+                with h5py.File(partial, "r", locking=False) as f:
+                    if f.attrs["cycles_done"] >= 200:
+                        break
+            except OSError:
+                pass  # being written; look again
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted after" in err and "long.incomplete.h5" in err
+    assert not (work / "long.h5").exists()
+    with h5py.File(partial, "r") as f:
+        done = int(f.attrs["cycles_done"])
+        assert bool(f.attrs["complete"]) is False and done >= 200
+        assert f["series/busy"].shape == (done,)
+        assert f["summary"].attrs["cycles"] == done

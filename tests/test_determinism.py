@@ -1,0 +1,99 @@
+"""Bit-identical results across thread counts and reruns (DESIGN.md section 9; STYLE: determinism as a
+contract). Each run is a fresh process so that Numba can be given 3 threads on any machine."""
+
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+SCENARIO = """
+[run]
+cycles = 300
+seed = 99
+window_cycles = 50
+[machine]
+rows = 37
+cols = 23
+queue_capacity = 6
+hop_latency_cycles = 2
+link_buffer_messages = 3
+[migration]
+policy = "{policy}"
+threshold = 1
+max_per_cycle = 2
+[workload]
+type = "skewed"
+injection_rate = 0.12
+sigma = 1.0
+work_distribution = "uniform"
+work_min_cycles = 1
+work_max_cycles = 12
+[output]
+frame_every_cycles = 25
+flush_every_cycles = 70
+"""
+
+# Attributes that legitimately differ between runs of the same scenario.
+VOLATILE = {"threads", "created", "wall_seconds", "kernel_seconds", "first_call_seconds", "pe_cycles_per_second",
+            "output_seconds"}
+
+
+def run(tmp_path, scenario, threads, name):
+    out = tmp_path / f"{name}.h5"
+    env = dict(os.environ, NUMBA_NUM_THREADS="3")
+    subprocess.run([sys.executable, "-m", "meshsim", "run", str(scenario), "-o", str(out), "--threads", str(threads),
+                    "-q"], check=True, env=env, cwd=tmp_path)
+    return out
+
+
+def contents(path):
+    data = {}
+    with h5py.File(path) as f:
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                data[name] = obj[()]
+            for k, v in obj.attrs.items():
+                if k not in VOLATILE and k not in ("REFERENCE_LIST", "DIMENSION_LIST"):
+                    data[f"{name}@{k}"] = v
+        f.visititems(visit)
+        for k, v in f.attrs.items():
+            if k not in VOLATILE:
+                data[f"@{k}"] = v
+    return data
+
+
+def assert_identical(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), k
+        elif isinstance(x, float) and np.isnan(x):
+            assert np.isnan(y), k
+        else:
+            assert x == y, k
+
+
+@pytest.mark.parametrize("policy", ["least_loaded", "random_lower"])
+def test_results_are_bit_identical_with_1_2_and_3_threads_and_on_rerun(tmp_path, policy):
+    sc = tmp_path / "s.toml"
+    sc.write_text(SCENARIO.format(policy=policy))
+    first = contents(run(tmp_path, sc, 1, "t1"))
+    assert first["summary@migrated"] > 0
+    for threads, name in ((2, "t2"), (3, "t3"), (3, "t3again")):
+        assert_identical(first, contents(run(tmp_path, sc, threads, name)))
+
+
+def test_in_process_chunking_does_not_change_results(tmp_path):
+    """Many cycles per kernel call or one: the same file."""
+    from meshsim.engine import run_scenario
+    from meshsim.scenario import load_scenario
+
+    sc = tmp_path / "s.toml"
+    sc.write_text(SCENARIO.format(policy="least_loaded"))
+    a = run_scenario(load_scenario(sc), tmp_path / "a.h5", progress=False)
+    b = run_scenario(load_scenario(sc), tmp_path / "b.h5", progress=False, max_cycles_per_call=7)
+    assert_identical(contents(a.path), contents(b.path))

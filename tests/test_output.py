@@ -1,0 +1,159 @@
+"""Result files (DESIGN.md section 5): layout, self-description, consistency with the run, and what an
+interrupted run leaves behind."""
+
+import math
+
+import h5py
+import numpy as np
+import pytest
+
+from meshsim import metrics
+from meshsim.engine import RunInterrupted, run_scenario
+from meshsim.report import read_summary
+from meshsim.scenario import scenario_from_dict
+
+STABLE_SUMMARY_KEYS = ["cycles", "n_units", "li", "percent_imbalance", "jain_index", "cv", "utilization",
+                       "latency_mean_cycles", "latency_var_cycles2", "latency_p50_cycles", "latency_p99_cycles",
+                       "latency_max_cycles", "injected", "refused", "completed", "in_system_at_end", "migrated",
+                       "wall_seconds", "pe_cycles_per_second"]
+
+
+def scenario(**over):
+    d = {"run": {"cycles": 450, "seed": 5, "window_cycles": 100},
+         "machine": {"rows": 12, "cols": 17, "queue_capacity": 8},
+         "migration": {"policy": "least_loaded", "threshold": 1},
+         "workload": {"type": "hotspot", "injection_rate": 0.03, "hot_rate": 0.4, "work_distribution": "geometric",
+                      "work_cycles": 6, "work_max_cycles": 100},
+         "output": {"frame_every_cycles": 50, "flush_every_cycles": 200}}
+    for key, value in over.items():
+        section, name = key.split("__")
+        d[section][name] = value
+    return scenario_from_dict(d)
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    path = tmp_path_factory.mktemp("out") / "run.h5"
+    res = run_scenario(scenario(), path, progress=False)
+    return res
+
+
+def test_a_complete_run_is_renamed_and_marked_complete(result):
+    assert result.path.name == "run.h5"
+    assert not (result.path.parent / "run.incomplete.h5").exists()
+    with h5py.File(result.path) as f:
+        assert bool(f.attrs["complete"]) is True
+        assert f.attrs["cycles_done"] == 450
+        assert f.attrs["schema_version"] == 1
+        assert "workload" in f.attrs["scenario_resolved"]
+        assert "hot_rate" in f.attrs["scenario_text"] or f.attrs["scenario_text"] == ""
+
+
+def test_every_dataset_has_units_and_a_description(result):
+    seen = []
+
+    def visit(name, obj):
+        if isinstance(obj, h5py.Dataset):
+            seen.append(name)
+            assert "units" in obj.attrs, name
+            assert obj.attrs["description"], name
+
+    with h5py.File(result.path) as f:
+        f.visititems(visit)
+    assert {"series/busy", "occupancy/depth_histogram", "occupancy/queue_depth", "units/busy_cycles",
+            "latency/histogram", "windows/li"} <= set(seen)
+
+
+def test_time_series_carry_the_cycle_dimension_scale(result):
+    with h5py.File(result.path) as f:
+        for name in ("series/busy", "series/completed", "occupancy/depth_histogram"):
+            ds = f[name]
+            assert ds.dims[0][0].name == "/cycle"
+            assert ds.chunks is not None and ds.compression == "gzip"
+        assert f["occupancy/queue_depth"].dims[1][0].name == "/row"
+        assert f["occupancy/queue_depth"].dims[2][0].name == "/col"
+        assert f["cycle"][:].tolist() == list(range(450))
+
+
+def test_series_totals_and_summary_agree(result):
+    with h5py.File(result.path) as f:
+        s = {k: f["series"][k][:] for k in f["series"]}
+        u = {k: f["units"][k][:] for k in f["units"]}
+        hist = f["latency/histogram"][:]
+        depth = f["occupancy/depth_histogram"][:]
+        assert f["occupancy/queue_depth"].shape == (9, 12, 17)
+        assert f["occupancy/frame_cycle"][:].tolist() == [49, 99, 149, 199, 249, 299, 349, 399, 449]
+        assert np.array_equal(f["occupancy/queue_depth"][-1], u["queue_depth_end"])
+        assert f["windows/li"].shape == (5,)
+    summary = result.summary
+    assert int(s["completed"].sum()) == int(u["completed"].sum()) == summary["completed"] == int(hist.sum())
+    assert int(s["busy"].sum()) == int(u["busy_cycles"].sum())
+    assert int(s["injected"].sum()) == summary["injected"]
+    assert int(s["latency_sum"].sum()) == int(u["latency_sum"].sum())
+    assert np.all(depth.sum(axis=1) == 12 * 17)
+    assert np.array_equal((depth * np.arange(9)).sum(axis=1), s["queued"])
+    # Conservation at the end, from the file alone.
+    assert summary["injected"] == summary["refused"] + int(s["queued"][-1]) + int(s["in_service"][-1]) + \
+        int(s["in_flight"][-1]) + summary["completed"]
+    lb = metrics.load_balance(u["busy_cycles"])
+    assert summary["li"] == pytest.approx(lb["li"], rel=1e-12)
+    assert summary["migrated"] > 0
+
+
+def test_summary_holds_the_stable_names(result):
+    root, summary = read_summary(result.path)
+    for key in STABLE_SUMMARY_KEYS:
+        assert key in summary, key
+    assert summary["n_units"] == 12 * 17
+    assert 0 < summary["li"] <= 1
+    assert summary["latency_p50_cycles"] <= summary["latency_p99_cycles"] <= summary["latency_max_cycles"]
+    assert root["complete"] is True or root["complete"] == 1
+    assert not math.isnan(summary["latency_mean_cycles"])
+    assert not math.isnan(summary["latency_var_cycles2"])
+
+
+def test_windows_cover_the_run(result):
+    with h5py.File(result.path) as f:
+        assert f["windows/window_start"][:].tolist() == [0, 100, 200, 300, 400]
+        assert f["windows/window_end"][:].tolist() == [100, 200, 300, 400, 450]
+        assert int(f["windows/completed"][:].sum()) == result.summary["completed"]
+        assert np.all((f["windows/li"][:] > 0) & (f["windows/li"][:] <= 1))
+
+
+def test_an_interrupted_run_leaves_a_readable_incomplete_file(tmp_path, monkeypatch):
+    from meshsim import mesh
+
+    calls = {"n": 0}
+    real = mesh.MeshSim.advance
+
+    def advance_then_interrupt(self, n):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real(self, n)
+
+    monkeypatch.setattr(mesh.MeshSim, "advance", advance_then_interrupt)
+    path = tmp_path / "cut.h5"
+    with pytest.raises(RunInterrupted) as e:
+        run_scenario(scenario(), path, progress=False)
+    assert not path.exists()
+    kept = tmp_path / "cut.incomplete.h5"
+    assert e.value.path == kept and e.value.cycles_done == 150
+    with h5py.File(kept) as f:
+        assert bool(f.attrs["complete"]) is False
+        assert f.attrs["cycles_done"] == 150
+        assert f["series/busy"].shape == (150,)
+        assert f["summary"].attrs["cycles"] == 150
+        assert int(f["units/completed"][:].sum()) == int(f["series/completed"][:].sum())
+
+
+def test_a_trace_run_reports_events_it_did_not_offer(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("cycle,row,col,work_cycles\n0,0,0,5\n3,1,1,2\n999,0,0,1\n")
+    sc = scenario_from_dict({"run": {"cycles": 20}, "machine": {"rows": 2, "cols": 2},
+                             "workload": {"type": "trace", "trace_file": str(trace)},
+                             "output": {"frame_every_cycles": 0}})
+    res = run_scenario(sc, tmp_path / "t.h5", progress=False)
+    assert res.summary["injected"] == 2 and res.summary["completed"] == 2
+    assert res.summary["trace_events_not_offered"] == 1
+    assert res.summary["latency_mean_cycles"] == 3.5
