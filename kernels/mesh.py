@@ -424,3 +424,24 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
         if cum[0] != cum[1] + series[i, S_QUEUED] + series[i, S_IN_SERVICE] + cum[3] + cum[2]:
             return t
     return -1
+
+
+@njit(**JIT)
+def count_in_flight(sent_h, recv_h, slot, wrap):
+    """Messages on all links at the end of the cycle stored in history slot `slot`: for every link,
+    the sender's send count minus the receiver's receive count, modulo `wrap` (= 2K). int64."""
+    rows = sent_h.shape[1]
+    cols = sent_h.shape[2]
+    total = 0
+    for r in range(rows):
+        for c in range(cols):
+            for d in range(4):
+                nr = r + (d == 2) - (d == 0)
+                nc = c + (d == 1) - (d == 3)
+                if nr < 0 or nr >= rows or nc < 0 or nc >= cols:
+                    continue
+                k = np.int64(sent_h[slot, r, c, d]) - np.int64(recv_h[slot, nr, nc, (d + 2) & 3])
+                if k < 0:
+                    k += wrap
+                total += k
+    return total

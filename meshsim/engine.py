@@ -159,6 +159,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
                 summary = _summary(sim, n_units, done, busy_total, migrated, hops, lat_hist, lat_count, lat_sum,
                                    lat_sq, lat_max, time.perf_counter() - t_start, kernel_seconds, first_call_seconds,
                                    first_call_cycles, n_threads)
+                _add_clock(summary, scenario.get("machine", "clock_ghz"))
                 path = writer.finish(summary, done, complete=False)
                 raise RunInterrupted(path, done) from None
             _write_totals(writer, sim, inputs, lat_hist, lat_count, lat_sum, lat_sq, lat_max)
@@ -166,6 +167,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
                                lat_max, time.perf_counter() - t_start, kernel_seconds, first_call_seconds,
                                first_call_cycles, n_threads)
             summary["output_seconds"] = output_seconds
+            _add_clock(summary, scenario.get("machine", "clock_ghz"))
             unoffered = sim.unoffered_events(cycles)
             if scenario.get("workload", "type") == "trace":
                 summary["trace_events_not_offered"] = unoffered
@@ -175,6 +177,14 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
     return RunResult(path=path, summary=summary)
+
+
+def _add_clock(summary: dict, clock_ghz: float) -> None:
+    """Figures at the machine's clock: the simulated time and the task throughput per second."""
+    seconds = summary["cycles"] / (clock_ghz * 1e9)
+    summary["clock_ghz"] = clock_ghz
+    summary["simulated_seconds"] = seconds
+    summary["throughput_tasks_per_second"] = summary["completed"] / seconds if seconds else float("nan")
 
 
 def _write_totals(writer, sim, inputs, lat_hist, count, total, total_sq, maximum):

@@ -20,16 +20,15 @@ def load_balance(load) -> dict:
     """
     a = np.asarray(load, dtype=np.int64).ravel()
     n = a.size
-    total = int(a.sum())
-    lo = int(a.min()) if n else 0
     hi = int(a.max()) if n else 0
-    sum_sq = int((a.astype(np.float64) ** 2).sum()) if n else 0
+    lo = int(a.min()) if n else 0
     if n == 0 or hi == 0:
         nan = float("nan")
         return dict(li=nan, percent_imbalance=nan, jain_index=nan, cv=nan, min=lo, max=hi, mean=0.0)
+    total = int(a.sum())
     mean = total / n
-    # The variance from exact integer sums, so that a perfectly even load gives exactly 0.
-    sq = int(np.dot(a, a)) if sum_sq < 2**62 else sum_sq
+    # Exact integer sum of squares while it cannot overflow (so an even load gives exactly CV 0).
+    sq = int(np.dot(a, a)) if hi * hi * n < 2**63 else float(np.dot(a.astype(np.float64), a))
     var = max(sq / n - mean * mean, 0.0)
     return dict(
         li=mean / hi,

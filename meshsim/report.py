@@ -80,7 +80,9 @@ def format_summary(summary: dict, root: dict | None = None, path=None) -> str:
         f"{_f(s['in_system_at_end'])} in the system at the end",
         f"migration     {_f(s['migrated'])} tasks moved, {_f(s.get('hops_per_completed_task', math.nan))} hops per "
         f"completed task",
-        f"throughput    {_f(s.get('throughput_tasks_per_cycle', math.nan))} tasks/cycle",
+        f"throughput    {_f(s.get('throughput_tasks_per_cycle', math.nan))} tasks/cycle"
+        + (f" = {_f(s['throughput_tasks_per_second'])} tasks/s at {_f(s['clock_ghz'])} GHz "
+           f"({_f(s['simulated_seconds'] * 1e6)} us simulated)" if "clock_ghz" in s else ""),
         f"speed         {_f(s['pe_cycles_per_second'] / 1e6, 4)} million PE-cycles/s on {_f(s.get('threads', 0))} "
         f"threads; {_f(s['wall_seconds'], 3)} s wall",
     ]

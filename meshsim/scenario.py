@@ -416,8 +416,9 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
     def add(blamed, others, message):
         problems.append(f"{at(blamed, *others)}: {blamed} = {shown(blamed)}: {message}")
 
-    t, q = "migration.threshold", "machine.queue_capacity"
-    if ok(t, q) and get(t) >= get(q):
+    t, q, pol = "migration.threshold", "machine.queue_capacity", "migration.policy"
+    # With migration off the threshold is never compared with anything.
+    if ok(t, q, pol) and get(pol) != "none" and get(t) >= get(q):
         add(t, [q], f"must be less than {q} = {shown(q)}, so an integer in "
                     f"[0, {get(q) - 1}] (tasks)")
 

@@ -103,18 +103,8 @@ def in_flight_from_links(state: MeshState, cycle_done: int, link_buffer_messages
     """
     if cycle_done == 0:
         return 0
-    h = state.sent_h.shape[0]
-    s = (cycle_done - 1) % h
-    sent = state.sent_h[s].astype(np.int64)
-    recv = state.recv_h[s].astype(np.int64)
-    wrap = 2 * link_buffer_messages
-    total = 0
-    # Output d of (r, c) feeds input opp(d) of its neighbour.
-    total += ((sent[1:, :, 0] - recv[:-1, :, 2]) % wrap).sum()  # N: to (r-1, c)
-    total += ((sent[:, :-1, 1] - recv[:, 1:, 3]) % wrap).sum()  # E: to (r, c+1)
-    total += ((sent[:-1, :, 2] - recv[1:, :, 0]) % wrap).sum()  # S: to (r+1, c)
-    total += ((sent[:, 1:, 3] - recv[:, :-1, 1]) % wrap).sum()  # W: to (r, c-1)
-    return int(total)
+    slot = (cycle_done - 1) % state.sent_h.shape[0]
+    return int(K.count_in_flight(state.sent_h, state.recv_h, slot, 2 * link_buffer_messages))
 
 
 def row_blocks(rows: int, n_blocks: int = 64) -> np.ndarray:

@@ -157,3 +157,27 @@ def test_a_trace_run_reports_events_it_did_not_offer(tmp_path):
     assert res.summary["injected"] == 2 and res.summary["completed"] == 2
     assert res.summary["trace_events_not_offered"] == 1
     assert res.summary["latency_mean_cycles"] == 3.5
+
+
+def test_xarray_opens_every_group(result):
+    import xarray as xr  # a test extra, with h5netcdf
+
+    with xr.open_dataset(result.path, engine="h5netcdf", group="series") as ds:
+        assert ds.sizes["cycle"] == 450 and int(ds["completed"].sum()) == result.summary["completed"]
+    with xr.open_dataset(result.path, engine="h5netcdf", group="occupancy") as ds:
+        assert dict(ds["queue_depth"].sizes) == {"frame_cycle": 9, "row": 12, "col": 17}
+        assert ds["queue_depth"].attrs["units"] == "tasks"
+    for group in ("windows", "units", "latency"):
+        with xr.open_dataset(result.path, engine="h5netcdf", group=group) as ds:
+            assert len(ds.data_vars) > 0
+
+
+def test_a_grid_of_more_than_850000_pes_runs(tmp_path):
+    sc = scenario_from_dict({"run": {"cycles": 6, "window_cycles": 3}, "machine": {"rows": 850, "cols": 1001},
+                             "workload": {"injection_rate": 0.3, "work_cycles": 2},
+                             "output": {"frame_every_cycles": 3}})
+    res = run_scenario(sc, tmp_path / "big.h5", progress=False)
+    assert res.summary["n_units"] == 850_850
+    assert res.summary["injected"] == res.summary["refused"] + res.summary["completed"] + \
+        res.summary["in_system_at_end"]
+    assert res.summary["completed"] > 0

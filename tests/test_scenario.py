@@ -576,3 +576,10 @@ def test_update_readme_rewrites_only_the_marked_block(tmp_path):
     readme.write_text("# no markers\n")
     with pytest.raises(InputError, match="params:start"):
         update_readme(readme)
+
+
+def test_threshold_above_capacity_is_fine_when_migration_is_off():
+    from meshsim.scenario import scenario_from_dict
+
+    sc = scenario_from_dict({"machine": {"queue_capacity": 2}, "migration": {"policy": "none", "threshold": 4}})
+    assert sc.get("migration", "threshold") == 4
