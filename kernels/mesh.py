@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit, prange
 
 from .config import JIT, JIT_PARALLEL
-from .rng import STREAM_INJECT, STREAM_MIGRATE, S32, cycle_key, mix64, G_UNIT, G_INDEX, unit_interval_open0
+from .rng import G_INDEX, G_UNIT, S32, STREAM_INJECT, STREAM_MIGRATE, cycle_key, mix64, unit_interval_open0
 
 # Columns of the per-cycle series (docs/mesh.md, "Per-cycle observables").
 S_BUSY = 0
@@ -94,12 +94,13 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
                lhist, scratch, arrivals):
     """Advance rows r0..r1-1 by cycle t; add this block's observables into acc, dhist, lhist.
 
-    cfg: int64[...] (see CFG_* in meshsim.state). acc: int64[N_SERIES]; dhist: int64[4, Q+1] (summed over its first axis);
-    lhist: int64[n_bins] (last bin = overflow); scratch: int64[5, 4] and arrivals: uint32[C] work space. Reads other PEs only through history slots of
-    earlier cycles.
+    cfg: int64 vector, fields named by meshsim.mesh.CFG_FIELDS. acc: int64[N_SERIES];
+    dhist: int64[4, Q+1] (summed over its first axis); lhist: int64[n_bins] (last bin = overflow);
+    scratch: int64[5, 4] and arrivals: uint32[C], work space. Reads other PEs only through history
+    slots of earlier cycles.
     """
-    (q_work, q_birth, q_hops, q_len, s_rem, s_birth, s_hops, link, sent_h, recv_h, depth_h,
-     tot_started, tot_injected, tot_refused, tot_completed, tot_out, tot_in, tot_latency, thr, geo_log, sent_h32, recv_h32) = st
+    (q_work, q_birth, q_hops, q_len, s_rem, s_birth, s_hops, link, sent_h, recv_h, depth_h, tot_started,
+     tot_injected, tot_refused, tot_completed, tot_out, tot_in, tot_latency, thr, geo_log, sent_h32, recv_h32) = st
     rows = q_len.shape[0]
     cols = q_len.shape[1]
     cap = cfg[0]

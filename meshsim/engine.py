@@ -82,7 +82,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     flush_every = out["flush_every_cycles"]
     chunk = min(flush_every, cycles) if max_cycles_per_call is None else max_cycles_per_call
     stops = _boundaries(cycles, window, frame_every, flush_every, chunk)
-    sim = MeshSim(inputs, max_chunk=max(b - a for a, b in zip([0] + stops, stops)))
+    sim = MeshSim(inputs, max_chunk=max(b - a for a, b in zip([0] + stops, stops, strict=False)))
     n_units = inputs.rows * inputs.cols
     if progress is None:
         progress = sys.stderr.isatty()
@@ -94,7 +94,8 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
         except ValueError:  # not the main thread (e.g. a worker): leave signals alone
             old_term = None
     writer = ResultWriter(final, scenario, rows=inputs.rows, cols=inputs.cols, queue_capacity=inputs.queue_capacity,
-                          latency_bins=inputs.latency_bins, threads=n_threads, compression_level=out["compression_level"])
+                          latency_bins=inputs.latency_bins, threads=n_threads,
+                          compression_level=out["compression_level"])
     lat_hist = np.zeros(inputs.latency_bins, np.int64)
     lat_count = lat_sum = lat_sq = lat_max = 0
     busy_total = migrated = hops = 0

@@ -71,11 +71,13 @@ def format_summary(summary: dict, root: dict | None = None, path=None) -> str:
         f"cycles        {_f(s['cycles'])} on {_f(s['n_units'])} PEs ({_f(s.get('active_units', 0))} did work)",
         f"LI            {_f(s['li'])}  (mean/max busy; {_f(s['percent_imbalance'], 3)}% imbalance, "
         f"Jain {_f(s['jain_index'])}, CV {_f(s['cv'])})",
-        f"busy cycles   min {_f(s.get('busy_min_cycles', 'n/a'))}, mean {_f(float(s.get('busy_mean_cycles', math.nan)))}, "
-        f"max {_f(s.get('busy_max_cycles', 'n/a'))}; compute-time spread {_f(s.get('compute_time_spread', math.nan))}",
+        f"busy cycles   min {_f(s.get('busy_min_cycles', 'n/a'))}, "
+        f"mean {_f(float(s.get('busy_mean_cycles', math.nan)))}, max {_f(s.get('busy_max_cycles', 'n/a'))}; "
+        f"compute-time spread {_f(s.get('compute_time_spread', math.nan))}",
         f"utilisation   {_f(s['utilization'])}",
         f"latency       mean {_f(s['latency_mean_cycles'])}, variance {_f(s['latency_var_cycles2'])}, "
-        f"p50 {_f(s['latency_p50_cycles'])}, p99 {_f(s['latency_p99_cycles'])}, max {_f(s['latency_max_cycles'])} cycles",
+        f"p50 {_f(s['latency_p50_cycles'])}, p99 {_f(s['latency_p99_cycles'])}, "
+        f"max {_f(s['latency_max_cycles'])} cycles",
         f"tasks         {_f(s['injected'])} injected, {_f(s['refused'])} refused, {_f(s['completed'])} completed, "
         f"{_f(s['in_system_at_end'])} in the system at the end",
         f"migration     {_f(s['migrated'])} tasks moved, {_f(s.get('hops_per_completed_task', math.nan))} hops per "

@@ -15,11 +15,11 @@ import difflib
 import json
 import math
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomli_w
+import tomllib
 
 from meshsim.errors import InputError
 from meshsim.params import (

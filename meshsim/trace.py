@@ -246,7 +246,7 @@ def _slow_parse(part: list[str], names: list[str], order: list[int], allowed: di
             events.append(list(placeholder))
             continue
         parsed = []
-        for j, (name, col) in enumerate(zip(COLUMNS, order)):
+        for j, (name, col) in enumerate(zip(COLUMNS, order, strict=False)):
             field = fields[col]
             if not _INTEGER.match(field):
                 problems.append((event, j, f'{name} = "{field}": {allowed[name]}'))

@@ -3,8 +3,6 @@ the plain reference side by side, and put the kernel's state in the reference's 
 
 from __future__ import annotations
 
-import numpy as np
-
 from kernels import mesh as K
 from kernels.reference.mesh_ref import MeshReference, rate_map
 from meshsim.mesh import MeshSim, build_inputs
@@ -58,7 +56,7 @@ def reference_for(sc, trace_events=None) -> MeshReference:
 def kernel_snapshot(sim: MeshSim) -> dict:
     """The kernel's state in the reference's canonical snapshot form (counts modulo 2K)."""
     st, inp = sim.state, sim.inputs
-    rows, cols, cap, kbuf = inp.rows, inp.cols, inp.queue_capacity, inp.link_buffer_messages
+    rows, cols, _cap, kbuf = inp.rows, inp.cols, inp.queue_capacity, inp.link_buffer_messages
     wrap = 2 * kbuf
     slot = (sim.cycle - 1) % inp.history
     queue, server, links, sent, received = [], [], [], [], []

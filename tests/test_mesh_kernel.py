@@ -3,12 +3,12 @@ kernel; docs/mesh.md is the contract both are written from)."""
 
 import numpy as np
 import pytest
-
-from kernels.reference.mesh_ref import draw as ref_draw, rate_map
-from kernels.rng import draw
-from meshsim.mesh import build_inputs, injection_rates
-
 from mesh_compare import compare_cycle_by_cycle, small_scenario
+
+from kernels.reference.mesh_ref import draw as ref_draw
+from kernels.reference.mesh_ref import rate_map
+from kernels.rng import draw
+from meshsim.mesh import injection_rates
 
 GRIDS = [(1, 1), (1, 5), (2, 2), (3, 5), (4, 6)]
 POLICIES = ["none", "least_loaded", "random_lower"]

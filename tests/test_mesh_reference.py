@@ -320,7 +320,7 @@ def test_migration_never_sends_to_a_neighbour_known_at_least_as_full_on_random_r
     # sends are not observable, so we check what follows from the end-of-cycle state (see below).
     rng = random.Random(5)
     for policy in ("least_loaded", "random_lower"):
-        for trial in range(5):
+        for _trial in range(5):
             seed = rng.randrange(2 ** 32)
             ref = make(rows=3, cols=3, queue_capacity=6, threshold=1, policy=policy,
                        info_delay_cycles=rng.randint(1, 4), max_per_cycle=rng.randint(1, 4),
@@ -499,7 +499,7 @@ def test_policy_none_never_migrates():
 
 def test_rate_zero_never_offers_and_rate_one_offers_every_cycle_with_fixed_work():
     ref = make(cols=2, rates=[0.0, 1.0], work_cycles=1)
-    obs = ref.run(50)
+    ref.run(50)
     snap = ref.snapshot()
     assert snap["totals"]["injected"] == [0, 50]
     assert snap["totals"]["completed"] == [0, 50]

@@ -4,10 +4,9 @@ reference, and the migration rule (docs/mesh.md)."""
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mesh_compare import compare_cycle_by_cycle, small_scenario
 
 from meshsim.mesh import MeshSim, build_inputs
-
-from mesh_compare import compare_cycle_by_cycle, small_scenario
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -59,7 +58,7 @@ def test_migration_never_moves_a_task_to_a_neighbour_known_to_be_at_least_as_ful
         total = sent.sum(axis=2)
         depth_end = state.depth_h[t % h].astype(np.int64)
         known = state.depth_h[(t - delay) % h].astype(np.int64) if t >= delay else np.zeros((rows, cols), np.int64)
-        for r, c, d in zip(*np.nonzero(sent)):
+        for r, c, d in zip(*np.nonzero(sent), strict=False):
             nr, nc = r + (d == 2) - (d == 0), c + (d == 1) - (d == 3)
             assert 0 <= nr < rows and 0 <= nc < cols, "sent off the grid"
             k = sent[r, c, d]

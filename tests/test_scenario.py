@@ -5,9 +5,8 @@ Every bad-input test asserts on the message: the key path, the bad value and wha
 
 from __future__ import annotations
 
-import tomllib
-
 import pytest
+import tomllib
 
 from meshsim.docs import END_MARKER, START_MARKER, parameter_reference_markdown, update_readme
 from meshsim.errors import InputError
