@@ -15,43 +15,38 @@ with this file):
    so visiting PEs one after another in any order gives the same result.  We visit them in
    increasing u (``_visit_reversed`` exists only so a test can prove order independence).
 2. Hop count overflow: the count saturates at 255, as docs/mesh.md says.
-3. Trace events "at or beyond the run's last cycle are not offered".  Read literally that would
-   drop events *at* the last cycle that is run; we take the natural meaning: in cycle t a PE is
-   offered every event whose cycle is t, so a run of N cycles (0..N-1) offers events with cycle
-   in [0, N) and ``unoffered_trace_events()`` counts the others (cycle >= N, or negative).
+3. Trace events: in cycle t a PE is offered every event whose cycle is t, so a run of N cycles
+   (0..N-1) offers events with cycle in [0, N); ``unoffered_trace_events()`` counts the others
+   (cycle >= N, or negative).
 4. Geometric work uses ``math.log(1.0 - 1.0 / m)`` literally (not log1p(-1/m), which can differ in
    the last bit and so change floor() near integers); m = float(work_cycles).  The cap at
    work_max_cycles is applied only to the geometric distribution, as written; no distribution
    clamps to the task range 1..65535 (the scenario must keep work inside it).
-5. Skewed rate map.  The spec says only "Box-Muller on draw(seed,0,0,u,0) and draw(seed,0,0,u,1)".
-   We use the project's brief: U1 = ((d0 >> 11) + 1) * 2^-53 in (0, 1], U2 = (d1 >> 11) * 2^-53 in
-   [0, 1), z = sqrt(-2 ln U1) * cos(2 pi U2) (cosine branch only; the sine value is discarded).
-   Clipping to [0, 1] only ever bites at the top because exp() > 0.
-6. Hot regions of the hotspot map are given as half-open rectangles (row0, col0, row1, col1)
-   covering [row0, row1) x [col0, col1); the spec does not fix the rectangle convention.
-7. Seeds are taken modulo 2^64 (``seed & MASK64``); the spec assumes an unsigned 64-bit seed.
-8. In the Migrate step, "has room" compares ``sent_total_d`` *including this cycle's sends* with
+5. Skewed rate map and hot regions: as docs/mesh.md defines them (Box-Muller on the set-up stream,
+   cosine branch; half-open rectangles (row0, col0, row1, col1)).
+6. Seeds are taken modulo 2^64 (``seed & MASK64``); the spec assumes an unsigned 64-bit seed.
+7. In the Migrate step, "has room" compares ``sent_total_d`` *including this cycle's sends* with
    the credits as of t - Lc, exactly as written; ``k`` for random_lower is the number of tasks this
    PE already sent in this cycle (equal to the loop iteration index, since every iteration that
    does not stop sends one task).
-9. "busy PEs (step 5)" counts PEs whose server held a task during step 5, including a task that
+8. "busy PEs (step 5)" counts PEs whose server held a task during step 5, including a task that
    completes in that same step; a completed task is counted (and its latency and hops summed) on
    the PE where it completes.
-10. "migrated" per cycle counts messages sent in the cycle; "received" counts messages taken off
+9. "migrated" per cycle counts messages sent in the cycle; "received" counts messages taken off
    links in the cycle (= migrated in); a received task is not re-counted as injected.
-11. A trace PE may be offered several tasks in one cycle (one per event, in file order); each is
+10. A trace PE may be offered several tasks in one cycle (one per event, in file order); each is
    accepted or refused in turn against the queue length at that moment, all before Start.
-12. Rates exactly 1 still use the threshold 2^32 - 1 (the spec's note that rate 1 offers with
+11. Rates exactly 1 still use the threshold 2^32 - 1 (the spec's note that rate 1 offers with
    probability 1 - 2^-32), computed as min(int(floor(rate * 4294967296.0)), 4294967295) in double.
-13. Parameters are checked against the ranges docs/mesh.md lists (Q 1..255, L 1..8, B 1..4,
+12. Parameters are checked against the ranges docs/mesh.md lists (Q 1..255, L 1..8, B 1..4,
    K B..64, Lc 1..8, D 1..8, T 0..Q-1, M 1..4, rates in [0, 1], trace work 1..65535 and positions
    in the grid); anything outside raises ValueError rather than being simulated.  Work
    parameters (work_cycles, work_min/max_cycles) are not range-checked: the spec gives none.
-14. "Depth" (own and known) is the queue length only, never counting the task in service, and the
+13. "Depth" (own and known) is the queue length only, never counting the task in service, and the
    end-of-cycle depth other PEs read is taken after Work, i.e. after everything in the cycle.
-15. An edge PE has no link in a missing direction; its snapshot shows an empty list and zero
+14. An edge PE has no link in a missing direction; its snapshot shows an empty list and zero
    counts there.  A migrated task keeps its birth cycle, so its latency includes time in flight.
-16. The spec's "the kernel checks conservation from the per-cycle counts" is done here from the
+15. The spec's "the kernel checks conservation from the per-cycle counts" is done here from the
    actual state (queues, servers, link FIFOs), plus in flight == sent - received.
 """
 
@@ -127,7 +122,7 @@ def rate_map(rows, cols, workload_type, injection_rate, hot_rate=0.0, hot_region
             for c in range(cols):
                 inside = False
                 for (row0, col0, row1, col1) in hot_regions:
-                    # Half-open rectangles (see choice 6 in the module docstring).
+                    # Half-open rectangles, as docs/mesh.md defines them.
                     if row0 <= r < row1 and col0 <= c < col1:
                         inside = True
                 rates.append(float(hot_rate) if inside else float(injection_rate))
