@@ -46,13 +46,13 @@ def default_output_path(scenario) -> Path:
     return Path("results") / f"{scenario.name}.h5"
 
 
-def _boundaries(cycles: int, *periods: int):
-    """Sorted cycle counts at which the engine must stop the kernel: multiples of each period."""
-    points = {cycles}
-    for p in periods:
-        if p > 0:
-            points.update(range(p, cycles, p))
-    return sorted(points)
+def _stops(cycles: int, *periods: int):
+    """The cycle counts at which the engine must stop the kernel, in order: every multiple of each
+    period (0 = none) below `cycles`, then `cycles`. Generated lazily: a run may be long."""
+    done = 0
+    while done < cycles:
+        done = min([cycles] + [(done // p + 1) * p for p in periods if p > 0])
+        yield done
 
 
 class _Terminate(BaseException):
@@ -81,8 +81,8 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     frame_every = out["frame_every_cycles"]
     flush_every = out["flush_every_cycles"]
     chunk = min(flush_every, cycles) if max_cycles_per_call is None else max_cycles_per_call
-    stops = _boundaries(cycles, window, frame_every, flush_every, chunk)
-    sim = MeshSim(inputs, max_chunk=max(b - a for a, b in zip([0] + stops, stops, strict=False)))
+    stops = _stops(cycles, window, frame_every, flush_every, chunk)
+    sim = MeshSim(inputs, max_chunk=chunk)  # no stretch between stops is longer than `chunk`
     n_units = inputs.rows * inputs.cols
     if progress is None:
         progress = sys.stderr.isatty()
