@@ -16,8 +16,6 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from kernels import mesh as K
-
 from . import metrics
 from .mesh import MeshSim, build_inputs, set_threads
 from .output import ResultWriter
@@ -55,12 +53,39 @@ def _stops(cycles: int, *periods: int):
         yield done
 
 
-class _Terminate(BaseException):
-    """Raised from the SIGTERM handler so that the run unwinds like Ctrl-C."""
+class _StopRequested(BaseException):
+    """Ctrl-C or SIGTERM arrived: stop at the next boundary between kernel calls."""
 
 
-def _on_sigterm(signum, frame):
-    raise _Terminate()
+class _StopSignals:
+    """While a run goes, Ctrl-C and SIGTERM only ask it to stop: the engine then finishes the
+    kernel call under way, so the file it keeps is consistent. A second signal stops at once."""
+
+    def __init__(self):
+        self.requested = False
+        self.old = {}
+
+    def _handler(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, getattr(signal, "SIGTERM", None)):
+            if sig is None:
+                continue
+            try:
+                if signal.getsignal(sig) is signal.SIG_IGN:  # e.g. started with nohup: keep ignoring
+                    continue
+                self.old[sig] = signal.signal(sig, self._handler)
+            except ValueError:  # not the main thread (a worker): leave signals alone
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self.old.items():
+            signal.signal(sig, old)
+        return False
 
 
 def run_scenario(scenario, output=None, *, threads: int | None = None, progress: bool | None = None,
@@ -83,101 +108,83 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     chunk = min(flush_every, cycles) if max_cycles_per_call is None else max_cycles_per_call
     stops = _stops(cycles, window, frame_every, flush_every, chunk)
     sim = MeshSim(inputs, max_chunk=chunk)  # no stretch between stops is longer than `chunk`
-    n_units = inputs.rows * inputs.cols
     if progress is None:
         progress = sys.stderr.isatty()
 
-    old_term = None
-    if hasattr(signal, "SIGTERM"):
-        try:
-            old_term = signal.signal(signal.SIGTERM, _on_sigterm)
-        except ValueError:  # not the main thread (e.g. a worker): leave signals alone
-            old_term = None
+    stop_signals = _StopSignals()
     writer = ResultWriter(final, scenario, rows=inputs.rows, cols=inputs.cols, queue_capacity=inputs.queue_capacity,
                           latency_bins=inputs.latency_bins, threads=n_threads,
                           compression_level=out["compression_level"])
     lat_hist = np.zeros(inputs.latency_bins, np.int64)
-    lat_count = lat_sum = lat_sq = lat_max = 0
-    busy_total = migrated = hops = 0
     win_start = 0
     busy_at_window = np.zeros((inputs.rows, inputs.cols), np.int64)
-    win_completed = win_lat = 0
-    kernel_seconds = 0.0
-    first_call_seconds = None
-    first_call_cycles = 0
-    output_seconds = 0.0  # series, frames, windows, audits and flushes between kernel calls
+    timing = dict(kernel=0.0, first_call=None, first_call_cycles=0, output=0.0)
     bar = tqdm(total=cycles, unit="cycle", disable=not progress, delay=2.0, file=sys.stderr, dynamic_ncols=True)
     done = 0
+
+    def finish(complete: bool):
+        # Everything below is derived from the kernel state and the series already in the file,
+        # so an interrupted run's summary agrees with what the file holds.
+        nonlocal lat_hist
+        lat_hist = lat_hist + sim.take_latency_histogram()
+        _write_totals(writer, sim, inputs, lat_hist)
+        summary = _summary(sim, writer, lat_hist, time.perf_counter() - t_start, timing, n_threads)
+        _add_clock(summary, scenario.get("machine", "clock_ghz"))
+        if scenario.get("workload", "type") == "trace":
+            summary["trace_events_not_offered"] = sim.unoffered_events(cycles)
+        return writer.finish(summary, sim.cycle, complete=complete), summary
+
     try:
-        with writer:
+        with writer, stop_signals:
             try:
                 for stop in stops:
                     n = stop - done
                     t0 = time.perf_counter()
                     sim.advance(n)
                     dt = time.perf_counter() - t0
-                    if first_call_seconds is None:
-                        first_call_seconds, first_call_cycles = dt, n
+                    if timing["first_call"] is None:
+                        timing["first_call"], timing["first_call_cycles"] = dt, n
                     else:
-                        kernel_seconds += dt
+                        timing["kernel"] += dt
                     t_out = time.perf_counter()
-                    s = sim.series[:n]
-                    writer.append_cycles(done, s, sim.depth_series[:n])
-                    c = s[:, K.S_COMPLETED].sum()
-                    lat_count += int(c)
-                    lat_sum += int(s[:, K.S_LATENCY_SUM].sum())
-                    lat_sq += int(s[:, K.S_LATENCY_SQ_SUM].sum())
-                    lat_max = max(lat_max, int(s[:, K.S_LATENCY_MAX].max()))
-                    busy_total += int(s[:, K.S_BUSY].sum())
-                    migrated += int(s[:, K.S_MIGRATED].sum())
-                    hops += int(s[:, K.S_HOPS_SUM].sum())
-                    win_completed += int(c)
-                    win_lat += int(s[:, K.S_LATENCY_SUM].sum())
+                    writer.append_cycles(done, sim.series[:n], sim.depth_series[:n])
                     lat_hist += sim.take_latency_histogram()
                     done = stop
                     if frame_every and done % frame_every == 0:
-                        st = sim.state
-                        writer.append_frame(done - 1, st.q_len, st.s_rem > 0)
+                        writer.append_frame(done - 1, sim.state.q_len, sim.state.s_rem > 0)
                     if done % window == 0 or done == cycles:
                         busy_now = busy_cycles(sim.state)
-                        lb = metrics.load_balance(busy_now - busy_at_window)
-                        span = done - win_start
-                        writer.append_window(win_start, dict(
-                            window_end=done, li=lb["li"], percent_imbalance=lb["percent_imbalance"],
-                            jain_index=lb["jain_index"], cv=lb["cv"], busy_min=lb["min"], busy_max=lb["max"],
-                            utilization=metrics.utilization(int((busy_now - busy_at_window).sum()), n_units, span),
-                            completed=win_completed,
-                            latency_mean=win_lat / win_completed if win_completed else float("nan")))
-                        busy_at_window = busy_now
-                        win_start, win_completed, win_lat = done, 0, 0
+                        writer.append_window(win_start, _window_figures(writer, busy_now - busy_at_window, win_start,
+                                                                        done))
+                        busy_at_window, win_start = busy_now, done
                     if done % flush_every == 0 or done == cycles:
                         sim.audit()
                         writer.flush(done)
                     bar.update(n)
-                    output_seconds += time.perf_counter() - t_out
-            except (KeyboardInterrupt, _Terminate):
-                _write_totals(writer, sim, inputs, lat_hist, lat_count, lat_sum, lat_sq, lat_max)
-                summary = _summary(sim, n_units, done, busy_total, migrated, hops, lat_hist, lat_count, lat_sum,
-                                   lat_sq, lat_max, time.perf_counter() - t_start, kernel_seconds, first_call_seconds,
-                                   first_call_cycles, n_threads)
-                _add_clock(summary, scenario.get("machine", "clock_ghz"))
-                path = writer.finish(summary, done, complete=False)
-                raise RunInterrupted(path, done) from None
-            _write_totals(writer, sim, inputs, lat_hist, lat_count, lat_sum, lat_sq, lat_max)
-            summary = _summary(sim, n_units, done, busy_total, migrated, hops, lat_hist, lat_count, lat_sum, lat_sq,
-                               lat_max, time.perf_counter() - t_start, kernel_seconds, first_call_seconds,
-                               first_call_cycles, n_threads)
-            summary["output_seconds"] = output_seconds
-            _add_clock(summary, scenario.get("machine", "clock_ghz"))
-            unoffered = sim.unoffered_events(cycles)
-            if scenario.get("workload", "type") == "trace":
-                summary["trace_events_not_offered"] = unoffered
-            path = writer.finish(summary, done, complete=True)
+                    timing["output"] += time.perf_counter() - t_out
+                    if stop_signals.requested and done < cycles:
+                        raise _StopRequested
+            except (KeyboardInterrupt, _StopRequested):
+                if writer.n_cycles < sim.cycle:  # stopped between the kernel call and its output
+                    k = sim.cycle - writer.n_cycles
+                    writer.append_cycles(writer.n_cycles, sim.series[:k], sim.depth_series[:k])
+                path, _ = finish(complete=False)
+                raise RunInterrupted(path, sim.cycle) from None
+            path, summary = finish(complete=True)
     finally:
         bar.close()
-        if old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
     return RunResult(path=path, summary=summary)
+
+
+def _window_figures(writer, busy, start: int, end: int) -> dict:
+    """Load balance of one window from its per-PE busy cycles; latency from the series written."""
+    lb = metrics.load_balance(busy)
+    completed = int(writer.series["completed"][start:end].sum())
+    latency = int(writer.series["latency_sum"][start:end].sum())
+    return dict(window_end=end, li=lb["li"], percent_imbalance=lb["percent_imbalance"], jain_index=lb["jain_index"],
+                cv=lb["cv"], busy_min=lb["min"], busy_max=lb["max"],
+                utilization=metrics.utilization(int(busy.sum()), busy.size, end - start), completed=completed,
+                latency_mean=latency / completed if completed else float("nan"))
 
 
 def _add_clock(summary: dict, clock_ghz: float) -> None:
@@ -188,29 +195,39 @@ def _add_clock(summary: dict, clock_ghz: float) -> None:
     summary["throughput_tasks_per_second"] = summary["completed"] / seconds if seconds else float("nan")
 
 
-def _write_totals(writer, sim, inputs, lat_hist, count, total, total_sq, maximum):
+def _write_totals(writer, sim, inputs, lat_hist):
     st = sim.state
     rates = inputs.rates if inputs.rates is not None else np.full((inputs.rows, inputs.cols), np.nan)
     units = dict(busy_cycles=busy_cycles(st), injected=st.tot_injected, refused=st.tot_refused,
                  completed=st.tot_completed, migrated_out=st.tot_migrated_out, migrated_in=st.tot_migrated_in,
                  latency_sum=st.tot_latency, injection_rate=rates, queue_depth_end=st.q_len)
-    writer.write_totals(units, lat_hist, dict(count=count, sum=total, sum_sq=total_sq, max=maximum))
+    ser = writer.series
+    latency = dict(count=int(st.tot_completed.sum()), sum=int(st.tot_latency.sum()),
+                   sum_sq=int(ser["latency_sq_sum"][:].sum()), max=int(ser["latency_max"][:].max(initial=0)))
+    writer.write_totals(units, lat_hist, latency)
 
 
-def _summary(sim, n_units, cycles, busy_total, migrated, hops, lat_hist, lat_count, lat_sum, lat_sq, lat_max,
-             wall, kernel_seconds, first_call_seconds, first_call_cycles, threads) -> dict:
-    """The run's figures: the stable names of DESIGN.md section 5 and more."""
+def _summary(sim, writer, lat_hist, wall, timing, threads) -> dict:
+    """The run's figures (the stable names of DESIGN.md section 5 and more), from the kernel state
+    and the per-cycle series already written."""
     st = sim.state
+    cycles = sim.cycle
+    n_units = st.q_len.size
+    ser = writer.series
     busy = busy_cycles(st)
     lb = metrics.load_balance(busy)
-    lat = metrics.latency_stats(lat_hist, lat_count, lat_sum, lat_sq, lat_max)
     injected = int(st.tot_injected.sum())
     refused = int(st.tot_refused.sum())
     completed = int(st.tot_completed.sum())
-    in_system = injected - refused - completed
-    # Simulation speed over the cycles after the first kernel call, which carries compilation.
-    steady_cycles = cycles - first_call_cycles if kernel_seconds > 0 else cycles
-    steady_seconds = kernel_seconds if kernel_seconds > 0 else (first_call_seconds or float("nan"))
+    lat = metrics.latency_stats(lat_hist, completed, int(st.tot_latency.sum()), int(ser["latency_sq_sum"][:].sum()),
+                                int(ser["latency_max"][:].max(initial=0)))
+    hops = int(ser["hops_sum"][:].sum())
+    # Simulation speed over the kernel calls after the first, which carries compilation.
+    first = timing["first_call"] or 0.0
+    if timing["kernel"] > 0:
+        speed = n_units * (cycles - timing["first_call_cycles"]) / timing["kernel"]
+    else:
+        speed = n_units * cycles / first if first else float("nan")
     return {
         "cycles": cycles,
         "n_units": n_units,
@@ -223,7 +240,7 @@ def _summary(sim, n_units, cycles, busy_total, migrated, hops, lat_hist, lat_cou
         "busy_mean_cycles": lb["mean"],
         "compute_time_spread": metrics.compute_time_spread(busy),
         "active_units": int(np.count_nonzero(busy)),
-        "utilization": metrics.utilization(busy_total, n_units, cycles),
+        "utilization": metrics.utilization(int(busy.sum()), n_units, cycles),
         "latency_mean_cycles": lat["mean"],
         "latency_var_cycles2": lat["var"],
         "latency_p50_cycles": lat["p50"],
@@ -234,14 +251,15 @@ def _summary(sim, n_units, cycles, busy_total, migrated, hops, lat_hist, lat_cou
         "injected": injected,
         "refused": refused,
         "completed": completed,
-        "in_system_at_end": in_system,
-        "migrated": migrated,
+        "in_system_at_end": injected - refused - completed,
+        "migrated": int(st.tot_migrated_out.sum()),
         "hops_per_completed_task": hops / completed if completed else float("nan"),
         "throughput_tasks_per_cycle": completed / cycles if cycles else float("nan"),
         "wall_seconds": wall,
-        "kernel_seconds": kernel_seconds + (first_call_seconds or 0.0),
-        "first_call_seconds": first_call_seconds or 0.0,
-        "pe_cycles_per_second": n_units * steady_cycles / steady_seconds if steady_seconds else float("nan"),
+        "kernel_seconds": timing["kernel"] + first,
+        "first_call_seconds": first,
+        "output_seconds": timing["output"],
+        "pe_cycles_per_second": speed,
         "threads": threads,
         "state_bytes_per_pe": state_bytes_per_pe(st),
     }
