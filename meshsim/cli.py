@@ -16,14 +16,14 @@ from .errors import InputError
 
 def _cmd_run(args) -> int:
     from .engine import run_scenario
-    from .report import format_summary, read_summary
+    from .report import format_summary, read_regions, read_summary
     from .scenario import load_scenario
 
     sc = load_scenario(args.scenario, args.overrides)
     res = run_scenario(sc, args.output, threads=args.threads, progress=None if not args.quiet else False)
     if not args.quiet:
         root, summary = read_summary(res.path)
-        print(format_summary(summary, root, res.path))
+        print(format_summary(summary, root, res.path, read_regions(res.path)))
     return 0
 
 
@@ -41,10 +41,11 @@ def _cmd_validate(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from .report import format_summary, read_summary, summary_json
+    from .report import format_summary, read_regions, read_summary, summary_json
 
     root, summary = read_summary(args.result)
-    print(summary_json(summary, root) if args.json else format_summary(summary, root, args.result))
+    regions = read_regions(args.result)
+    print(summary_json(summary, root, regions) if args.json else format_summary(summary, root, args.result, regions))
     return 0
 
 

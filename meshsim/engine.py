@@ -19,6 +19,7 @@ from tqdm import tqdm
 from . import metrics
 from .mesh import MeshSim, build_inputs, set_threads
 from .output import ResultWriter
+from .regions import region_figures, regions_of
 from .state import busy_cycles, state_bytes_per_pe
 
 
@@ -112,9 +113,10 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
         progress = sys.stderr.isatty()
 
     stop_signals = _StopSignals()
+    regions = regions_of(scenario)
     writer = ResultWriter(final, scenario, rows=inputs.rows, cols=inputs.cols, queue_capacity=inputs.queue_capacity,
                           latency_bins=inputs.latency_bins, threads=n_threads,
-                          compression_level=out["compression_level"])
+                          compression_level=out["compression_level"], regions=regions)
     lat_hist = np.zeros(inputs.latency_bins, np.int64)
     win_start = 0
     busy_at_window = np.zeros((inputs.rows, inputs.cols), np.int64)
@@ -128,6 +130,10 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
         nonlocal lat_hist
         lat_hist = lat_hist + sim.take_latency_histogram()
         _write_totals(writer, sim, inputs, lat_hist)
+        if regions is not None:
+            st = sim.state
+            writer.write_regions(region_figures(regions, busy_cycles(st), sim.cycle, st.tot_injected, st.tot_refused,
+                                                st.tot_completed, st.tot_latency))
         summary = _summary(sim, writer, lat_hist, time.perf_counter() - t_start, timing, n_threads)
         _add_clock(summary, scenario.get("machine", "clock_ghz"))
         if scenario.get("workload", "type") == "trace":
@@ -154,8 +160,9 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
                         writer.append_frame(done - 1, sim.state.q_len, sim.state.s_rem > 0)
                     if done % window == 0 or done == cycles:
                         busy_now = busy_cycles(sim.state)
-                        writer.append_window(win_start, _window_figures(writer, busy_now - busy_at_window, win_start,
-                                                                        done))
+                        delta = busy_now - busy_at_window
+                        writer.append_window(win_start, _window_figures(writer, delta, win_start, done),
+                                             region_figures(regions, delta, done - win_start) if regions else None)
                         busy_at_window, win_start = busy_now, done
                     if done % flush_every == 0 or done == cycles:
                         sim.audit()

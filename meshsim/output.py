@@ -81,7 +81,7 @@ class ResultWriter:
     leaving it by an exception keeps the file as NAME.incomplete.h5 marked incomplete."""
 
     def __init__(self, final_path, scenario, *, rows: int, cols: int, queue_capacity: int, latency_bins: int,
-                 threads: int, compression_level: int):
+                 threads: int, compression_level: int, regions=None):
         self.final_path = Path(final_path)
         self.path = incomplete_path(self.final_path)
         self.rows, self.cols, self.q = rows, cols, queue_capacity
@@ -154,6 +154,28 @@ class ResultWriter:
             _describe(ds, units, desc)
             ds.dims[0].attach_scale(self.window_start)
             self.windows[name] = ds
+        self.regions = regions
+        if regions is not None:
+            rg = f.create_group("regions")
+            rg.attrs["description"] = "figures per region of the workload (e.g. each hot rectangle and the background)"
+            # At the root, beside cycle, row and col, so that every group can use it as a dimension.
+            self.region = self._scale(f, "region", np.arange(regions.count, dtype=np.int32), "1", "region index")
+            names = rg.create_dataset("name", data=np.array(regions.names, dtype=h5py.string_dtype()))
+            _describe(names, "1", "name of each region")
+            names.dims[0].attach_scale(self.region)
+            m = rg.create_dataset("region_map", data=regions.labels, chunks=True, **self.comp)
+            _describe(m, "1", "region index of every PE")
+            m.dims[0].attach_scale(self.row)
+            m.dims[1].attach_scale(self.col)
+            self.window_regions = {}
+            for name, desc in (("region_li", "LI of each region's per-PE busy cycles in the window"),
+                               ("region_utilization", "utilisation of each region in the window")):
+                ds = w.create_dataset(name, shape=(0, regions.count), maxshape=(None, regions.count),
+                                      dtype=np.float64, chunks=(max(1, 4096 // regions.count), regions.count))
+                _describe(ds, "1", desc)
+                ds.dims[0].attach_scale(self.window_start)
+                ds.dims[1].attach_scale(self.region)
+                self.window_regions[name] = ds
         f.create_group("units").attrs["description"] = "per-PE totals over the cycles done"
         f.create_group("latency").attrs["description"] = "latency of completed tasks (completion - birth)"
         f.create_group("summary").attrs["description"] = "the run's figures (DESIGN.md section 5)"
@@ -187,12 +209,27 @@ class ResultWriter:
         self._append(self.frames["in_service"], in_service[None].astype(np.uint8))
         self.n_frames += 1
 
-    def append_window(self, start: int, figures: dict) -> None:
-        """One window's load-balance figures (keys of WINDOWS)."""
+    def append_window(self, start: int, figures: dict, region_figures: dict | None = None) -> None:
+        """One window's load-balance figures (keys of WINDOWS) and, with regions, each region's."""
         self._append(self.window_start, [start])
         for name in WINDOWS:
             self._append(self.windows[name], [figures[name]])
+        if self.regions is not None:
+            self._append(self.window_regions["region_li"], region_figures["li"][None])
+            self._append(self.window_regions["region_utilization"], region_figures["utilization"][None])
         self.n_windows += 1
+
+    def write_regions(self, figures: dict) -> None:
+        """Whole-run figures per region (keys of meshsim.regions.FIGURES), replacing any before."""
+        from .regions import FIGURES
+
+        rg = self.f["regions"]
+        for name, (dtype, units, desc) in FIGURES.items():
+            if name in rg:
+                del rg[name]
+            ds = rg.create_dataset(name, data=np.asarray(figures[name], dtype=dtype))
+            _describe(ds, units, desc)
+            ds.dims[0].attach_scale(self.region)
 
     def write_totals(self, units: dict, latency_hist: np.ndarray, latency: dict) -> None:
         """Per-PE totals and the latency histogram, replacing any written before."""

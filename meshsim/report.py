@@ -40,6 +40,42 @@ def read_summary(path) -> tuple[dict, dict]:
     return root, summary
 
 
+def read_regions(path) -> dict | None:
+    """Per-region whole-run figures of a result file (name -> array), or None if it has no regions."""
+    with h5py.File(path, "r") as f:
+        if "regions" not in f or "li" not in f["regions"]:
+            return None
+        g = f["regions"]
+        out = {k: g[k][()] for k in g if k != "region_map"}
+        out["name"] = [n.decode() if isinstance(n, bytes) else str(n) for n in out["name"]]
+        return out
+
+
+def _region_lines(r: dict) -> list:
+    """A few lines on the regions: each one when there are few, else the first and the rest together."""
+    head = f"{'region':<14}{'PEs':>10}{'LI':>9}{'util':>8}{'refused':>12}{'latency':>10}"
+
+    def line(name, n, li, util, refused, lat):
+        return f"{name:<14}{_f(int(n)):>10}{li:>9}{util:>8}{_f(int(refused)):>12}{lat:>10}"
+
+    n = len(r["name"])
+    lines = ["regions       (per-PE busy cycles within each region; latency of tasks completed there)", head]
+    shown = range(n) if n <= 6 else [0]
+    for k in shown:
+        lines.append(line(r["name"][k], r["n_units"][k], _f(float(r["li"][k]), 3), _f(float(r["utilization"][k]), 3),
+                          r["refused"][k], _f(float(r["latency_mean"][k]), 4)))
+    if n > 6:
+        rest = slice(1, n)
+        done = r["completed"][rest]
+        lat = float((r["latency_mean"][rest] * done).sum() / done.sum()) if done.sum() else math.nan
+        li = r["li"][rest]
+        lines.append(line(f"{r['name'][1]}..{n - 1}", r["n_units"][rest].sum(),
+                          f"{_f(float(li.min()), 2)}-{_f(float(li.max()), 2)}",
+                          _f(float((r["utilization"][rest] * r["n_units"][rest]).sum() / r["n_units"][rest].sum()), 3),
+                          r["refused"][rest].sum(), _f(lat, 4)))
+    return lines
+
+
 def _plain(v):
     if isinstance(v, np.generic):
         return v.item()
@@ -58,8 +94,8 @@ def _f(x, digits=4):
     return f"{x:,}" if isinstance(x, int) else str(x)
 
 
-def format_summary(summary: dict, root: dict | None = None, path=None) -> str:
-    """The one-screen summary of a run."""
+def format_summary(summary: dict, root: dict | None = None, path=None, regions: dict | None = None) -> str:
+    """The one-screen summary of a run (with per-region lines when the run has regions)."""
     s = summary
     lines = []
     if root is not None:
@@ -88,6 +124,8 @@ def format_summary(summary: dict, root: dict | None = None, path=None) -> str:
         f"speed         {_f(s['pe_cycles_per_second'] / 1e6, 4)} million PE-cycles/s on {_f(s.get('threads', 0))} "
         f"threads; {_f(s['wall_seconds'], 3)} s wall",
     ]
+    if regions is not None:
+        lines += _region_lines(regions)
     if s.get("latency_percentile_overflow"):
         lines.append("note          a latency percentile fell in the histogram's overflow bin: reported as the max "
                      "(raise output.latency_histogram_max_cycles)")
@@ -97,11 +135,15 @@ def format_summary(summary: dict, root: dict | None = None, path=None) -> str:
     return "\n".join(lines)
 
 
-def summary_json(summary: dict, root: dict) -> str:
-    """The summary as JSON (NaN written as null), with the file's provenance."""
+def summary_json(summary: dict, root: dict, regions: dict | None = None) -> str:
+    """The summary as JSON (NaN written as null), with the file's provenance and any regions."""
     def clean(v):
         return None if isinstance(v, float) and math.isnan(v) else v
     keep = ("schema_version", "meshsim_version", "machine", "scenario_name", "seed", "threads", "cycles_requested",
             "cycles_done", "complete")
     out = {"file": {k: clean(root[k]) for k in keep if k in root}, "summary": {k: clean(v) for k, v in summary.items()}}
+    if regions is not None:
+        names = regions["name"]
+        out["regions"] = {name: {k: clean(_plain(v[i])) for k, v in regions.items() if k != "name"}
+                          for i, name in enumerate(names)}
     return json.dumps(out, indent=2, sort_keys=False)

@@ -167,7 +167,7 @@ def test_xarray_opens_every_group(result):
     with xr.open_dataset(result.path, engine="h5netcdf", group="occupancy") as ds:
         assert dict(ds["queue_depth"].sizes) == {"frame_cycle": 9, "row": 12, "col": 17}
         assert ds["queue_depth"].attrs["units"] == "tasks"
-    for group in ("windows", "units", "latency"):
+    for group in ("windows", "units", "latency", "regions"):
         with xr.open_dataset(result.path, engine="h5netcdf", group=group) as ds:
             assert len(ds.data_vars) > 0
 
@@ -181,3 +181,35 @@ def test_a_grid_of_more_than_850000_pes_runs(tmp_path):
     assert res.summary["injected"] == res.summary["refused"] + res.summary["completed"] + \
         res.summary["in_system_at_end"]
     assert res.summary["completed"] > 0
+
+
+def test_hotspot_runs_report_each_region(result):
+    with h5py.File(result.path) as f:
+        g = f["regions"]
+        names = [n.decode() for n in g["name"][:]]
+        assert names == ["background", "hot_1"]
+        labels = g["region_map"][:]
+        busy = f["units/busy_cycles"][:]
+        # The default hot region: the middle quarter of each side of the 12 x 17 grid.
+        assert labels.sum() == 3 * 4 and labels[4:7, 6:10].all()
+        assert g["n_units"][:].tolist() == [12 * 17 - 12, 12]
+        assert int(g["completed"][:].sum()) == result.summary["completed"]
+        assert int(g["injected"][:].sum()) == result.summary["injected"]
+        hot = metrics.load_balance(busy[labels == 1])
+        assert g["li"][1] == pytest.approx(hot["li"], rel=1e-12)
+        assert g["utilization"][1] == pytest.approx(busy[labels == 1].sum() / (12 * 450), rel=1e-12)
+        assert f["windows/region_li"].shape == (5, 2)
+
+
+def test_report_prints_regions_and_json_holds_them(result, capsys):
+    import json
+
+    from meshsim.cli import main
+
+    assert main(["report", str(result.path)]) == 0
+    out = capsys.readouterr().out
+    assert "background" in out and "hot_1" in out
+    assert main(["report", str(result.path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["regions"]) == {"background", "hot_1"}
+    assert data["regions"]["hot_1"]["n_units"] == 12

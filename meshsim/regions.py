@@ -1,0 +1,83 @@
+"""Regions of the mesh for per-region figures (DESIGN.md section 3: "LI ... over all units and per
+region").
+
+A hotspot workload has one region per hot rectangle plus the background (the PEs in no hot
+rectangle; where rectangles overlap, the later one wins). Other workloads have no regions beyond
+the whole grid, and their result files carry no `regions` group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import metrics
+
+
+@dataclass
+class Regions:
+    """labels: int16[R, C] region index of every PE; names: one name per region."""
+
+    labels: np.ndarray
+    names: list
+
+    def __post_init__(self):
+        flat = self.labels.ravel()
+        self.index = [np.flatnonzero(flat == k) for k in range(len(self.names))]
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+
+def regions_of(scenario) -> Regions | None:
+    """The scenario's regions, or None when the whole grid is the only one."""
+    if scenario.get("workload", "type") != "hotspot":
+        return None
+    rows, cols = scenario.get("machine", "rows"), scenario.get("machine", "cols")
+    labels = np.zeros((rows, cols), np.int16)
+    hot = scenario.hot_regions()
+    for k, (r0, c0, r1, c1) in enumerate(hot, start=1):
+        labels[r0:r1, c0:c1] = k
+    names = ["background"] + [f"hot_{k}" for k in range(1, len(hot) + 1)]
+    return Regions(labels, names)
+
+
+# name -> (dtype, units, description) of the per-region figures.
+FIGURES = {
+    "n_units": (np.int64, "PEs", "PEs in the region"),
+    "li": (np.float64, "1", "load-balance efficiency mean/max of the region's per-PE busy cycles"),
+    "percent_imbalance": (np.float64, "%", "(max/mean - 1) x 100 of the region's per-PE busy cycles"),
+    "jain_index": (np.float64, "1", "Jain's index of the region's per-PE busy cycles"),
+    "cv": (np.float64, "1", "coefficient of variation of the region's per-PE busy cycles"),
+    "utilization": (np.float64, "1", "busy PE-cycles / (PEs x cycles) in the region"),
+    "injected": (np.int64, "tasks", "tasks offered to the region's PEs"),
+    "refused": (np.int64, "tasks", "tasks refused at the region's PEs"),
+    "completed": (np.int64, "tasks", "tasks completed by the region's PEs"),
+    "latency_mean": (np.float64, "cycles", "mean latency of the tasks completed by the region's PEs"),
+}
+
+
+def region_figures(regions: Regions, busy, cycles: int, injected=None, refused=None, completed=None,
+                   latency_sum=None) -> dict:
+    """Per-region figures (keys of FIGURES, one array entry per region) from per-PE totals."""
+    out = {k: np.zeros(regions.count, dtype=v[0]) for k, v in FIGURES.items()}
+    b = np.asarray(busy).ravel()
+    per_pe = {"injected": injected, "refused": refused, "completed": completed, "latency_sum": latency_sum}
+    flat = {k: (np.asarray(v).ravel() if v is not None else None) for k, v in per_pe.items()}
+    for k, idx in enumerate(regions.index):
+        lb = metrics.load_balance(b[idx])
+        out["n_units"][k] = idx.size
+        for key in ("li", "percent_imbalance", "jain_index", "cv"):
+            out[key][k] = lb[key]
+        out["utilization"][k] = metrics.utilization(int(b[idx].sum()), idx.size, cycles)
+        for key in ("injected", "refused", "completed"):
+            if flat[key] is not None:
+                out[key][k] = int(flat[key][idx].sum())
+        if flat["latency_sum"] is not None and flat["completed"] is not None:
+            n = int(flat["completed"][idx].sum())
+            out["latency_mean"][k] = int(flat["latency_sum"][idx].sum()) / n if n else float("nan")
+        else:
+            out["latency_mean"][k] = float("nan")
+    return out
