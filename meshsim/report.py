@@ -53,10 +53,10 @@ def read_regions(path) -> dict | None:
 
 def _region_lines(r: dict) -> list:
     """A few lines on the regions: each one when there are few, else the first and the rest together."""
-    head = f"{'region':<14}{'PEs':>10}{'LI':>9}{'util':>8}{'refused':>12}{'latency':>10}"
+    head = f"{'region':<14}{'PEs':>10}{'LI':>12}{'util':>8}{'refused':>12}{'latency':>10}"
 
     def line(name, n, li, util, refused, lat):
-        return f"{name:<14}{_f(int(n)):>10}{li:>9}{util:>8}{_f(int(refused)):>12}{lat:>10}"
+        return f"{name:<14}{_f(int(n)):>10}{li:>12}{util:>8}{_f(int(refused)):>12}{lat:>10}"
 
     n = len(r["name"])
     lines = ["regions       (per-PE busy cycles within each region; latency of tasks completed there)", head]
@@ -70,7 +70,7 @@ def _region_lines(r: dict) -> list:
         lat = float((r["latency_mean"][rest] * done).sum() / done.sum()) if done.sum() else math.nan
         li = r["li"][rest]
         lines.append(line(f"{r['name'][1]}..{n - 1}", r["n_units"][rest].sum(),
-                          f"{_f(float(li.min()), 2)}-{_f(float(li.max()), 2)}",
+                          f"{float(li.min()):.3f}-{float(li.max()):.3f}",
                           _f(float((r["utilization"][rest] * r["n_units"][rest]).sum() / r["n_units"][rest].sum()), 3),
                           r["refused"][rest].sum(), _f(lat, 4)))
     return lines
