@@ -31,6 +31,10 @@ def _cmd_validate(args) -> int:
     from .scenario import load_scenario
 
     sc = load_scenario(args.scenario, args.overrides)
+    if sc.get("workload", "type") == "trace":
+        from .trace import load_trace
+
+        load_trace(sc.trace_path, sc.get("machine", "rows"), sc.get("machine", "cols"))  # its problems too
     m = sc.values["machine"]
     print(f"{args.scenario}: valid ({sc.get('machine', 'type')} {m['rows']} x {m['cols']}, "
           f"{sc.get('workload', 'type')} workload, migration {sc.get('migration', 'policy')}, "
@@ -54,6 +58,16 @@ def _cmd_bench(args) -> int:
 
     run_bench(json_out=args.json, quick=args.quick, cycles=args.cycles)
     return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be an integer >= 1")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="measure simulation speed, compile time, memory and output overhead")
     b.add_argument("--json", action="store_true", help="print the figures as JSON")
     b.add_argument("--quick", action="store_true", help="a small grid instead of the full fabric (for checking)")
-    b.add_argument("--cycles", type=int, default=300, help="cycles per speed measurement (default 300)")
+    b.add_argument("--cycles", type=_positive_int, default=300, help="cycles per speed measurement (default 300)")
     b.set_defaults(func=_cmd_bench)
     return p
 

@@ -7,6 +7,7 @@ closes LI windows, flushes the file and moves the progress bar. Nothing here tou
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -16,7 +17,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from kernels import mesh as K
+
 from . import metrics
+from .errors import InputError
 from .mesh import MeshSim, build_inputs, set_threads
 from .output import ResultWriter
 from .regions import region_figures, regions_of
@@ -89,16 +93,55 @@ class _StopSignals:
         return False
 
 
+class _Totals:
+    """Whole-run sums of the per-cycle series, as Python integers (exact whatever the run's length),
+    accumulated chunk by chunk, and the latency histogram."""
+
+    SUMMED = {"completed": K.S_COMPLETED, "latency_sum": K.S_LATENCY_SUM, "latency_sq_sum": K.S_LATENCY_SQ_SUM,
+              "hops_sum": K.S_HOPS_SUM}
+
+    def __init__(self, bins: int):
+        self.cycles = 0
+        self.sums = dict.fromkeys(self.SUMMED, 0)
+        self.latency_max = 0
+        self.latency_hist = np.zeros(bins, np.int64)
+
+    def add(self, series: np.ndarray, latency_hist: np.ndarray) -> None:
+        for name, col in self.SUMMED.items():
+            self.sums[name] += sum(series[:, col].tolist())
+        self.latency_max = max(self.latency_max, int(series[:, K.S_LATENCY_MAX].max(initial=0)))
+        self.latency_hist += latency_hist
+        self.cycles += len(series)
+
+
+def check_output_path(path) -> Path:
+    """The result path, or InputError if no file can be written there (before a run starts)."""
+    p = Path(path)
+    if str(path).strip() == "" or p.name in ("", ".", ".."):
+        raise InputError(f"-o {str(path)!r}: the result path must name a file, such as results/run.h5")
+    if p.is_dir():
+        raise InputError(f"{p}: is a directory; give a file name, such as {p / 'run.h5'}")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"{p}: {parent} is not a directory")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise InputError(f"{p}: cannot write in {parent} (permission denied)")
+            break
+    return p
+
+
 def run_scenario(scenario, output=None, *, threads: int | None = None, progress: bool | None = None,
                  max_cycles_per_call: int | None = None) -> RunResult:
     """Run a validated mesh scenario and write its HDF5 result.
 
     output: the result path (default results/NAME.h5); threads: Numba threads (default run.threads,
     0 = all cores); progress: show a progress bar (default: when stderr is a terminal).
-    Raises InputError for a bad trace before anything is written, RunInterrupted on Ctrl-C/SIGTERM.
+    Raises InputError for a bad trace or output path before anything is written, and RunInterrupted
+    on Ctrl-C/SIGTERM (the file then holds every cycle done).
     """
     t_start = time.perf_counter()
-    final = Path(output) if output is not None else default_output_path(scenario)
+    final = check_output_path(output if output is not None else default_output_path(scenario))
     inputs = build_inputs(scenario)  # may raise InputError: before any file exists
     n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)
     out = scenario.values["output"]
@@ -114,37 +157,45 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
 
     stop_signals = _StopSignals()
     regions = regions_of(scenario)
-    writer = ResultWriter(final, scenario, rows=inputs.rows, cols=inputs.cols, queue_capacity=inputs.queue_capacity,
-                          latency_bins=inputs.latency_bins, threads=n_threads,
-                          compression_level=out["compression_level"], regions=regions)
-    lat_hist = np.zeros(inputs.latency_bins, np.int64)
-    win_start = 0
-    busy_at_window = np.zeros((inputs.rows, inputs.cols), np.int64)
+    try:
+        writer = ResultWriter(final, scenario, rows=inputs.rows, cols=inputs.cols,
+                              queue_capacity=inputs.queue_capacity, latency_bins=inputs.latency_bins,
+                              threads=n_threads, compression_level=out["compression_level"], regions=regions)
+    except OSError as e:
+        raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
+    totals = _Totals(inputs.latency_bins)
+    window_start = dict(cycle=0, busy=np.zeros((inputs.rows, inputs.cols), np.int64), completed=0, latency_sum=0)
     timing = dict(kernel=0.0, first_call=None, first_call_cycles=0, output=0.0)
     bar = tqdm(total=cycles, unit="cycle", disable=not progress, delay=2.0, file=sys.stderr, dynamic_ncols=True)
-    done = 0
+
+    def summary_now() -> dict:
+        s = _summary(sim, totals, time.perf_counter() - t_start, timing, n_threads)
+        _add_clock(s, scenario.get("machine", "clock_ghz"))
+        if scenario.get("workload", "type") == "trace":
+            s["trace_events_not_offered"] = sim.unoffered_events(sim.cycle)
+        return s
+
+    def record(n: int) -> None:
+        # The kernel's output for the n cycles just run, written at their own offset (so that doing
+        # it twice after an interruption changes nothing) and added to the running totals.
+        writer.append_cycles(sim.cycle - n, sim.series[:n], sim.depth_series[:n])
+        if totals.cycles < sim.cycle:
+            totals.add(sim.series[:n], sim.take_latency_histogram())
 
     def finish(complete: bool):
-        # Everything below is derived from the kernel state and the series already in the file,
-        # so an interrupted run's summary agrees with what the file holds.
-        nonlocal lat_hist
-        lat_hist = lat_hist + sim.take_latency_histogram()
-        _write_totals(writer, sim, inputs, lat_hist)
+        st = sim.state
+        _write_totals(writer, sim, inputs, totals)
         if regions is not None:
-            st = sim.state
             writer.write_regions(region_figures(regions, busy_cycles(st), sim.cycle, st.tot_injected, st.tot_refused,
                                                 st.tot_completed, st.tot_latency))
-        summary = _summary(sim, writer, lat_hist, time.perf_counter() - t_start, timing, n_threads)
-        _add_clock(summary, scenario.get("machine", "clock_ghz"))
-        if scenario.get("workload", "type") == "trace":
-            summary["trace_events_not_offered"] = sim.unoffered_events(cycles)
+        summary = summary_now()
         return writer.finish(summary, sim.cycle, complete=complete), summary
 
     try:
         with writer, stop_signals:
             try:
                 for stop in stops:
-                    n = stop - done
+                    n = stop - sim.cycle
                     t0 = time.perf_counter()
                     sim.advance(n)
                     dt = time.perf_counter() - t0
@@ -153,28 +204,24 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
                     else:
                         timing["kernel"] += dt
                     t_out = time.perf_counter()
-                    writer.append_cycles(done, sim.series[:n], sim.depth_series[:n])
-                    lat_hist += sim.take_latency_histogram()
-                    done = stop
+                    record(n)
+                    done = sim.cycle
                     if frame_every and done % frame_every == 0:
                         writer.append_frame(done - 1, sim.state.q_len, sim.state.s_rem > 0)
                     if done % window == 0 or done == cycles:
-                        busy_now = busy_cycles(sim.state)
-                        delta = busy_now - busy_at_window
-                        writer.append_window(win_start, _window_figures(writer, delta, win_start, done),
-                                             region_figures(regions, delta, done - win_start) if regions else None)
-                        busy_at_window, win_start = busy_now, done
+                        _close_window(writer, sim, totals, window_start, regions)
                     if done % flush_every == 0 or done == cycles:
                         sim.audit()
+                        writer.write_summary(summary_now())  # provisional: a killed run still has one
                         writer.flush(done)
                     bar.update(n)
                     timing["output"] += time.perf_counter() - t_out
                     if stop_signals.requested and done < cycles:
                         raise _StopRequested
             except (KeyboardInterrupt, _StopRequested):
-                if writer.n_cycles < sim.cycle:  # stopped between the kernel call and its output
-                    k = sim.cycle - writer.n_cycles
-                    writer.append_cycles(writer.n_cycles, sim.series[:k], sim.depth_series[:k])
+                k = sim.cycle - totals.cycles
+                if k > 0:  # stopped between the kernel call and its output
+                    record(k)
                 path, _ = finish(complete=False)
                 raise RunInterrupted(path, sim.cycle) from None
             path, summary = finish(complete=True)
@@ -183,15 +230,21 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     return RunResult(path=path, summary=summary)
 
 
-def _window_figures(writer, busy, start: int, end: int) -> dict:
-    """Load balance of one window from its per-PE busy cycles; latency from the series written."""
+def _close_window(writer, sim, totals, start: dict, regions) -> None:
+    """Write the figures of the window that ends now, and start the next."""
+    busy_now = busy_cycles(sim.state)
+    busy = busy_now - start["busy"]
+    end = sim.cycle
+    completed = totals.sums["completed"] - start["completed"]
+    latency = totals.sums["latency_sum"] - start["latency_sum"]
     lb = metrics.load_balance(busy)
-    completed = int(writer.series["completed"][start:end].sum())
-    latency = int(writer.series["latency_sum"][start:end].sum())
-    return dict(window_end=end, li=lb["li"], percent_imbalance=lb["percent_imbalance"], jain_index=lb["jain_index"],
-                cv=lb["cv"], busy_min=lb["min"], busy_max=lb["max"],
-                utilization=metrics.utilization(int(busy.sum()), busy.size, end - start), completed=completed,
-                latency_mean=latency / completed if completed else float("nan"))
+    figures = dict(window_end=end, li=lb["li"], percent_imbalance=lb["percent_imbalance"], jain_index=lb["jain_index"],
+                   cv=lb["cv"], busy_min=lb["min"], busy_max=lb["max"],
+                   utilization=metrics.utilization(int(busy.sum()), busy.size, end - start["cycle"]),
+                   completed=completed, latency_mean=latency / completed if completed else float("nan"))
+    by_region = region_figures(regions, busy, end - start["cycle"]) if regions is not None else None
+    writer.append_window(start["cycle"], figures, by_region)
+    start.update(cycle=end, busy=busy_now, completed=totals.sums["completed"], latency_sum=totals.sums["latency_sum"])
 
 
 def _add_clock(summary: dict, clock_ghz: float) -> None:
@@ -202,33 +255,31 @@ def _add_clock(summary: dict, clock_ghz: float) -> None:
     summary["throughput_tasks_per_second"] = summary["completed"] / seconds if seconds else float("nan")
 
 
-def _write_totals(writer, sim, inputs, lat_hist):
+def _write_totals(writer, sim, inputs, totals: _Totals) -> None:
     st = sim.state
     rates = inputs.rates if inputs.rates is not None else np.full((inputs.rows, inputs.cols), np.nan)
     units = dict(busy_cycles=busy_cycles(st), injected=st.tot_injected, refused=st.tot_refused,
                  completed=st.tot_completed, migrated_out=st.tot_migrated_out, migrated_in=st.tot_migrated_in,
                  latency_sum=st.tot_latency, injection_rate=rates, queue_depth_end=st.q_len)
-    ser = writer.series
-    latency = dict(count=int(st.tot_completed.sum()), sum=int(st.tot_latency.sum()),
-                   sum_sq=int(ser["latency_sq_sum"][:].sum()), max=int(ser["latency_max"][:].max(initial=0)))
-    writer.write_totals(units, lat_hist, latency)
+    latency = dict(count=totals.sums["completed"], sum=totals.sums["latency_sum"], sum_sq=totals.sums["latency_sq_sum"],
+                   max=totals.latency_max)
+    writer.write_totals(units, totals.latency_hist, latency)
 
 
-def _summary(sim, writer, lat_hist, wall, timing, threads) -> dict:
+def _summary(sim, totals: _Totals, wall, timing, threads) -> dict:
     """The run's figures (the stable names of DESIGN.md section 5 and more), from the kernel state
-    and the per-cycle series already written."""
+    and the running totals of the per-cycle series."""
     st = sim.state
     cycles = sim.cycle
     n_units = st.q_len.size
-    ser = writer.series
     busy = busy_cycles(st)
     lb = metrics.load_balance(busy)
-    injected = int(st.tot_injected.sum())
-    refused = int(st.tot_refused.sum())
-    completed = int(st.tot_completed.sum())
-    lat = metrics.latency_stats(lat_hist, completed, int(st.tot_latency.sum()), int(ser["latency_sq_sum"][:].sum()),
-                                int(ser["latency_max"][:].max(initial=0)))
-    hops = int(ser["hops_sum"][:].sum())
+    injected = int(st.tot_injected.sum(dtype=np.int64))
+    refused = int(st.tot_refused.sum(dtype=np.int64))
+    completed = int(st.tot_completed.sum(dtype=np.int64))
+    t = totals.sums
+    lat = metrics.latency_stats(totals.latency_hist, t["completed"], t["latency_sum"], t["latency_sq_sum"],
+                                totals.latency_max)
     # Simulation speed over the kernel calls after the first, which carries compilation.
     first = timing["first_call"] or 0.0
     if timing["kernel"] > 0:
@@ -259,8 +310,8 @@ def _summary(sim, writer, lat_hist, wall, timing, threads) -> dict:
         "refused": refused,
         "completed": completed,
         "in_system_at_end": injected - refused - completed,
-        "migrated": int(st.tot_migrated_out.sum()),
-        "hops_per_completed_task": hops / completed if completed else float("nan"),
+        "migrated": int(st.tot_migrated_out.sum(dtype=np.int64)),
+        "hops_per_completed_task": t["hops_sum"] / completed if completed else float("nan"),
         "throughput_tasks_per_cycle": completed / cycles if cycles else float("nan"),
         "wall_seconds": wall,
         "kernel_seconds": timing["kernel"] + first,

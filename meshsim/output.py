@@ -150,7 +150,7 @@ class ResultWriter:
                                         "first cycle of the window", grow=True)
         self.windows = {}
         for name, (dtype, units, desc) in WINDOWS.items():
-            ds = w.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(1024,))
+            ds = w.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(1024,), **self.comp)
             _describe(ds, units, desc)
             ds.dims[0].attach_scale(self.window_start)
             self.windows[name] = ds
@@ -160,7 +160,8 @@ class ResultWriter:
             rg.attrs["description"] = "figures per region of the workload (e.g. each hot rectangle and the background)"
             # At the root, beside cycle, row and col, so that every group can use it as a dimension.
             self.region = self._scale(f, "region", np.arange(regions.count, dtype=np.int32), "1", "region index")
-            names = rg.create_dataset("name", data=np.array(regions.names, dtype=h5py.string_dtype()))
+            names = rg.create_dataset("name", data=np.array(regions.names, dtype=h5py.string_dtype()), chunks=True,
+                                      **self.comp)
             _describe(names, "1", "name of each region")
             names.dims[0].attach_scale(self.region)
             m = rg.create_dataset("region_map", data=regions.labels, chunks=True, **self.comp)
@@ -171,7 +172,8 @@ class ResultWriter:
             for name, desc in (("region_li", "LI of each region's per-PE busy cycles in the window"),
                                ("region_utilization", "utilisation of each region in the window")):
                 ds = w.create_dataset(name, shape=(0, regions.count), maxshape=(None, regions.count),
-                                      dtype=np.float64, chunks=(max(1, 4096 // regions.count), regions.count))
+                                      dtype=np.float64, chunks=(max(1, 4096 // regions.count), regions.count),
+                                      **self.comp)
                 _describe(ds, "1", desc)
                 ds.dims[0].attach_scale(self.window_start)
                 ds.dims[1].attach_scale(self.region)
@@ -181,8 +183,8 @@ class ResultWriter:
         f.create_group("summary").attrs["description"] = "the run's figures (DESIGN.md section 5)"
 
     def _scale(self, parent, name, values, units, description, grow=False):
-        kw = dict(maxshape=(None,), chunks=(8192,)) if grow else {}
-        ds = parent.create_dataset(name, data=values, **kw)
+        kw = dict(maxshape=(None,), chunks=(8192,)) if grow else dict(chunks=True)
+        ds = parent.create_dataset(name, data=values, **kw, **self.comp)
         _describe(ds, units, description)
         ds.make_scale(name)
         return ds
@@ -193,13 +195,21 @@ class ResultWriter:
         ds.resize(n + len(data), axis=0)
         ds[n:] = data
 
+    @staticmethod
+    def _put(ds, t0: int, data) -> None:
+        n = t0 + len(data)
+        if ds.shape[0] != n:
+            ds.resize(n, axis=0)
+        ds[t0:n] = data
+
     def append_cycles(self, t0: int, series: np.ndarray, depth_series: np.ndarray) -> None:
-        """Per-cycle series and depth histograms of cycles t0 .. t0 + len(series) - 1."""
+        """Per-cycle series and depth histograms of cycles t0 .. t0 + len(series) - 1, written at
+        that offset (writing the same cycles again changes nothing)."""
         n = len(series)
-        self._append(self.cycle, np.arange(t0, t0 + n, dtype=np.int64))
+        self._put(self.cycle, t0, np.arange(t0, t0 + n, dtype=np.int64))
         for name, (col, _, _) in SERIES.items():
-            self._append(self.series[name], series[:, col])
-        self._append(self.depth_hist, depth_series.astype(np.int32))
+            self._put(self.series[name], t0, series[:, col])
+        self._put(self.depth_hist, t0, depth_series.astype(np.int32))
         self.n_cycles = t0 + n
 
     def append_frame(self, cycle: int, queue_depth: np.ndarray, in_service: np.ndarray) -> None:
@@ -227,7 +237,7 @@ class ResultWriter:
         for name, (dtype, units, desc) in FIGURES.items():
             if name in rg:
                 del rg[name]
-            ds = rg.create_dataset(name, data=np.asarray(figures[name], dtype=dtype))
+            ds = rg.create_dataset(name, data=np.asarray(figures[name], dtype=dtype), chunks=True, **self.comp)
             _describe(ds, units, desc)
             ds.dims[0].attach_scale(self.region)
 
@@ -257,17 +267,27 @@ class ResultWriter:
         self.f.attrs["cycles_done"] = cycles_done
         self.f.flush()
 
-    def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
-        """Write the summary, mark the file and close it; rename to the final name if complete."""
+    def write_summary(self, summary: dict) -> None:
+        """The run's figures as attributes of /summary (replacing those written before)."""
         s = self.f["summary"].attrs
         for k, v in summary.items():
             s[k] = v
+
+    def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
+        """Write the summary, mark the file and close it; rename to the final name if complete."""
+        self.write_summary(summary)
         self.f.attrs["cycles_done"] = cycles_done
         self.f.attrs["complete"] = complete
         self.f.close()
         self.finished = True
         if complete:
-            os.replace(self.path, self.final_path)
+            try:
+                os.replace(self.path, self.final_path)
+            except OSError as e:
+                from .errors import InputError
+
+                raise InputError(f"{self.final_path}: the run is complete in {self.path} but it could not be "
+                                 f"renamed ({e.strerror or e})") from None
             return self.final_path
         return self.path
 

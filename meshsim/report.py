@@ -16,6 +16,12 @@ import numpy as np
 from .errors import InputError
 from .output import SCHEMA_VERSION
 
+#: Attributes of /summary that every result has (DESIGN.md section 5); scripts rely on them.
+STABLE_SUMMARY_KEYS = ("cycles", "n_units", "li", "percent_imbalance", "jain_index", "cv", "utilization",
+                       "latency_mean_cycles", "latency_var_cycles2", "latency_p50_cycles", "latency_p99_cycles",
+                       "latency_max_cycles", "injected", "refused", "completed", "in_system_at_end", "migrated",
+                       "wall_seconds", "pe_cycles_per_second")
+
 
 def read_summary(path) -> tuple[dict, dict]:
     """(root attributes, /summary attributes) of a result file, as plain Python values.
@@ -33,20 +39,35 @@ def read_summary(path) -> tuple[dict, dict]:
         root = {k: _plain(v) for k, v in f.attrs.items()}
         if "schema_version" not in root or "summary" not in f:
             raise InputError(f"{p}: not a meshsim result file (no schema_version attribute or /summary group)")
-        if root["schema_version"] > SCHEMA_VERSION:
-            raise InputError(f"{p}: schema version {root['schema_version']} is newer than this meshsim reads "
+        version = root["schema_version"]
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise InputError(f"{p}: not a meshsim result file (schema_version = {version!r} is not an integer)")
+        if version > SCHEMA_VERSION:
+            raise InputError(f"{p}: schema version {version} is newer than this meshsim reads "
                              f"(up to {SCHEMA_VERSION}); upgrade meshsim")
         summary = {k: _plain(v) for k, v in f["summary"].attrs.items() if k != "description"}
+    missing = [k for k in STABLE_SUMMARY_KEYS if k not in summary]
+    if missing:
+        done = root.get("cycles_done", 0)
+        raise InputError(f"{p}: the run stopped before it wrote a summary ({done} cycles done; missing "
+                         f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}); its per-cycle series "
+                         "up to the last flush are in the file")
     return root, summary
 
 
 def read_regions(path) -> dict | None:
     """Per-region whole-run figures of a result file (name -> array), or None if it has no regions."""
+    from .regions import FIGURES
+
     with h5py.File(path, "r") as f:
         if "regions" not in f or "li" not in f["regions"]:
             return None
         g = f["regions"]
-        out = {k: g[k][()] for k in g if k != "region_map"}
+        needed = ["name", *FIGURES]
+        absent = [k for k in needed if k not in g]
+        if absent:
+            raise InputError(f"{path}: the regions group lacks {', '.join(absent)}")
+        out = {k: g[k][()] for k in needed}
         out["name"] = [n.decode() if isinstance(n, bytes) else str(n) for n in out["name"]]
         return out
 

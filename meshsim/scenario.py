@@ -15,11 +15,11 @@ import difflib
 import json
 import math
 import os
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomli_w
-import tomllib
 
 from meshsim.errors import InputError
 from meshsim.params import (
@@ -169,7 +169,7 @@ def _read_text(path, where: str) -> str:
     except OSError as e:
         raise InputError([f"{where}: cannot read scenario file: {e.strerror or e}"]) from None
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # tolerate the byte-order mark some editors write
     except UnicodeDecodeError as e:
         raise InputError([f"{where}: not UTF-8 text (bad byte at offset {e.start})"]) from None
 
@@ -477,7 +477,9 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
                                 "HDF5 trace, relative to the scenario file")
         else:
             resolved = _resolve_relative(get(trace), path)
-            if not os.path.isfile(resolved):
+            if os.path.isdir(resolved):
+                add(trace, [wtype], f"is a folder, not a trace file ({resolved})")
+            elif not os.path.isfile(resolved):
                 add(trace, [wtype], f"no such trace file (looked for {resolved})")
 
     name = "run.name"

@@ -12,7 +12,7 @@ from meshsim.state import busy_cycles
 SERIES_KEYS = {"busy": K.S_BUSY, "queued": K.S_QUEUED, "in_service": K.S_IN_SERVICE, "injected": K.S_INJECTED,
                "refused": K.S_REFUSED, "completed": K.S_COMPLETED, "migrated": K.S_MIGRATED,
                "received": K.S_RECEIVED, "in_flight": K.S_IN_FLIGHT, "latency_sum": K.S_LATENCY_SUM,
-               "latency_sq_sum": K.S_LATENCY_SQ_SUM, "hops_sum": K.S_HOPS_SUM}
+               "latency_sq_sum": K.S_LATENCY_SQ_SUM, "hops_sum": K.S_HOPS_SUM, "latency_max": K.S_LATENCY_MAX}
 
 
 def small_scenario(rows, cols, *, workload="uniform", trace_file=None, path=None, **over):

@@ -125,3 +125,78 @@ def test_sigterm_or_ctrl_c_leaves_an_incomplete_readable_file(work, signame):
         assert f["summary"].attrs["cycles"] == done
         assert int(f["units/completed"][:].sum()) == int(f["series/completed"][:].sum())
         assert int(f["latency/histogram"][:].sum()) == f["summary"].attrs["completed"]
+
+
+@pytest.mark.parametrize("target, message", [
+    ("adir", "adir: is a directory; give a file name"),
+    ("", "the result path must name a file"),
+    ("afile/x.h5", "afile is not a directory"),
+])
+def test_a_bad_output_path_exits_2_before_running(work, target, message):
+    (work / "adir").mkdir()
+    (work / "afile").write_text("x")
+    p = meshsim("run", "smoke.toml", "-o", target, cwd=work)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert message in p.stderr
+    assert not list(work.glob("**/*.h5"))
+
+
+def test_report_of_a_run_killed_before_its_first_flush_says_so(work):
+    import h5py
+
+    with h5py.File(work / "k.incomplete.h5", "w") as f:
+        f.attrs["schema_version"] = 1
+        f.attrs["cycles_done"] = 0
+        f.create_group("summary")
+    p = meshsim("report", "k.incomplete.h5", cwd=work)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "k.incomplete.h5: the run stopped before it wrote a summary (0 cycles done" in p.stderr
+
+
+def test_a_killed_run_keeps_a_file_that_report_reads(work):
+    import signal
+    import time
+
+    import h5py
+
+    proc = subprocess.Popen([sys.executable, "-m", "meshsim", "run", "smoke.toml", "run.cycles=100000000",
+                             "output.flush_every_cycles=100", "-o", "k.h5", "-q"], cwd=work,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), start_new_session=True)
+    partial = work / "k.incomplete.h5"
+    try:
+        deadline = time.time() + 60
+        while not partial.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(2.0)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    with h5py.File(partial, "r") as f:  # readable after SIGKILL
+        done = int(f.attrs["cycles_done"])
+        assert bool(f.attrs["complete"]) is False and done >= 100
+    p = meshsim("report", "k.incomplete.h5", cwd=work)
+    assert p.returncode == 0, p.stderr
+    assert "INCOMPLETE" in p.stdout
+
+
+def test_validate_reads_the_trace_too(work):
+    (work / "t.csv").write_text("cycle,row,col,work_cycles\n0,0,0,5\n1,99,0,5\n")
+    (work / "tr.toml").write_text('[machine]\nrows = 4\ncols = 4\n[workload]\ntype = "trace"\ntrace_file = "t.csv"\n')
+    p = meshsim("validate", "tr.toml", cwd=work)
+    assert p.returncode == 2 and "line 3" in p.stderr and "99" in p.stderr
+
+
+def test_run_echoes_the_scenario_text_into_the_result(work):
+    import h5py
+
+    p = meshsim("run", "smoke.toml", "run.cycles=50", "-o", "e.h5", "-q", cwd=work)
+    assert p.returncode == 0, p.stderr
+    with h5py.File(work / "e.h5") as f:
+        assert f.attrs["scenario_text"] == (work / "smoke.toml").read_text()
+        assert "cycles = 50" in f.attrs["scenario_resolved"]
+        assert "run.cycles=50" in f.attrs["overrides"]
+
+
+def test_bench_rejects_a_non_positive_cycle_count(work):
+    p = meshsim("bench", "--cycles", "0", cwd=work)
+    assert p.returncode == 2 and "must be an integer >= 1" in p.stderr

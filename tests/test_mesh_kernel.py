@@ -8,7 +8,7 @@ from mesh_compare import compare_cycle_by_cycle, small_scenario
 from kernels.reference.mesh_ref import draw as ref_draw
 from kernels.reference.mesh_ref import rate_map
 from kernels.rng import draw
-from meshsim.mesh import injection_rates
+from meshsim.mesh import MeshSim, build_inputs, injection_rates
 
 GRIDS = [(1, 1), (1, 5), (2, 2), (3, 5), (4, 6)]
 POLICIES = ["none", "least_loaded", "random_lower"]
@@ -76,16 +76,30 @@ def test_kernel_equals_reference_trace(tmp_path, policy, hop_latency):
     assert totals["refused"] > 0
 
 
-@pytest.mark.parametrize("case", [
-    dict(machine__link_messages_per_cycle=2, machine__link_buffer_messages=5, migration__max_per_cycle=3),
-    dict(machine__credit_delay_cycles=3, machine__link_buffer_messages=1, migration__info_delay_cycles=4),
-    dict(machine__hop_latency_cycles=8, machine__credit_delay_cycles=8, migration__info_delay_cycles=8,
-         machine__link_buffer_messages=64, machine__link_messages_per_cycle=4, migration__max_per_cycle=4),
-    dict(machine__queue_capacity=1, migration__threshold=0, migration__policy="random_lower"),
-    dict(machine__queue_capacity=255, migration__threshold=0, workload__injection_rate=1.0),
-], ids=["wide-links", "slow-credits", "longest-delays", "capacity-1", "capacity-255"])
-def test_kernel_equals_reference_at_parameter_edges(case):
-    compare_cycle_by_cycle(small_scenario(3, 4, **case), 120)
+@pytest.mark.parametrize("case, cycles, expect", [
+    (dict(machine__link_messages_per_cycle=2, machine__link_buffer_messages=5, migration__max_per_cycle=3), 120,
+     "migrated"),
+    (dict(machine__credit_delay_cycles=3, machine__link_buffer_messages=1, migration__info_delay_cycles=4), 120,
+     "migrated"),
+    (dict(machine__hop_latency_cycles=8, machine__credit_delay_cycles=8, migration__info_delay_cycles=8,
+          machine__link_buffer_messages=64, machine__link_messages_per_cycle=4, migration__max_per_cycle=4), 120,
+     "migrated"),
+    (dict(machine__queue_capacity=1, migration__threshold=0, migration__policy="none"), 120, "refused"),
+    (dict(machine__queue_capacity=2, migration__threshold=0, migration__policy="random_lower"), 120, "migrated"),
+], ids=["wide-links", "slow-credits", "longest-delays", "capacity-1", "capacity-2-random"])
+def test_kernel_equals_reference_at_parameter_edges(case, cycles, expect):
+    totals = compare_cycle_by_cycle(small_scenario(3, 4, **case), cycles)
+    assert totals[expect] > 0
+
+
+def test_kernel_equals_reference_with_a_full_255_task_queue():
+    """Every offer accepted until the queue holds 255 tasks, then refusals: the uint8 depth at its
+    top, with migration to a neighbour that fills too."""
+    sc = small_scenario(1, 2, workload="hotspot", machine__queue_capacity=255, migration__threshold=250,
+                        workload__injection_rate=0.0, workload__hot_rate=1.0, workload__hot_regions=[[0, 0, 1, 1]],
+                        workload__work_distribution="fixed", workload__work_cycles=50)
+    totals = compare_cycle_by_cycle(sc, 600)
+    assert totals["refused"] > 0 and totals["migrated"] > 0
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -102,3 +116,21 @@ def test_kernel_equals_reference_on_random_small_scenarios(seed):
         migration__info_delay_cycles=int(rng.integers(1, 4)), migration__max_per_cycle=int(rng.integers(1, 4)),
         workload__injection_rate=float(rng.uniform(0.05, 0.5)))
     compare_cycle_by_cycle(sc, 100)
+
+
+def test_the_kernel_reports_a_broken_conservation_and_the_audit_a_lost_message():
+    """The run's own checks can fail: corrupt the state and they say so."""
+
+    sc = small_scenario(3, 4)
+    sim = MeshSim(build_inputs(sc), max_chunk=10)
+    sim.advance(10)
+    sim.state.q_len[1, 1] += 1  # a task out of nowhere
+    with pytest.raises(RuntimeError, match="conservation of tasks violated at cycle 10"):
+        sim.advance(1)
+    sim = MeshSim(build_inputs(sc), max_chunk=10)
+    sim.advance(10)
+    sim.audit()
+    slot = (sim.cycle - 1) % sim.inputs.history
+    sim.state.sent_h[slot, 0, 0, 1] += 1  # a message the running count never saw
+    with pytest.raises(RuntimeError, match="in-flight messages: links hold"):
+        sim.audit()

@@ -634,11 +634,11 @@ def test_conservation_violation_raises():
 
 
 def test_bad_parameters_are_rejected():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="threshold = 8: must be an integer in 0..7"):
         make(threshold=8)                # T must be < Q
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="link_buffer_messages = 1: must be an integer in 2..64"):
         make(link_buffer_messages=1, link_messages_per_cycle=2)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="exactly one of rates"):
         make(rates=[0.5], trace_events=[(0, 0, 0, 1)])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="policy = 'greedy'"):
         make(policy="greedy", trace_events=[])

@@ -39,30 +39,43 @@ def test_kernel_equals_reference_and_conserves_tasks_on_random_scenarios(sc):
     compare_cycle_by_cycle(sc, 40)
 
 
-@SETTINGS
-@given(scenarios())
-def test_migration_never_moves_a_task_to_a_neighbour_known_to_be_at_least_as_full(sc):
-    """For each link a PE sent k > 0 tasks on in cycle t, the neighbour's depth as known (at the end
-    of t - D) plus k must stay below the PE's depth before its last send on that link. That depth
-    is at most the PE's end-of-cycle depth plus all it sent in the cycle."""
+def check_migration_rule(sc, cycles=60) -> int:
+    """Run `sc` cycle by cycle, checking every move against the rule; return the number of moves.
+
+    For each link a PE sent k > 0 tasks on in cycle t, the neighbour's depth as known (at the end
+    of t - D) plus k must stay below the PE's depth before its last send on that link, which is at
+    most the PE's end-of-cycle depth plus all it sent in the cycle."""
     sim = MeshSim(build_inputs(sc), max_chunk=1)
     inp, state = sim.inputs, sim.state
     rows, cols, h = inp.rows, inp.cols, inp.history
     wrap = 2 * inp.link_buffer_messages
     delay = sc.get("migration", "info_delay_cycles")
     moves = 0
-    for t in range(60):
+    for t in range(cycles):
         sent_before = state.sent_h[(t - 1) % h].astype(np.int64) if t > 0 else np.zeros((rows, cols, 4), np.int64)
         sim.advance(1)
         sent = (state.sent_h[t % h].astype(np.int64) - sent_before) % wrap
         total = sent.sum(axis=2)
         depth_end = state.depth_h[t % h].astype(np.int64)
         known = state.depth_h[(t - delay) % h].astype(np.int64) if t >= delay else np.zeros((rows, cols), np.int64)
-        for r, c, d in zip(*np.nonzero(sent), strict=False):
+        for r, c, d in zip(*np.nonzero(sent), strict=True):
             nr, nc = r + (d == 2) - (d == 0), c + (d == 1) - (d == 3)
             assert 0 <= nr < rows and 0 <= nc < cols, "sent off the grid"
             k = sent[r, c, d]
             assert known[nr, nc] + k < depth_end[r, c] + total[r, c], (t, r, c, d)
-            moves += 1
+            moves += int(k)
+    return moves
+
+
+@SETTINGS
+@given(scenarios())
+def test_migration_never_moves_a_task_to_a_neighbour_known_to_be_at_least_as_full(sc):
+    moves = check_migration_rule(sc)
     if sc.get("migration", "policy") == "none":
         assert moves == 0
+
+
+def test_the_migration_rule_check_sees_moves_under_heavy_load():
+    for policy in ("least_loaded", "random_lower"):
+        sc = small_scenario(4, 5, migration__policy=policy, migration__threshold=0, workload__injection_rate=0.4)
+        assert check_migration_rule(sc) > 50

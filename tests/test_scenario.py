@@ -5,8 +5,9 @@ Every bad-input test asserts on the message: the key path, the bad value and wha
 
 from __future__ import annotations
 
-import pytest
 import tomllib
+
+import pytest
 
 from meshsim.docs import END_MARKER, START_MARKER, parameter_reference_markdown, update_readme
 from meshsim.errors import InputError
@@ -286,7 +287,7 @@ def test_an_override_of_an_unknown_key_names_the_override():
 def test_an_integer_key_rejects_anything_but_a_toml_integer(written):
     problem = only_problem(f"[run]\ncycles = {written}\n")
     assert problem.startswith(f"s.toml: run.cycles = {written}: ")
-    assert "must be an integer in [1, 1_000_000_000] (cycles)" in problem
+    assert "must be an integer in [1, 100_000_000] (cycles)" in problem
 
 
 def test_an_integral_float_for_an_integer_key_says_how_to_write_it():
@@ -515,7 +516,7 @@ def test_every_problem_is_reported_in_one_error():
         "s.toml: [wrkload]: unknown section; did you mean [workload]?",
         "override bad: expected section.key=value, e.g. machine.rows=64",
         "override run.cyles=5: run.cyles: unknown key; did you mean run.cycles?",
-        "override run.cycles=0: run.cycles = 0: must be an integer in [1, 1_000_000_000] (cycles)",
+        "override run.cycles=0: run.cycles = 0: must be an integer in [1, 100_000_000] (cycles)",
         "s.toml: machine.rows = 1.5: must be an integer in [1, 4096] (PEs)",
         "s.toml: machine.hop_latency_cycles = 9: must be an integer in [1, 8] (cycles)",
         's.toml: migration.policy = "least": must be one of "none", "least_loaded", '
@@ -582,3 +583,9 @@ def test_threshold_above_capacity_is_fine_when_migration_is_off():
 
     sc = scenario_from_dict({"machine": {"queue_capacity": 2}, "migration": {"policy": "none", "threshold": 4}})
     assert sc.get("migration", "threshold") == 4
+
+
+def test_work_cycles_is_rejected_where_the_work_distribution_ignores_it():
+    problem = only_problem('[workload]\nwork_distribution = "uniform"\nwork_cycles = 5\n')
+    assert problem == ('s.toml: workload.work_cycles = 5: applies only when workload.work_distribution is '
+                       '"fixed" or "geometric" (it is "uniform")')

@@ -5,8 +5,7 @@ PE may read, link messages kept with their send cycles so that "sent at a cycle 
 literally.  Its only job is to be obviously correct so that comparing it with the fast kernel, cycle
 by cycle, catches bugs in either.  Only the standard library is used.
 
-Choices made where docs/mesh.md is ambiguous or silent (each also listed in the report that came
-with this file):
+Choices made where docs/mesh.md is ambiguous or silent:
 
 1. Order of PEs inside a cycle.  The spec says every read of another PE uses end-of-earlier-cycle
    values.  The one exception in practice is Receive, which removes messages from the link FIFO
@@ -328,7 +327,7 @@ class MeshReference:
         t = self.cycle
         obs = {"busy": 0, "queued": 0, "in_service": 0, "injected": 0, "refused": 0,
                "completed": 0, "migrated": 0, "received": 0, "in_flight": 0, "latency_sum": 0,
-               "latency_sq_sum": 0, "hops_sum": 0, "depth_hist": [0] * (self.Q + 1)}
+               "latency_sq_sum": 0, "hops_sum": 0, "latency_max": 0, "depth_hist": [0] * (self.Q + 1)}
         order = range(self.n_pe - 1, -1, -1) if self._visit_reversed else range(self.n_pe)
         for u in order:
             self._step_pe(t, u, obs)
@@ -445,6 +444,7 @@ class MeshReference:
                 obs["latency_sum"] += latency
                 obs["latency_sq_sum"] += latency * latency
                 obs["hops_sum"] += hops
+                obs["latency_max"] = max(obs["latency_max"], latency)
                 self.cum_completed += 1
 
     def _check_conservation(self, obs):
