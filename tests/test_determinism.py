@@ -15,8 +15,8 @@ cycles = 300
 seed = 99
 window_cycles = 50
 [machine]
-rows = 37
-cols = 23
+rows = 150
+cols = 9
 queue_capacity = 6
 hop_latency_cycles = 2
 link_buffer_messages = 3
