@@ -1,0 +1,309 @@
+"""A decoder-only (GPT-style) transformer as a list of operators with FLOPs and bytes.
+
+One copy of these formulas serves every machine model: the mesh's `layer_pipeline` workload
+(DESIGN.md section 2.1: PEs per kernel in proportion to FLOPs), the RDU's operator graph (section
+2.2: PCUs in proportion to FLOPs, bytes over DDR) and the IPU's layers per pipeline stage (section
+2.3). Arithmetic intensity is the roofline's FLOPs / bytes moved (section 3).
+
+All counts are exact Python integers: FLOPs count a multiply and an add as two, bytes are elements
+times the element size of the model's precision. Embeddings, the final LayerNorm and the output
+head are outside the transformer blocks and are not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from meshsim.errors import InputError
+
+PRECISION_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+"""Bytes per element of activations and weights, by precision name."""
+
+OPERATOR_KINDS = ("gemm", "attention", "elementwise", "norm")
+PHASES = ("forward", "backward")
+
+# FLOPs per element of LayerNorm over mean, variance, normalise, scale and shift: a round count of 8,
+# not an instruction count, so the machines agree on one figure.
+NORM_FLOPS_PER_ELEMENT = 8
+# FLOPs per element of GeLU in its tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))):
+# cube, multiply, add, multiply, tanh, add, multiply, multiply.
+GELU_FLOPS_PER_ELEMENT = 8
+# FLOPs per attention score for softmax(Q K^T / sqrt(d)): scale, running max, exp, sum, divide.
+SOFTMAX_FLOPS_PER_SCORE = 5
+
+# Backward FLOPs as a multiple of forward FLOPs, by operator kind (see `operators`).
+BACKWARD_FLOPS_FACTOR = {"gemm": 2, "attention": 2, "elementwise": 1, "norm": 1}
+
+# The operators of one transformer block, in execution order.
+LAYER_OPERATORS = (
+    "ln1",
+    "qkv_proj",
+    "attn_scores_softmax",
+    "attn_v",
+    "out_proj",
+    "residual1",
+    "ln2",
+    "ffn_up",
+    "gelu",
+    "ffn_down",
+    "residual2",
+)
+
+
+@dataclass(frozen=True)
+class Model:
+    """The shape of a decoder-only transformer (DESIGN.md section 1: the same model on all machines).
+
+    hidden_size: H, elements per token; n_layers: transformer blocks; n_heads: A, attention heads
+    (H must be a multiple of A); seq_len: S, tokens per sequence; batch: B, sequences per step;
+    ffn_multiplier: F / H, the feed-forward width as a multiple of H; precision: a key of
+    PRECISION_BYTES, the element type of activations and weights. Checked on construction: a bad
+    model raises InputError listing every problem.
+    """
+
+    hidden_size: int
+    n_layers: int
+    n_heads: int
+    seq_len: int
+    batch: int
+    ffn_multiplier: int = 4
+    precision: str = "bf16"
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise InputError with one line per problem (field, value, what is allowed); else return None."""
+        problems = []
+        for f in fields(self):
+            if f.name == "precision":
+                continue
+            value = getattr(self, f.name)
+            # bool is an int subclass, but True as a hidden size is a mistake, not a 1.
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                problems.append(f"model.{f.name} = {value!r}: must be an integer >= 1")
+        if not isinstance(self.precision, str) or self.precision not in PRECISION_BYTES:
+            allowed = ", ".join(sorted(PRECISION_BYTES))
+            problems.append(f"model.precision = {self.precision!r}: must be one of {allowed}")
+        h, a = self.hidden_size, self.n_heads
+        both_valid = all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (h, a))
+        if both_valid and h % a != 0:
+            problems.append(
+                f"model.hidden_size = {h}: must be a multiple of model.n_heads = {a} "
+                f"(head_dim = hidden_size / n_heads must be a whole number)"
+            )
+        if problems:
+            raise InputError(problems)
+
+    @property
+    def head_dim(self) -> int:
+        """Elements per head per token: hidden_size / n_heads."""
+        return self.hidden_size // self.n_heads
+
+    @property
+    def ffn_size(self) -> int:
+        """F, the feed-forward hidden width in elements: ffn_multiplier x hidden_size."""
+        return self.ffn_multiplier * self.hidden_size
+
+    @property
+    def tokens(self) -> int:
+        """T, tokens per step: batch x seq_len."""
+        return self.batch * self.seq_len
+
+    @property
+    def element_bytes(self) -> int:
+        """e, bytes per element of activations and weights at this precision."""
+        return PRECISION_BYTES[self.precision]
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One operator of one layer (DESIGN.md sections 2.1 and 2.2), with its work and traffic.
+
+    name: "layer<i>.<op>" for forward, "layer<i>.<op>.backward" for backward; layer: 0-based block
+    index; kind: one of OPERATOR_KINDS; phase: "forward" or "backward"; flops: floating-point
+    operations (multiply and add count two); weight_bytes, input_bytes, output_bytes: bytes read as
+    weights, read as activations, written.
+    """
+
+    name: str
+    layer: int
+    kind: str
+    phase: str
+    flops: int
+    weight_bytes: int
+    input_bytes: int
+    output_bytes: int
+
+    @property
+    def bytes_moved(self) -> int:
+        """Bytes read and written: weight_bytes + input_bytes + output_bytes."""
+        return self.weight_bytes + self.input_bytes + self.output_bytes
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per byte moved (DESIGN.md section 3, roofline); inf for FLOPs that move no bytes."""
+        moved = self.bytes_moved
+        if moved == 0:
+            return float("inf") if self.flops else 0.0
+        return self.flops / moved
+
+
+def _layer_elements(model: Model) -> dict[str, tuple[str, int, int, int, int]]:
+    """Per operator of one block: (kind, flops, weight elements, input elements, output elements).
+
+    The one place the per-layer formulas live; `operators` and `parameter_count` both read it.
+    """
+    t, h, a, s, b, f = model.tokens, model.hidden_size, model.n_heads, model.seq_len, model.batch, model.ffn_size
+    ln = ("norm", NORM_FLOPS_PER_ELEMENT * t * h, 2 * h, t * h, t * h)
+    residual = ("elementwise", t * h, 0, 2 * t * h, t * h)
+    return {
+        "ln1": ln,
+        "qkv_proj": ("gemm", 2 * t * h * 3 * h, 3 * h * h + 3 * h, t * h, 3 * t * h),
+        "attn_scores_softmax": (
+            "attention",
+            2 * b * s * s * h + SOFTMAX_FLOPS_PER_SCORE * b * a * s * s,
+            0,
+            2 * t * h,
+            b * a * s * s,
+        ),
+        "attn_v": ("attention", 2 * b * s * s * h, 0, b * a * s * s + t * h, t * h),
+        "out_proj": ("gemm", 2 * t * h * h, h * h + h, t * h, t * h),
+        "residual1": residual,
+        "ln2": ln,
+        "ffn_up": ("gemm", 2 * t * h * f, h * f + f, t * h, t * f),
+        "gelu": ("elementwise", GELU_FLOPS_PER_ELEMENT * t * f, 0, t * f, t * f),
+        "ffn_down": ("gemm", 2 * t * f * h, f * h + h, t * f, t * h),
+        "residual2": residual,
+    }
+
+
+def _backward(op: Operator) -> Operator:
+    """The backward operator of a forward one, under the assumptions stated in `operators`."""
+    grad_out = op.weight_bytes if op.kind in ("gemm", "norm") else 0
+    return Operator(
+        name=f"{op.name}.backward",
+        layer=op.layer,
+        kind=op.kind,
+        phase="backward",
+        flops=BACKWARD_FLOPS_FACTOR[op.kind] * op.flops,
+        weight_bytes=op.weight_bytes,
+        input_bytes=op.output_bytes + op.input_bytes,
+        output_bytes=op.input_bytes + grad_out,
+    )
+
+
+def operators(model: Model, training: bool = False) -> list[Operator]:
+    """The operators of the transformer blocks in execution order (DESIGN.md sections 2.1-2.3).
+
+    With T = batch x seq_len tokens, H hidden size, A heads, S seq_len, B batch, F = ffn_multiplier x H,
+    each layer i runs, as "layer<i>.<op>" (elements; bytes = elements x e, e = element bytes):
+
+        op                   kind         flops                       weights    in             out
+        ln1                  norm         8 T H                       2H         T H            T H
+        qkv_proj             gemm         2 T H (3H)                  3H H + 3H  T H            3 T H
+        attn_scores_softmax  attention    2 B S S H + 5 B A S S       0          2 T H (Q, K)   B A S S
+        attn_v               attention    2 B S S H                   0          B A S S + T H  T H
+        out_proj             gemm         2 T H H                     H H + H    T H            T H
+        residual1            elementwise  T H                         0          2 T H          T H
+        ln2                  norm         8 T H                       2H         T H            T H
+        ffn_up               gemm         2 T H F                     H F + F    T H            T F
+        gelu                 elementwise  8 T F                       0          T F            T F
+        ffn_down             gemm         2 T F H                     F H + H    T F            T H
+        residual2            elementwise  T H                         0          2 T H          T H
+
+    Counting conventions: a multiply-add is 2 FLOPs; GEMM FLOPs leave out the bias add; LayerNorm
+    counts 8 FLOPs per element (mean, variance, normalise, scale, shift); GeLU counts 8 per element
+    (tanh approximation); softmax counts 5 per score (scale, max, exp, sum, divide); Q K^T and
+    scores x V are 2 B S S H each, over all heads together. Weights include biases and the
+    LayerNorm scale and shift.
+
+    training=True appends, after every forward operator, the backward operators in reverse order
+    (layer n_layers-1 first, and the operators of a layer last to first), named
+    "layer<i>.<op>.backward" with phase "backward". Modelling assumptions:
+
+    - FLOPs: a GEMM's backward is 2x its forward (the input gradient and the weight gradient are one
+      GEMM each), attention's is 2x its forward, norm and elementwise backward are 1x forward.
+    - weight_bytes: as forward (the weights are read again).
+    - input_bytes: the gradient of the forward output + the saved forward input
+      (forward output_bytes + forward input_bytes).
+    - output_bytes: the gradient of the forward input (forward input_bytes), plus the weight
+      gradient (forward weight_bytes) for gemm and norm.
+
+    Activation recomputation, optimizer steps and dropout are not modelled.
+    """
+    e = model.element_bytes
+    per_layer = _layer_elements(model)
+    forward = []
+    for layer in range(model.n_layers):
+        for op_name in LAYER_OPERATORS:
+            kind, flops, w, i, o = per_layer[op_name]
+            forward.append(Operator(f"layer{layer}.{op_name}", layer, kind, "forward", flops, w * e, i * e, o * e))
+    if not training:
+        return forward
+    return forward + [_backward(op) for op in reversed(forward)]
+
+
+def parameter_count(model: Model) -> int:
+    """Weights and biases of the transformer blocks (no embeddings, final norm or output head).
+
+    Per layer 12 H^2 + 13 H with the default F = 4H: qkv 3H^2 + 3H, out H^2 + H, ffn_up H F + F,
+    ffn_down F H + H, two LayerNorms 2H each; in general 4H^2 + 2 H F + F + 9H.
+    """
+    per_layer = sum(w for _, _, w, _, _ in _layer_elements(model).values())
+    return model.n_layers * per_layer
+
+
+def weight_bytes(model: Model) -> int:
+    """Bytes of the transformer blocks' weights at the model's precision: parameter_count x e."""
+    return parameter_count(model) * model.element_bytes
+
+
+def totals(ops) -> dict:
+    """Sums over a list of Operators, all exact integers.
+
+    flops, forward_flops, backward_flops: FLOPs of all, forward and backward operators;
+    weight_bytes: weight bytes read by the operators (with training the weights count twice, once
+    per phase; for the size of the weights use `weight_bytes(model)`); bytes_moved: all bytes read
+    and written.
+    """
+    forward_flops = sum(op.flops for op in ops if op.phase == "forward")
+    backward_flops = sum(op.flops for op in ops if op.phase == "backward")
+    return dict(
+        flops=forward_flops + backward_flops,
+        forward_flops=forward_flops,
+        backward_flops=backward_flops,
+        weight_bytes=sum(op.weight_bytes for op in ops),
+        bytes_moved=sum(op.bytes_moved for op in ops),
+    )
+
+
+def mesh_weight_fit(model: Model, n_pes: int, sram_kib: int) -> tuple[bool, str]:
+    """Whether the transformer blocks' weights fit in the mesh's SRAM (DESIGN.md section 2.1).
+
+    Capacity = n_pes x sram_kib x 1024 bytes (the WSE-2: ~850,000 PEs x 48 KiB). Returns (fits,
+    message); the message states the weight bytes, the capacity and the fraction used, and when the
+    weights do not fit it suggests weight streaming. Only weights are counted: activations,
+    gradients and optimizer state would need room too. Bad n_pes or sram_kib raise InputError.
+    """
+    problems = []
+    for name, value in (("n_pes", n_pes), ("sram_kib", sram_kib)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(f"{name} = {value!r}: must be an integer >= 1")
+    if problems:
+        raise InputError(problems)
+    need = weight_bytes(model)
+    capacity = n_pes * sram_kib * 1024
+    fraction = need / capacity
+    head = (
+        f"transformer block weights {need:,} bytes ({parameter_count(model):,} parameters x "
+        f"{model.element_bytes} bytes {model.precision}); SRAM {n_pes:,} PEs x {sram_kib} KiB = {capacity:,} bytes; "
+        f"fraction used {fraction:.4g}"
+    )
+    if need <= capacity:
+        return True, f"{head}: fits"
+    per_layer = need // model.n_layers
+    return False, (
+        f"{head}: does not fit; use weight streaming (hold the weights off-chip and stream them in "
+        f"layer by layer, {per_layer:,} bytes per layer)"
+    )
