@@ -25,7 +25,12 @@ indices >= its send count and read by the receiver below the send count as it wa
 the sender writes only into slots the receiver has freed as it knew Lc cycles ago, so the two never
 touch the same slot in one cycle. The result is therefore independent of thread count and order.
 
-A message is a task packed into one uint64: work (bits 0-15), hops (16-23), birth (24-55).
+A message is one uint64. A task: work (bits 0-15), hops (16-23), birth (24-55), bit 63 clear. A
+packet: birth (bits 0-31), destination column (32-43) and row (44-55), bit 63 set.
+
+Packets of the `traffic` workload wait in an unbounded source queue that is kept as a count: the
+packets are a pure function of (seed, cycle, PE), so the head is found again from the draws, from
+the cycle `src_scan` (the head's birth cycle once found) on.
 """
 
 import math
@@ -50,7 +55,17 @@ S_LATENCY_SUM = 9
 S_LATENCY_SQ_SUM = 10
 S_HOPS_SUM = 11
 S_LATENCY_MAX = 12
-N_SERIES = 13
+S_PKT_OFFERED = 13
+S_PKT_INJECTED = 14
+S_PKT_DELIVERED = 15
+S_PKT_IN_SOURCE = 16
+S_MEAS_DELIVERED = 17
+S_MEAS_LATENCY_SUM = 18
+S_MEAS_LATENCY_SQ_SUM = 19
+S_MEAS_LATENCY_MAX = 20
+S_LINK_SENT = 21  # every message sent on a link (tasks and packets)
+S_LINK_RECEIVED = 22  # every message taken off a link: in flight = sent - received
+N_SERIES = 23
 
 POLICY_NONE = 0
 POLICY_LEAST_LOADED = 1
@@ -60,11 +75,21 @@ WORK_FIXED = 0
 WORK_UNIFORM = 1
 WORK_GEOMETRIC = 2
 
+PATTERN_UNIFORM = 0
+PATTERN_TRANSPOSE = 1
+PATTERN_BIT_COMPLEMENT = 2
+PATTERN_NEIGHBOR = 3
+PATTERN_HOTSPOT = 4
+
+STREAM_DEST = 2
+
 # Direction d: 0 N (r-1), 1 E (c+1), 2 S (r+1), 3 W (c-1); opposite (d + 2) & 3.
 
 U16 = np.uint64(0xFFFF)
 U8 = np.uint64(0xFF)
 U32 = np.uint64(0xFFFFFFFF)
+U12 = np.uint64(0xFFF)
+PKT_FLAG = np.uint64(1) << np.uint64(63)
 
 
 @njit(**JIT)
@@ -72,6 +97,65 @@ def pack_task(work, birth, hops):
     """One uint64 message holding a task: work | hops << 16 | birth << 24."""
     return (np.uint64(work) & U16) | ((np.uint64(hops) & U8) << np.uint64(16)) | (
         (np.uint64(birth) & U32) << np.uint64(24))
+
+
+@njit(**JIT)
+def pack_packet(dest_r, dest_c, birth):
+    """One uint64 message holding a packet: birth | dest_c << 32 | dest_r << 44 | 1 << 63."""
+    return PKT_FLAG | ((np.uint64(dest_r) & U12) << np.uint64(44)) | ((np.uint64(dest_c) & U12) << np.uint64(32)) | (
+        np.uint64(birth) & U32)
+
+
+@njit(**JIT)
+def _xy_direction(r, c, dest_r, dest_c):
+    """Output direction of XY routing from (r, c) towards a different PE: columns first."""
+    if dest_c > c:
+        return 1
+    if dest_c < c:
+        return 3
+    if dest_r > r:
+        return 2
+    return 0
+
+
+@njit(**JIT)
+def packet_destination(h, r, c, rows, cols, pattern, hot_thr, hot_r, hot_c):
+    """Destination (row, col) of a packet offered at (r, c) given its draw h (docs/mesh.md,
+    "Routed packets"); (-1, -1) when the pattern gives the PE itself, which offers nothing."""
+    n = rows * cols
+    u = r * cols + c
+    if pattern == PATTERN_TRANSPOSE:
+        dr, dc = c, r
+    elif pattern == PATTERN_BIT_COMPLEMENT:
+        dr, dc = rows - 1 - r, cols - 1 - c
+    elif pattern == PATTERN_NEIGHBOR:
+        n_nb = np.uint64((r > 0) + (c + 1 < cols) + (r + 1 < rows) + (c > 0))
+        if n_nb == 0:
+            return -1, -1
+        pick = np.int64(((h >> S32) * n_nb) >> S32)
+        dr, dc = -1, -1
+        for d in range(4):
+            nr = r + (d == 2) - (d == 0)
+            nc = c + (d == 1) - (d == 3)
+            if 0 <= nr < rows and 0 <= nc < cols:
+                if pick == 0:
+                    dr, dc = nr, nc
+                    break
+                pick -= 1
+    else:
+        if n < 2:
+            return -1, -1
+        if pattern == PATTERN_HOTSPOT and (h >> S32) < np.uint64(hot_thr):
+            dr, dc = hot_r, hot_c
+        else:
+            hv = h & U32 if pattern == PATTERN_HOTSPOT else h
+            v = np.int64(hv % np.uint64(n - 1))
+            if v >= u:
+                v += 1
+            dr, dc = v // cols, v % cols
+    if dr == r and dc == c:
+        return -1, -1
+    return dr, dc
 
 
 @njit(**JIT)
@@ -90,17 +174,60 @@ def _task_birth(m):
 
 
 @njit(**JIT)
-def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev_lo, ev_hi, acc, dhist,
-               lhist, scratch, arrivals):
+def _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
+    """Output o of (r, c) can take a message now: fewer than bw sent on it this cycle, and a credit
+    (sent minus received by the neighbour as known Lc cycles ago, modulo wrap, below kbuf)."""
+    if sent_now[o] >= bw:
+        return False
+    rows = recv_h.shape[1]
+    cols = recv_h.shape[2]
+    nr = r + (o == 2) - (o == 0)
+    nc = c + (o == 1) - (o == 3)
+    if nr < 0 or nr >= rows or nc < 0 or nc >= cols:
+        return False
+    outstanding = sent_new[o] - np.int64(recv_h[s_cred, nr, nc, (o + 2) & 3])
+    if outstanding < 0:
+        outstanding += wrap
+    return outstanding < kbuf
+
+
+@njit(**JIT)
+def _send(link, r, c, o, m, sent_new, sent_now, wrap, kbuf, link_total):
+    """Put message m on output o of (r, c) and count it (link_total only when it is per-link)."""
+    link[r, c, o, sent_new[o] % kbuf] = m
+    s = sent_new[o] + 1
+    if s >= wrap:
+        s -= wrap
+    sent_new[o] = s
+    sent_now[o] += 1
+    if link_total.shape[0] == link.shape[0] and link_total.shape[1] == link.shape[1]:
+        link_total[r, c, o] += 1
+
+
+@njit(**JIT)
+def _offered_packet(seed, tb, u, r, c, thr_u, rows, cols, pattern, hot_thr, hot_r, hot_c):
+    """The destination of the packet offered to PE u at cycle tb, or (-1, -1) if none was."""
+    h = mix64(cycle_key(seed, STREAM_INJECT, tb) ^ (np.uint64(u) * G_UNIT))
+    if (h >> S32) >= np.uint64(thr_u):
+        return -1, -1
+    hd = mix64(cycle_key(seed, STREAM_DEST, tb) ^ (np.uint64(u) * G_UNIT))
+    return packet_destination(hd, r, c, rows, cols, pattern, hot_thr, hot_r, hot_c)
+
+
+@njit(**JIT)
+def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_unit, ev_work, ev_lo, ev_hi, acc,
+               dhist, lhist, scratch, arrivals):
     """Advance rows r0..r1-1 by cycle t; add this block's observables into acc, dhist, lhist.
 
     cfg: int64 vector, fields named by meshsim.mesh.CFG_FIELDS. acc: int64[N_SERIES];
     dhist: int64[4, Q+1] (summed over its first axis); lhist: int64[n_bins] (last bin = overflow);
-    scratch: int64[5, 4] and arrivals: uint32[C], work space. Reads other PEs only through history
+    scratch: int64[6, 4] and arrivals: uint32[C], work space. For traffic runs lhist holds the
+    latencies of measured packets. Reads other PEs only through history
     slots of earlier cycles.
     """
     (q_work, q_birth, q_hops, q_len, s_rem, s_birth, s_hops, link, sent_h, recv_h, depth_h, tot_started,
-     tot_injected, tot_refused, tot_completed, tot_out, tot_in, tot_latency, thr, geo_log, sent_h32, recv_h32) = st
+     tot_injected, tot_refused, tot_completed, tot_out, tot_in, tot_latency, thr, geo_log, sent_h32, recv_h32,
+     src_pending, src_scan, tot_pkt_offered, tot_pkt_delivered, link_total) = st
     rows = q_len.shape[0]
     cols = q_len.shape[1]
     cap = cfg[0]
@@ -118,6 +245,13 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
     work_max = cfg[12]
     is_trace = cfg[13]
     hmask = cfg[14]
+    is_traffic = cfg[15]
+    pattern = cfg[16]
+    hot_thr = cfg[17]
+    hot_r = cfg[18]
+    hot_c = cfg[19]
+    warmup = cfg[20]
+    measure_end = cfg[21]
     wrap = 2 * kbuf
     n_bins = lhist.shape[0]
     s_now = t & hmask
@@ -139,12 +273,23 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
     lat_sq = 0
     hops_sum = 0
     lat_max = acc[S_LATENCY_MAX]
+    link_sent = 0
+    link_received = 0
+    pk_offered = 0
+    pk_injected = 0
+    pk_delivered = 0
+    pk_in_source = 0
+    meas_delivered = 0
+    meas_lat_sum = 0
+    meas_lat_sq = 0
+    meas_lat_max = acc[S_MEAS_LATENCY_MAX]
     ep = ev_lo
     recv_new = scratch[0]
     sent_new = scratch[1]
     sent_now = scratch[2]
     known = scratch[3]
     elig = scratch[4]
+    mig_now = scratch[5]
 
     for r in range(r0, r1):
         # Row pass: does any input link of each PE hold a message sent at t - L or earlier that it
@@ -168,15 +313,17 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
             u = r * cols + c
             qlen = np.int64(q_len[r, c])
 
-            # 1. Receive, rotating priority over input ports (the slow path only where the row
-            # pass above found something waiting).
-            any_avail = qlen < cap and arrivals[c] != 0
-            if any_avail:
+            # Send counts of this cycle are loaded only when something is sent (steps 1, 2, 4).
+            sent_loaded = False
+            delivered_now = 0
+
+            # 1. Receive and route, rotating priority over input ports (the slow path only where
+            # the row pass above found something waiting). A port stops at its first message that
+            # cannot move.
+            if arrivals[c] != 0 and (qlen < cap or is_traffic):
                 for d in range(4):
                     recv_new[d] = recv_h[s_prev, r, c, d]
                 for k in range(4):
-                    if qlen >= cap:
-                        break
                     d = (t + k) & 3
                     nr = r + (d == 2) - (d == 0)
                     nc = c + (d == 1) - (d == 3)
@@ -187,28 +334,102 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
                     avail = np.int64(sent_h[s_lat, nr, nc, od]) - got
                     if avail < 0:
                         avail += wrap
-                    take = min(avail, bw, cap - qlen)
-                    for j in range(take):
-                        slot = (got + j) % kbuf
-                        m = link[nr, nc, od, slot]
-                        q_work[qlen, r, c] = _task_work(m)
-                        q_birth[qlen, r, c] = _task_birth(m)
-                        q_hops[qlen, r, c] = _task_hops(m)
-                        qlen += 1
+                    take = 0
+                    for j in range(min(avail, bw)):
+                        m = link[nr, nc, od, (got + j) % kbuf]
+                        if (m & PKT_FLAG) == 0:
+                            if qlen >= cap:
+                                break
+                            q_work[qlen, r, c] = _task_work(m)
+                            q_birth[qlen, r, c] = _task_birth(m)
+                            q_hops[qlen, r, c] = _task_hops(m)
+                            qlen += 1
+                            tot_in[r, c] += 1
+                            received += 1
+                        else:
+                            dest_r = np.int64((m >> np.uint64(44)) & U12)
+                            dest_c = np.int64((m >> np.uint64(32)) & U12)
+                            if dest_r == r and dest_c == c:
+                                if delivered_now >= bw:
+                                    break
+                                delivered_now += 1
+                                pk_delivered += 1
+                                tot_pkt_delivered[r, c] += 1
+                                birth = np.int64(m & U32)
+                                if warmup <= birth < measure_end:
+                                    lat = t - birth
+                                    meas_delivered += 1
+                                    meas_lat_sum += lat
+                                    meas_lat_sq += lat * lat
+                                    if lat > meas_lat_max:
+                                        meas_lat_max = lat
+                                    lhist[min(lat, n_bins - 1)] += 1
+                            else:
+                                if not sent_loaded:
+                                    for e in range(4):
+                                        sent_new[e] = sent_h[s_prev, r, c, e]
+                                        sent_now[e] = 0
+                                        mig_now[e] = 0
+                                    sent_loaded = True
+                                o = _xy_direction(r, c, dest_r, dest_c)
+                                if not _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
+                                    break
+                                _send(link, r, c, o, m, sent_new, sent_now, wrap, kbuf, link_total)
+                                link_sent += 1
+                        take += 1
                     if take > 0:
                         got += take
                         if got >= wrap:
                             got -= wrap
                         recv_new[d] = got
-                        received += take
-                        tot_in[r, c] += take
+                        link_received += take
                 for d in range(4):
                     recv_h[s_now, r, c, d] = recv_new[d]
             else:
                 recv_h32[s_now, r, c] = recv_h32[s_prev, r, c]  # the 4 counts in one word
 
             # 2. Inject.
-            if is_trace:
+            if is_traffic:
+                pending = np.int64(src_pending[r, c])
+                h = mix64(key_inject ^ (np.uint64(u) * G_UNIT))
+                if (h >> S32) < np.uint64(thr[r, c]):
+                    dest_r, dest_c = packet_destination(mix64(key_dest ^ (np.uint64(u) * G_UNIT)), r, c, rows, cols,
+                                                        pattern, hot_thr, hot_r, hot_c)
+                    if dest_r >= 0:
+                        if pending == 0:
+                            src_scan[r, c] = t  # the head is this packet
+                        pending += 1
+                        pk_offered += 1
+                        tot_pkt_offered[r, c] += 1
+                sent_from_source = 0
+                while pending > 0 and sent_from_source < bw:
+                    # The head: the first packet born at or after src_scan (found again from draws).
+                    tb = np.int64(src_scan[r, c])
+                    while True:
+                        dest_r, dest_c = _offered_packet(seed, tb, u, r, c, thr[r, c], rows, cols, pattern, hot_thr,
+                                                         hot_r, hot_c)
+                        if dest_r >= 0:
+                            break
+                        tb += 1
+                    src_scan[r, c] = tb
+                    if not sent_loaded:
+                        for e in range(4):
+                            sent_new[e] = sent_h[s_prev, r, c, e]
+                            sent_now[e] = 0
+                            mig_now[e] = 0
+                        sent_loaded = True
+                    o = _xy_direction(r, c, dest_r, dest_c)
+                    if not _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
+                        break
+                    _send(link, r, c, o, pack_packet(dest_r, dest_c, tb), sent_new, sent_now, wrap, kbuf, link_total)
+                    link_sent += 1
+                    pending -= 1
+                    pk_injected += 1
+                    sent_from_source += 1
+                    src_scan[r, c] = tb + 1
+                src_pending[r, c] = pending
+                pk_in_source += pending
+            elif is_trace:
                 while ep < ev_hi and ev_unit[ep] == u:
                     injected += 1
                     tot_injected[r, c] += 1
@@ -267,11 +488,16 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
                     q_birth[i, r, c] = q_birth[i + 1, r, c]
                     q_hops[i, r, c] = q_hops[i + 1, r, c]
 
-            # 4. Migrate from the tail to a neighbour known to be less loaded.
+            # 4. Migrate from the tail to a neighbour known to be less loaded. Messages sent in steps
+            # 1-2 count towards the bandwidth and credits but not towards the known depth.
             if policy != POLICY_NONE and qlen > threshold:
+                if not sent_loaded:
+                    for e in range(4):
+                        sent_new[e] = sent_h[s_prev, r, c, e]
+                        sent_now[e] = 0
+                    sent_loaded = True
                 for d in range(4):
-                    sent_new[d] = sent_h[s_prev, r, c, d]
-                    sent_now[d] = 0
+                    mig_now[d] = 0
                     nr = r + (d == 2) - (d == 0)
                     nc = c + (d == 1) - (d == 3)
                     if nr < 0 or nr >= rows or nc < 0 or nc >= cols:
@@ -284,21 +510,13 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
                     n_elig = 0
                     best = -1
                     for d in range(4):
-                        if known[d] < 0 or sent_now[d] >= bw:
+                        if known[d] < 0 or known[d] + mig_now[d] + 1 >= qlen:
                             continue
-                        if known[d] + sent_now[d] + 1 >= qlen:
-                            continue
-                        nr = r + (d == 2) - (d == 0)
-                        nc = c + (d == 1) - (d == 3)
-                        od = (d + 2) & 3
-                        outstanding = sent_new[d] - np.int64(recv_h[s_cred, nr, nc, od])
-                        if outstanding < 0:
-                            outstanding += wrap
-                        if outstanding >= kbuf:
+                        if not _has_room(d, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
                             continue
                         elig[n_elig] = d
                         n_elig += 1
-                        if best < 0 or known[d] + sent_now[d] < known[best] + sent_now[best]:
+                        if best < 0 or known[d] + mig_now[d] < known[best] + mig_now[best]:
                             best = d
                     if n_elig == 0:
                         break
@@ -309,15 +527,14 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
                     hops = np.int64(q_hops[tail, r, c]) + 1
                     if hops > 255:
                         hops = 255
-                    link[r, c, best, sent_new[best] % kbuf] = pack_task(q_work[tail, r, c], q_birth[tail, r, c], hops)
+                    _send(link, r, c, best, pack_task(q_work[tail, r, c], q_birth[tail, r, c], hops), sent_new,
+                          sent_now, wrap, kbuf, link_total)
+                    link_sent += 1
                     qlen -= 1
-                    s = sent_new[best] + 1
-                    if s >= wrap:
-                        s -= wrap
-                    sent_new[best] = s
-                    sent_now[best] += 1
+                    mig_now[best] += 1
                     migrated += 1
                     tot_out[r, c] += 1
+            if sent_loaded:
                 for d in range(4):
                     sent_h[s_now, r, c, d] = sent_new[d]
             else:
@@ -363,6 +580,16 @@ def _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, ev
     acc[S_LATENCY_SQ_SUM] += lat_sq
     acc[S_HOPS_SUM] += hops_sum
     acc[S_LATENCY_MAX] = lat_max
+    acc[S_LINK_SENT] += link_sent
+    acc[S_LINK_RECEIVED] += link_received
+    acc[S_PKT_OFFERED] += pk_offered
+    acc[S_PKT_INJECTED] += pk_injected
+    acc[S_PKT_DELIVERED] += pk_delivered
+    acc[S_PKT_IN_SOURCE] += pk_in_source
+    acc[S_MEAS_DELIVERED] += meas_delivered
+    acc[S_MEAS_LATENCY_SUM] += meas_lat_sum
+    acc[S_MEAS_LATENCY_SQ_SUM] += meas_lat_sq
+    acc[S_MEAS_LATENCY_MAX] = meas_lat_max
 
 
 @njit(**JIT_PARALLEL)
@@ -376,19 +603,20 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
     sorted by cycle then unit) for cycles t0..; empty arrays for Bernoulli workloads.
     block_rows: int64[n_blocks + 1] row bounds of the fixed row blocks split over threads.
     series: int64[>= n_cycles, N_SERIES] and depth_series: int64[>= n_cycles, Q+1], filled per cycle.
-    lat_hist_blocks: int64[n_blocks, n_bins], accumulated. cum: int64[4] running totals
-    (injected, refused, completed, in_flight), carried across calls.
+    lat_hist_blocks: int64[n_blocks, n_bins], accumulated. cum: int64[5] running totals (tasks
+    injected + packets offered, refused, completed, in flight, delivered), carried across calls.
     """
     n_blocks = block_rows.shape[0] - 1
     acc = np.zeros((n_blocks, N_SERIES), np.int64)
     dh = np.zeros((n_blocks, 4, depth_series.shape[1]), np.int64)
-    scratch = np.zeros((n_blocks, 5, 4), np.int64)
+    scratch = np.zeros((n_blocks, 6, 4), np.int64)
     cols = st[3].shape[1]  # q_len
     arrivals = np.zeros((n_blocks, cols), np.uint32)
     for i in range(n_cycles):
         t = t0 + i
         key_inject = cycle_key(seed, STREAM_INJECT, t)
         key_migrate = cycle_key(seed, STREAM_MIGRATE, t)
+        key_dest = cycle_key(seed, STREAM_DEST, t)
         acc[:, :] = 0
         dh[:, :, :] = 0
         lo = ev_cycle_lo[i]
@@ -399,14 +627,14 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
             # This block's slice of the cycle's trace events (sorted by unit).
             e0 = lo + np.searchsorted(ev_unit[lo:hi], r0 * cols)
             e1 = lo + np.searchsorted(ev_unit[lo:hi], r1 * cols)
-            _step_rows(r0, r1, t, st, cfg, key_inject, key_migrate, ev_unit, ev_work, e0, e1, acc[b], dh[b],
-                       lat_hist_blocks[b], scratch[b], arrivals[b])
+            _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_unit, ev_work, e0, e1, acc[b],
+                       dh[b], lat_hist_blocks[b], scratch[b], arrivals[b])
         # Merge blocks in a fixed order (integer sums: exact in any order anyway).
         for j in range(N_SERIES):
             series[i, j] = 0
         for b in range(n_blocks):
             for j in range(N_SERIES):
-                if j == S_LATENCY_MAX:
+                if j == S_LATENCY_MAX or j == S_MEAS_LATENCY_MAX:
                     if acc[b, j] > series[i, j]:
                         series[i, j] = acc[b, j]
                 else:
@@ -417,12 +645,14 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
                 for lane in range(4):
                     v += dh[b, lane, q]
             depth_series[i, q] = v
-        cum[0] += series[i, S_INJECTED]
+        cum[0] += series[i, S_INJECTED] + series[i, S_PKT_OFFERED]
         cum[1] += series[i, S_REFUSED]
         cum[2] += series[i, S_COMPLETED]
-        cum[3] += series[i, S_MIGRATED] - series[i, S_RECEIVED]
+        cum[3] += series[i, S_LINK_SENT] - series[i, S_LINK_RECEIVED]
+        cum[4] += series[i, S_PKT_DELIVERED]
         series[i, S_IN_FLIGHT] = cum[3]
-        if cum[0] != cum[1] + series[i, S_QUEUED] + series[i, S_IN_SERVICE] + cum[3] + cum[2]:
+        if cum[0] != (cum[1] + series[i, S_QUEUED] + series[i, S_IN_SERVICE] + series[i, S_PKT_IN_SOURCE] + cum[3]
+                      + cum[2] + cum[4]):
             return t
     return -1
 

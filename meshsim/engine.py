@@ -100,16 +100,30 @@ class _Totals:
     SUMMED = {"completed": K.S_COMPLETED, "latency_sum": K.S_LATENCY_SUM, "latency_sq_sum": K.S_LATENCY_SQ_SUM,
               "hops_sum": K.S_HOPS_SUM}
 
-    def __init__(self, bins: int):
+    # Routed traffic: summed over the whole run, and over the cycles of the measurement window.
+    PACKETS = {"packets_offered": K.S_PKT_OFFERED, "packets_delivered": K.S_PKT_DELIVERED,
+               "measured_delivered": K.S_MEAS_DELIVERED, "measured_latency_sum": K.S_MEAS_LATENCY_SUM,
+               "measured_latency_sq_sum": K.S_MEAS_LATENCY_SQ_SUM}
+    IN_WINDOW = {"window_offered": K.S_PKT_OFFERED, "window_delivered": K.S_PKT_DELIVERED}
+
+    def __init__(self, bins: int, window=(0, 0)):
         self.cycles = 0
-        self.sums = dict.fromkeys(self.SUMMED, 0)
+        self.sums = dict.fromkeys([*self.SUMMED, *self.PACKETS, *self.IN_WINDOW], 0)
         self.latency_max = 0
+        self.measured_latency_max = 0
         self.latency_hist = np.zeros(bins, np.int64)
+        self.window = window
 
     def add(self, series: np.ndarray, latency_hist: np.ndarray) -> None:
-        for name, col in self.SUMMED.items():
+        for name, col in {**self.SUMMED, **self.PACKETS}.items():
             self.sums[name] += sum(series[:, col].tolist())
+        lo = min(max(self.window[0] - self.cycles, 0), len(series))
+        hi = min(max(self.window[1] - self.cycles, 0), len(series))
+        for name, col in self.IN_WINDOW.items():
+            self.sums[name] += sum(series[lo:hi, col].tolist())
         self.latency_max = max(self.latency_max, int(series[:, K.S_LATENCY_MAX].max(initial=0)))
+        self.measured_latency_max = max(self.measured_latency_max,
+                                        int(series[:, K.S_MEAS_LATENCY_MAX].max(initial=0)))
         self.latency_hist += latency_hist
         self.cycles += len(series)
 
@@ -160,16 +174,24 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     try:
         writer = ResultWriter(final, scenario, rows=inputs.rows, cols=inputs.cols,
                               queue_capacity=inputs.queue_capacity, latency_bins=inputs.latency_bins,
-                              threads=n_threads, compression_level=out["compression_level"], regions=regions)
+                              threads=n_threads, compression_level=out["compression_level"], regions=regions,
+                              traffic=inputs.traffic)
     except OSError as e:
         raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
-    totals = _Totals(inputs.latency_bins)
+    traffic = inputs.traffic
+    if traffic:
+        warm = scenario.get("workload", "warmup_cycles")
+        totals = _Totals(inputs.latency_bins, (warm, warm + scenario.get("workload", "measure_cycles")))
+    else:
+        totals = _Totals(inputs.latency_bins)
     window_start = dict(cycle=0, busy=np.zeros((inputs.rows, inputs.cols), np.int64), completed=0, latency_sum=0)
     timing = dict(kernel=0.0, first_call=None, first_call_cycles=0, output=0.0)
     bar = tqdm(total=cycles, unit="cycle", disable=not progress, delay=2.0, file=sys.stderr, dynamic_ncols=True)
 
     def summary_now() -> dict:
         s = _summary(sim, totals, time.perf_counter() - t_start, timing, n_threads)
+        if traffic:
+            s.update(_traffic_summary(sim, totals, scenario))
         _add_clock(s, scenario.get("machine", "clock_ghz"))
         if scenario.get("workload", "type") == "trace":
             s["trace_events_not_offered"] = sim.unoffered_events(sim.cycle)
@@ -247,6 +269,36 @@ def _close_window(writer, sim, totals, start: dict, regions) -> None:
     start.update(cycle=end, busy=busy_now, completed=totals.sums["completed"], latency_sum=totals.sums["latency_sum"])
 
 
+def _traffic_summary(sim, totals: _Totals, scenario) -> dict:
+    """Routed-traffic figures (docs/mesh.md, "Routed packets"): offered and accepted load per PE per
+    cycle over the measurement window, and the latency of the packets born in it."""
+    t = totals.sums
+    n_units = sim.state.q_len.size
+    warm, end = totals.window
+    span = max(0, min(sim.cycle, end) - warm)
+    lat = metrics.latency_stats(totals.latency_hist, t["measured_delivered"], t["measured_latency_sum"],
+                                t["measured_latency_sq_sum"], totals.measured_latency_max)
+    links = sim.state.link_total
+    bw = scenario.get("machine", "link_messages_per_cycle")
+    link_util = links / (bw * sim.cycle) if sim.cycle else links * np.nan
+    return {
+        "packets_offered": t["packets_offered"],
+        "packets_delivered": t["packets_delivered"],
+        "packets_in_source_at_end": int(sim.state.src_pending.sum(dtype=np.int64)),
+        "packets_measured_offered": t["window_offered"],
+        "packets_measured_delivered": t["measured_delivered"],
+        "offered_per_pe_cycle": t["window_offered"] / (n_units * span) if span else float("nan"),
+        "accepted_per_pe_cycle": t["window_delivered"] / (n_units * span) if span else float("nan"),
+        "packet_latency_mean_cycles": lat["mean"],
+        "packet_latency_var_cycles2": lat["var"],
+        "packet_latency_p50_cycles": lat["p50"],
+        "packet_latency_p99_cycles": lat["p99"],
+        "packet_latency_max_cycles": lat["max"],
+        "link_utilization_max": float(link_util.max()),
+        "link_utilization_mean": float(link_util.mean()),
+    }
+
+
 def _add_clock(summary: dict, clock_ghz: float) -> None:
     """Figures at the machine's clock: the simulated time and the task throughput per second."""
     seconds = summary["cycles"] / (clock_ghz * 1e9)
@@ -261,8 +313,15 @@ def _write_totals(writer, sim, inputs, totals: _Totals) -> None:
     units = dict(busy_cycles=busy_cycles(st), injected=st.tot_injected, refused=st.tot_refused,
                  completed=st.tot_completed, migrated_out=st.tot_migrated_out, migrated_in=st.tot_migrated_in,
                  latency_sum=st.tot_latency, injection_rate=rates, queue_depth_end=st.q_len)
-    latency = dict(count=totals.sums["completed"], sum=totals.sums["latency_sum"], sum_sq=totals.sums["latency_sq_sum"],
-                   max=totals.latency_max)
+    if inputs.traffic:
+        units.update(packets_offered=st.tot_pkt_offered, packets_delivered=st.tot_pkt_delivered,
+                     link_messages=st.link_total)
+        t = totals.sums
+        latency = dict(count=t["measured_delivered"], sum=t["measured_latency_sum"],
+                       sum_sq=t["measured_latency_sq_sum"], max=totals.measured_latency_max)
+    else:
+        latency = dict(count=totals.sums["completed"], sum=totals.sums["latency_sum"],
+                       sum_sq=totals.sums["latency_sq_sum"], max=totals.latency_max)
     writer.write_totals(units, totals.latency_hist, latency)
 
 

@@ -21,7 +21,10 @@ from .trace import load_trace
 # Indices of the kernel's int64 configuration vector.
 CFG_FIELDS = ("queue_capacity", "hop_latency_cycles", "link_messages_per_cycle", "link_buffer_messages",
               "credit_delay_cycles", "policy", "threshold", "info_delay_cycles", "max_per_cycle", "work_kind",
-              "work_cycles", "work_min_cycles", "work_max_cycles", "is_trace", "history_mask")
+              "work_cycles", "work_min_cycles", "work_max_cycles", "is_trace", "history_mask", "is_traffic",
+              "pattern", "hot_threshold", "hot_row", "hot_col", "warmup_cycles", "measure_end")
+PATTERNS = {"uniform": K.PATTERN_UNIFORM, "transpose": K.PATTERN_TRANSPOSE, "bit_complement": K.PATTERN_BIT_COMPLEMENT,
+            "neighbor": K.PATTERN_NEIGHBOR, "hotspot": K.PATTERN_HOTSPOT}
 
 
 @dataclass
@@ -41,6 +44,7 @@ class MeshInputs:
     ev_unit: np.ndarray  # int64[n]
     ev_work: np.ndarray  # uint16[n]
     latency_bins: int
+    traffic: bool = False
 
 
 def injection_rates(sc) -> np.ndarray:
@@ -48,7 +52,7 @@ def injection_rates(sc) -> np.ndarray:
     rows, cols = sc.get("machine", "rows"), sc.get("machine", "cols")
     kind = sc.get("workload", "type")
     base = float(sc.get("workload", "injection_rate"))
-    if kind == "uniform":
+    if kind in ("uniform", "traffic"):
         return np.full((rows, cols), base)
     if kind == "hotspot":
         rates = np.full((rows, cols), base)
@@ -67,6 +71,7 @@ def build_inputs(sc) -> MeshInputs:
     rows, cols = m["rows"], m["cols"]
     history = S.history_length(m["hop_latency_cycles"], m["credit_delay_cycles"], mig["info_delay_cycles"])
     is_trace = wl["type"] == "trace"
+    is_traffic = wl["type"] == "traffic"
     cfg = dict(
         queue_capacity=m["queue_capacity"],
         hop_latency_cycles=m["hop_latency_cycles"],
@@ -83,6 +88,13 @@ def build_inputs(sc) -> MeshInputs:
         work_max_cycles=wl["work_max_cycles"],
         is_trace=int(is_trace),
         history_mask=history - 1,
+        is_traffic=int(is_traffic),
+        pattern=PATTERNS[wl["pattern"]],
+        hot_threshold=min(int(math.floor(wl["hot_fraction"] * 4294967296.0)), 4294967295),
+        hot_row=rows // 2,
+        hot_col=cols // 2,
+        warmup_cycles=wl["warmup_cycles"] if is_traffic else 0,
+        measure_end=wl["warmup_cycles"] + wl["measure_cycles"] if is_traffic else 0,
     )
     geo_log = 0.0
     if not is_trace and wl["work_distribution"] == "geometric" and wl["work_cycles"] > 1:
@@ -99,7 +111,7 @@ def build_inputs(sc) -> MeshInputs:
         rows=rows, cols=cols, queue_capacity=m["queue_capacity"], link_buffer_messages=m["link_buffer_messages"],
         history=history, cfg=np.array([cfg[f] for f in CFG_FIELDS], dtype=np.int64), seed=sc.get("run", "seed"),
         rates=rates, geo_log=geo_log, ev_cycle=ev_cycle, ev_unit=ev_unit, ev_work=ev_work,
-        latency_bins=sc.get("output", "latency_histogram_max_cycles") + 1)
+        latency_bins=sc.get("output", "latency_histogram_max_cycles") + 1, traffic=is_traffic)
 
 
 class MeshSim:
@@ -114,13 +126,14 @@ class MeshSim:
         thr = rate_thresholds(np.ascontiguousarray(inputs.rates)) if inputs.rates is not None else \
             np.zeros((inputs.rows, inputs.cols), np.uint32)
         self.state = S.allocate_mesh(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
-                                     inputs.history, thr, inputs.geo_log)
+                                     inputs.history, thr, inputs.geo_log, traffic=inputs.traffic)
         self.blocks = S.row_blocks(inputs.rows)
         self.max_chunk = max_chunk
         self.series = np.zeros((max_chunk, K.N_SERIES), np.int64)
         self.depth_series = np.zeros((max_chunk, inputs.queue_capacity + 1), np.int64)
         self.lat_hist_blocks = np.zeros((len(self.blocks) - 1, inputs.latency_bins), np.int64)
-        self.cum = np.zeros(4, np.int64)  # injected, refused, completed, in flight
+        # tasks injected + packets offered, refused, completed, in flight, delivered
+        self.cum = np.zeros(5, np.int64)
         self.cycle = 0
         self._ev_lo = np.zeros(max_chunk + 1, np.int64)
 

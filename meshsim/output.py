@@ -36,6 +36,22 @@ SERIES = {
     "latency_sq_sum": (K.S_LATENCY_SQ_SUM, "cycles^2", "sum of the squared latencies of the tasks completed"),
     "hops_sum": (K.S_HOPS_SUM, "hops", "sum of the hops of the tasks completed in the cycle"),
     "latency_max": (K.S_LATENCY_MAX, "cycles", "largest latency of a task completed in the cycle (0: none)"),
+    "link_sent": (K.S_LINK_SENT, "messages", "messages (tasks and packets) sent on links in the cycle"),
+    "link_received": (K.S_LINK_RECEIVED, "messages", "messages (tasks and packets) taken off links in the cycle"),
+}
+
+# Routed traffic only: name -> (series column, units, description).
+PACKET_SERIES = {
+    "packets_offered": (K.S_PKT_OFFERED, "packets", "packets offered (joined a source queue) in the cycle"),
+    "packets_injected": (K.S_PKT_INJECTED, "packets", "packets that left a source queue into the network"),
+    "packets_delivered": (K.S_PKT_DELIVERED, "packets", "packets delivered at their destination in the cycle"),
+    "packets_in_source": (K.S_PKT_IN_SOURCE, "packets", "packets waiting in source queues at the end of the cycle"),
+    "measured_delivered": (K.S_MEAS_DELIVERED, "packets", "measured packets (born in the window) delivered"),
+    "measured_latency_sum": (K.S_MEAS_LATENCY_SUM, "cycles", "sum of the latencies of measured packets delivered"),
+    "measured_latency_sq_sum": (K.S_MEAS_LATENCY_SQ_SUM, "cycles^2",
+                                "sum of the squared latencies of measured packets delivered"),
+    "measured_latency_max": (K.S_MEAS_LATENCY_MAX, "cycles",
+                             "largest latency of a measured packet delivered (0: none)"),
 }
 
 # name -> (dtype, units, description) of the per-unit totals.
@@ -49,6 +65,12 @@ UNITS = {
     "latency_sum": (np.int64, "cycles", "sum of the latencies of the tasks the PE completed"),
     "injection_rate": (np.float64, "tasks/PE/cycle", "Bernoulli injection rate of the PE (NaN for traces)"),
     "queue_depth_end": (np.uint8, "tasks", "queue depth at the end of the last cycle done"),
+}
+
+# Routed traffic only: name -> (dtype, units, description) of per-PE packet totals.
+PACKET_UNITS = {
+    "packets_offered": (np.int32, "packets", "packets offered at the PE (its source)"),
+    "packets_delivered": (np.int32, "packets", "packets delivered at the PE (their destination)"),
 }
 
 # name -> (dtype, units, description) of the per-window figures.
@@ -81,7 +103,7 @@ class ResultWriter:
     leaving it by an exception keeps the file as NAME.incomplete.h5 marked incomplete."""
 
     def __init__(self, final_path, scenario, *, rows: int, cols: int, queue_capacity: int, latency_bins: int,
-                 threads: int, compression_level: int, regions=None):
+                 threads: int, compression_level: int, regions=None, traffic: bool = False):
         self.final_path = Path(final_path)
         self.path = incomplete_path(self.final_path)
         self.rows, self.cols, self.q = rows, cols, queue_capacity
@@ -116,7 +138,10 @@ class ResultWriter:
         g = f.create_group("series")
         g.attrs["description"] = "one value per cycle, summed over all PEs"
         self.series = {}
-        for name, (_, units, desc) in SERIES.items():
+        self.series_columns = dict(SERIES)
+        if traffic:
+            self.series_columns.update(PACKET_SERIES)
+        for name, (_, units, desc) in self.series_columns.items():
             ds = g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(8192,), **self.comp)
             _describe(ds, units, desc)
             ds.dims[0].attach_scale(self.cycle)
@@ -207,7 +232,7 @@ class ResultWriter:
         that offset (writing the same cycles again changes nothing)."""
         n = len(series)
         self._put(self.cycle, t0, np.arange(t0, t0 + n, dtype=np.int64))
-        for name, (col, _, _) in SERIES.items():
+        for name, (col, _, _) in self.series_columns.items():
             self._put(self.series[name], t0, series[:, col])
         self._put(self.depth_hist, t0, depth_series.astype(np.int32))
         self.n_cycles = t0 + n
@@ -244,20 +269,36 @@ class ResultWriter:
     def write_totals(self, units: dict, latency_hist: np.ndarray, latency: dict) -> None:
         """Per-PE totals and the latency histogram, replacing any written before."""
         g = self.f["units"]
-        for name, (dtype, unit_name, desc) in UNITS.items():
+        for name, (dtype, unit_name, desc) in {**UNITS, **PACKET_UNITS}.items():
+            if name not in units:
+                continue
             if name in g:
                 del g[name]
             ds = g.create_dataset(name, data=np.asarray(units[name], dtype=dtype), chunks=True, **self.comp)
             _describe(ds, unit_name, desc)
             ds.dims[0].attach_scale(self.row)
             ds.dims[1].attach_scale(self.col)
+        if "link_messages" in units:
+            if "link_messages" in g:
+                del g["link_messages"]
+            if "direction" not in self.f:
+                d = self._scale(self.f, "direction", np.arange(4, dtype=np.int8), "1", "output direction")
+                d.attrs["names"] = "N E S W"
+            ds = g.create_dataset("link_messages", data=np.asarray(units["link_messages"], np.int64), chunks=True,
+                                  **self.comp)
+            _describe(ds, "messages", "messages sent on each output link (0 N, 1 E, 2 S, 3 W) over the run")
+            ds.dims[0].attach_scale(self.row)
+            ds.dims[1].attach_scale(self.col)
+            ds.dims[2].attach_scale(self.f["direction"])
         lg = self.f["latency"]
         for name in list(lg):
             del lg[name]
         bins = self._scale(lg, "latency_bin", np.arange(self.latency_bins, dtype=np.int64), "cycles",
                            "latency in cycles; the last bin counts every latency at or above it")
         h = lg.create_dataset("histogram", data=np.asarray(latency_hist, np.int64), chunks=True, **self.comp)
-        _describe(h, "tasks", "completed tasks per latency (cycles); last bin: overflow")
+        what = "measured packets delivered" if "link_messages" in units else "completed tasks"
+        _describe(h, "tasks" if what == "completed tasks" else "packets",
+                  f"{what} per latency (cycles); last bin: overflow")
         h.dims[0].attach_scale(bins)
         for k, v in latency.items():
             lg.attrs[k] = v

@@ -71,6 +71,7 @@ class Param:
 
 
 _BERNOULLI = ("workload.type", BERNOULLI_WORKLOADS)
+_TRAFFIC = ("workload.type", ("traffic",))
 
 PARAMS: tuple[Param, ...] = (
     # [run]
@@ -121,11 +122,13 @@ PARAMS: tuple[Param, ...] = (
     # [workload]
     Param("workload", "type", "str", "", "uniform",
           "Where tasks come from: Bernoulli injection with a uniform, hotspot or lognormal-skewed "
-          "rate map, or events read from a trace file.",
-          ("uniform", "hotspot", "skewed", "trace")),
+          "rate map, or events read from a trace file; traffic offers routed packets instead "
+          "(network studies).",
+          ("uniform", "hotspot", "skewed", "trace", "traffic")),
     Param("workload", "injection_rate", "float", "tasks/PE/cycle", 0.05,
-          "Probability that a PE is offered a task in a cycle (the mean rate for skewed, the "
-          "rate outside the hot regions for hotspot).", (0.0, 1.0), _BERNOULLI),
+          "Probability that a PE is offered a task (a packet for traffic) in a cycle (the mean rate "
+          "for skewed, the rate outside the hot regions for hotspot).", (0.0, 1.0),
+          ("workload.type", BERNOULLI_WORKLOADS + ("traffic",))),
     Param("workload", "work_distribution", "str", "", "fixed",
           "Distribution of a task's work: fixed, uniform in [work_min_cycles, work_max_cycles], "
           "or geometric with mean work_cycles capped at work_max_cycles.",
@@ -148,6 +151,19 @@ PARAMS: tuple[Param, ...] = (
     Param("workload", "sigma", "float", "", 1.0,
           "Shape of the lognormal field of per-PE rates (0 gives uniform rates).", (0.0, 10.0),
           ("workload.type", ("skewed",))),
+    Param("workload", "pattern", "str", "", "uniform",
+          "Destinations of traffic packets: uniform random, transpose (square grids), bit "
+          "complement, a random neighbour, or hotspot (hot_fraction of packets to the centre PE).",
+          ("uniform", "transpose", "bit_complement", "neighbor", "hotspot"), _TRAFFIC),
+    Param("workload", "hot_fraction", "float", "", 0.1,
+          "Share of traffic packets sent to the centre PE for the hotspot pattern.", (0.0, 1.0),
+          ("workload.pattern", ("hotspot",))),
+    Param("workload", "warmup_cycles", "int", "cycles", 1000,
+          "Traffic: cycles before the measurement window; packets born then are not measured.",
+          (0, 100_000_000), _TRAFFIC),
+    Param("workload", "measure_cycles", "int", "cycles", 2000,
+          "Traffic: length of the measurement window; only packets born in it are measured.",
+          (1, 100_000_000), _TRAFFIC),
     Param("workload", "trace_file", "str", "", "",
           "Path of a CSV or HDF5 trace of (cycle, row, col, work_cycles) events, relative to the "
           "scenario file.", None, ("workload.type", ("trace",))),

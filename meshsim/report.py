@@ -124,6 +124,8 @@ def format_summary(summary: dict, root: dict | None = None, path=None, regions: 
         lines.append(f"{root.get('scenario_name', '')}: {root.get('machine', '')}, {state}")
     if path is not None:
         lines.append(f"result        {path}")
+    if "packets_offered" in s:
+        return "\n".join(lines + _traffic_lines(s))
     lines += [
         f"cycles        {_f(s['cycles'])} on {_f(s['n_units'])} PEs ({_f(s.get('active_units', 0))} did work)",
         f"LI            {_f(s['li'])}  (mean/max busy; {_f(s['percent_imbalance'], 3)}% imbalance, "
@@ -154,6 +156,24 @@ def format_summary(summary: dict, root: dict | None = None, path=None, regions: 
         lines.append(f"note          {_f(s['trace_events_not_offered'])} trace events lie outside the run's cycles "
                      "and were not offered")
     return "\n".join(lines)
+
+
+def _traffic_lines(s: dict) -> list:
+    """The summary of a routed-traffic run: load, packet latency, links."""
+    return [
+        f"cycles        {_f(s['cycles'])} on {_f(s['n_units'])} PEs",
+        f"load          offered {_f(s['offered_per_pe_cycle'])}, accepted {_f(s['accepted_per_pe_cycle'])} "
+        "packets/PE/cycle over the measurement window",
+        f"packets       {_f(s['packets_offered'])} offered, {_f(s['packets_delivered'])} delivered, "
+        f"{_f(s['packets_in_source_at_end'])} in source queues at the end; measured "
+        f"{_f(s['packets_measured_delivered'])} of {_f(s['packets_measured_offered'])} delivered",
+        f"latency       mean {_f(s['packet_latency_mean_cycles'])}, variance {_f(s['packet_latency_var_cycles2'])}, "
+        f"p50 {_f(s['packet_latency_p50_cycles'])}, p99 {_f(s['packet_latency_p99_cycles'])}, "
+        f"max {_f(s['packet_latency_max_cycles'])} cycles (measured packets)",
+        f"links         utilisation mean {_f(s['link_utilization_mean'])}, max {_f(s['link_utilization_max'])}",
+        f"speed         {_f(s['pe_cycles_per_second'] / 1e6, 4)} million PE-cycles/s on {_f(s.get('threads', 0))} "
+        f"threads; {_f(s['wall_seconds'], 3)} s wall",
+    ]
 
 
 def summary_json(summary: dict, root: dict, regions: dict | None = None) -> str:

@@ -482,6 +482,14 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
             elif not os.path.isfile(resolved):
                 add(trace, [wtype], f"no such trace file (looked for {resolved})")
 
+    pat, warm, meas, cyc = "workload.pattern", "workload.warmup_cycles", "workload.measure_cycles", "run.cycles"
+    if ok(wtype) and get(wtype) == "traffic":
+        if ok(pat, rows, cols) and get(pat) == "transpose" and get(rows) != get(cols):
+            add(pat, [rows, cols], f"needs a square grid; {rows} x {cols} = {get(rows)} x {get(cols)}")
+        if ok(warm, meas, cyc) and get(warm) + get(meas) > get(cyc):
+            add(meas, [warm, cyc], f"{warm} + {meas} = {get(warm) + get(meas)} must be at most {cyc} = {shown(cyc)}, "
+                                   "so that the measurement window ends inside the run")
+
     name = "run.name"
     if ok(name) and (any(c in get(name) for c in "/\\\0") or get(name) in (".", "..")):
         add(name, [], "must be a plain file name, without / or \\")

@@ -40,6 +40,12 @@ class MeshState(NamedTuple):
     geo_log: float  # log(1 - 1/mean) for geometric work (0 otherwise)
     sent_h32: np.ndarray  # uint32[H, R, C] view of sent_h: a PE's 4 counts as one word
     recv_h32: np.ndarray  # uint32[H, R, C] view of recv_h
+    # Routed traffic only (shape (1, 1[, 4]) otherwise): the source queues and the packet totals.
+    src_pending: np.ndarray  # int32[R, C] packets offered and not yet injected
+    src_scan: np.ndarray  # int32[R, C] birth cycle of the source queue's head (or where to look from)
+    tot_pkt_offered: np.ndarray  # int32[R, C] packets offered
+    tot_pkt_delivered: np.ndarray  # int32[R, C] packets delivered here
+    link_total: np.ndarray  # int64[R, C, 4] messages ever sent on each output link
 
 
 VIEW_FIELDS = ("sent_h32", "recv_h32")
@@ -57,9 +63,10 @@ def history_length(*delays: int) -> int:
 
 
 def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_messages: int, history: int,
-                  thresholds: np.ndarray, geo_log: float = 0.0) -> MeshState:
-    """Zeroed state for an empty mesh (before cycle 0)."""
+                  thresholds: np.ndarray, geo_log: float = 0.0, traffic: bool = False) -> MeshState:
+    """Zeroed state for an empty mesh (before cycle 0); `traffic` allocates the routed-traffic arrays."""
     r, c = rows, cols
+    pr, pc = (r, c) if traffic else (1, 1)
     sent_h = np.zeros((history, r, c, 4), np.uint8)
     recv_h = np.zeros((history, r, c, 4), np.uint8)
     return MeshState(
@@ -85,6 +92,11 @@ def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_message
         geo_log=float(geo_log),
         sent_h32=sent_h.view(np.uint32).reshape(history, r, c),
         recv_h32=recv_h.view(np.uint32).reshape(history, r, c),
+        src_pending=np.zeros((pr, pc), np.int32),
+        src_scan=np.zeros((pr, pc), np.int32),
+        tot_pkt_offered=np.zeros((pr, pc), np.int32),
+        tot_pkt_delivered=np.zeros((pr, pc), np.int32),
+        link_total=np.zeros((pr, pc, 4), np.int64),
     )
 
 

@@ -3,16 +3,22 @@ the plain reference side by side, and put the kernel's state in the reference's 
 
 from __future__ import annotations
 
+import numpy as np
+
 from kernels import mesh as K
 from kernels.reference.mesh_ref import MeshReference, rate_map
-from meshsim.mesh import MeshSim, build_inputs
+from meshsim.mesh import CFG_FIELDS, MeshSim, build_inputs
 from meshsim.scenario import scenario_from_dict
 from meshsim.state import busy_cycles
 
 SERIES_KEYS = {"busy": K.S_BUSY, "queued": K.S_QUEUED, "in_service": K.S_IN_SERVICE, "injected": K.S_INJECTED,
                "refused": K.S_REFUSED, "completed": K.S_COMPLETED, "migrated": K.S_MIGRATED,
                "received": K.S_RECEIVED, "in_flight": K.S_IN_FLIGHT, "latency_sum": K.S_LATENCY_SUM,
-               "latency_sq_sum": K.S_LATENCY_SQ_SUM, "hops_sum": K.S_HOPS_SUM, "latency_max": K.S_LATENCY_MAX}
+               "latency_sq_sum": K.S_LATENCY_SQ_SUM, "hops_sum": K.S_HOPS_SUM, "latency_max": K.S_LATENCY_MAX,
+               "packets_offered": K.S_PKT_OFFERED, "packets_injected": K.S_PKT_INJECTED,
+               "packets_delivered": K.S_PKT_DELIVERED, "packets_in_source": K.S_PKT_IN_SOURCE,
+               "measured_delivered": K.S_MEAS_DELIVERED, "measured_latency_sum": K.S_MEAS_LATENCY_SUM,
+               "measured_latency_sq_sum": K.S_MEAS_LATENCY_SQ_SUM, "measured_latency_max": K.S_MEAS_LATENCY_MAX}
 
 
 def small_scenario(rows, cols, *, workload="uniform", trace_file=None, path=None, **over):
@@ -24,7 +30,10 @@ def small_scenario(rows, cols, *, workload="uniform", trace_file=None, path=None
         "workload": {"type": workload},
         "output": {"frame_every_cycles": 0},
     }
-    if workload != "trace":
+    if workload == "traffic":
+        d["workload"].update(injection_rate=0.2, warmup_cycles=10, measure_cycles=60)
+        d["migration"]["policy"] = "none"
+    elif workload != "trace":
         d["workload"]["injection_rate"] = 0.2
         if "workload__work_distribution" not in over:
             d["workload"].update(work_distribution="uniform", work_min_cycles=1, work_max_cycles=9)
@@ -40,7 +49,12 @@ def reference_for(sc, trace_events=None) -> MeshReference:
     """The plain reference for a scenario, its rate map built by the reference's own code."""
     m, mig, wl = sc.values["machine"], sc.values["migration"], sc.values["workload"]
     rates = None
-    if wl["type"] != "trace":
+    traffic = {}
+    if wl["type"] == "traffic":
+        traffic = dict(pattern=wl["pattern"], hot_fraction=wl["hot_fraction"], warmup_cycles=wl["warmup_cycles"],
+                       measure_cycles=wl["measure_cycles"])
+        rates = [wl["injection_rate"]] * (m["rows"] * m["cols"])
+    elif wl["type"] != "trace":
         rates = rate_map(m["rows"], m["cols"], wl["type"], wl["injection_rate"], hot_rate=wl["hot_rate"],
                          hot_regions=sc.hot_regions(), sigma=wl["sigma"], seed=sc.get("run", "seed"))
     return MeshReference(
@@ -50,7 +64,8 @@ def reference_for(sc, trace_events=None) -> MeshReference:
         policy=mig["policy"], threshold=mig["threshold"], info_delay_cycles=mig["info_delay_cycles"],
         max_per_cycle=mig["max_per_cycle"], seed=sc.get("run", "seed"), rates=rates,
         work_distribution=wl["work_distribution"], work_cycles=wl["work_cycles"],
-        work_min_cycles=wl["work_min_cycles"], work_max_cycles=wl["work_max_cycles"], trace_events=trace_events)
+        work_min_cycles=wl["work_min_cycles"], work_max_cycles=wl["work_max_cycles"], trace_events=trace_events,
+        **traffic)
 
 
 def kernel_snapshot(sim: MeshSim) -> dict:
@@ -80,15 +95,36 @@ def kernel_snapshot(sim: MeshSim) -> dict:
                 msgs = []
                 for j in range(k):
                     m = int(st.link[r, c, d, (got + j) % kbuf])
-                    msgs.append((m & 0xFFFF, (m >> 24) & 0xFFFFFFFF, (m >> 16) & 0xFF))
+                    if m >> 63:
+                        msgs.append(("p", (m >> 44) & 0xFFF, (m >> 32) & 0xFFF, m & 0xFFFFFFFF))
+                    else:
+                        msgs.append((m & 0xFFFF, (m >> 24) & 0xFFFFFFFF, (m >> 16) & 0xFF))
                 pe_links.append(msgs)
             links.append(pe_links)
+    source = [[] for _ in range(rows * cols)]
+    traffic = inp.traffic
+    if traffic:
+        cfg = dict(zip(CFG_FIELDS, inp.cfg.tolist(), strict=True))
+        for r in range(rows):
+            for c in range(cols):
+                tb, u = int(st.src_scan[r, c]), r * cols + c
+                while len(source[u]) < int(st.src_pending[r, c]):
+                    dr, dc = K._offered_packet(np.uint64(inp.seed), tb, u, r, c, st.thr[r, c], rows, cols,
+                                               cfg["pattern"], cfg["hot_threshold"], cfg["hot_row"], cfg["hot_col"])
+                    if dr >= 0:
+                        source[u].append((int(dr), int(dc), tb))
+                    tb += 1
     busy = busy_cycles(st).ravel()
     totals = {"busy": busy, "injected": st.tot_injected.ravel(), "refused": st.tot_refused.ravel(),
               "completed": st.tot_completed.ravel(), "migrated_out": st.tot_migrated_out.ravel(),
               "migrated_in": st.tot_migrated_in.ravel(), "latency_sum": st.tot_latency.ravel()}
-    return {"queue": queue, "server": server, "links": links, "sent": sent, "received": received,
-            "totals": {k: [int(x) for x in v] for k, v in totals.items()}, "wrap": wrap}
+    if traffic:
+        totals.update(packets_offered=st.tot_pkt_offered.ravel(), packets_delivered=st.tot_pkt_delivered.ravel())
+    out = {"queue": queue, "server": server, "links": links, "sent": sent, "received": received, "source": source,
+           "totals": {k: [int(x) for x in v] for k, v in totals.items()}, "wrap": wrap}
+    if traffic:
+        out["totals"]["link_sent"] = [[int(x) for x in st.link_total[r, c]] for r in range(rows) for c in range(cols)]
+    return out
 
 
 def compare_cycle_by_cycle(sc, cycles, trace_events=None):
@@ -110,13 +146,19 @@ def compare_cycle_by_cycle(sc, cycles, trace_events=None):
         fast = kernel_snapshot(sim)
         slow = ref.snapshot()
         wrap = fast["wrap"]
-        for key in ("queue", "server", "links"):
+        for key in ("queue", "server", "links", "source"):
             if fast[key] != slow[key]:
                 u = next(i for i in range(len(fast[key])) if fast[key][i] != slow[key][i])
                 raise AssertionError(f"cycle {t}: {key} of PE {u}: kernel {fast[key][u]} != reference {slow[key][u]}")
         assert fast["sent"] == [[x % wrap for x in v] for v in slow["sent"]], f"cycle {t}: send counts"
         assert fast["received"] == [[x % wrap for x in v] for v in slow["received"]], f"cycle {t}: receive counts"
         for key, v in slow["totals"].items():
-            assert fast["totals"][key] == list(v), f"cycle {t}: per-PE totals {key}"
+            if key == "link_sent" and key not in fast["totals"]:
+                continue  # per-link totals are kept for routed traffic only; "sent" covers the counts
+            if key in ("packets_offered", "packets_delivered") and key not in fast["totals"]:
+                assert not any(v), f"cycle {t}: {key} without traffic"
+                continue
+            assert fast["totals"][key] == [list(x) if isinstance(x, list) else x for x in v], \
+                f"cycle {t}: per-PE totals {key}"
     sim.audit()
     return totals

@@ -134,3 +134,25 @@ def test_the_kernel_reports_a_broken_conservation_and_the_audit_a_lost_message()
     sim.state.sent_h[slot, 0, 0, 1] += 1  # a message the running count never saw
     with pytest.raises(RuntimeError, match="in-flight messages: links hold"):
         sim.audit()
+
+
+@pytest.mark.parametrize("grid", [(1, 1), (1, 5), (2, 2), (3, 5), (4, 4)], ids=lambda g: f"{g[0]}x{g[1]}")
+@pytest.mark.parametrize("pattern", ["uniform", "bit_complement", "neighbor", "hotspot"])
+@pytest.mark.parametrize("hop_latency", [1, 2])
+def test_kernel_equals_reference_routed_traffic(grid, pattern, hop_latency):
+    sc = small_scenario(*grid, workload="traffic", workload__pattern=pattern, machine__hop_latency_cycles=hop_latency,
+                        workload__injection_rate=0.35, machine__link_buffer_messages=2)
+    totals = compare_cycle_by_cycle(sc, 100)
+    if grid != (1, 1):
+        assert totals["packets_delivered"] > 0 and totals["measured_delivered"] > 0
+
+
+@pytest.mark.parametrize("case", [
+    dict(machine__link_messages_per_cycle=2, machine__link_buffer_messages=3),
+    dict(machine__credit_delay_cycles=3, machine__link_buffer_messages=1),
+    dict(workload__pattern="transpose"),
+    dict(workload__pattern="hotspot", workload__hot_fraction=1.0, workload__injection_rate=0.9),
+], ids=["wide-links", "slow-credits", "transpose", "all-to-the-hot-pe"])
+def test_kernel_equals_reference_routed_traffic_edges(case):
+    sc = small_scenario(4, 4, workload="traffic", **case)
+    compare_cycle_by_cycle(sc, 120)

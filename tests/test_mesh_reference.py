@@ -642,3 +642,374 @@ def test_bad_parameters_are_rejected():
         make(rates=[0.5], trace_events=[(0, 0, 0, 1)])
     with pytest.raises(ValueError, match="policy = 'greedy'"):
         make(policy="greedy", trace_events=[])
+
+
+# ---------------------------------------------------------------------------------------------
+# Routed packets: the `traffic` workload
+# ---------------------------------------------------------------------------------------------
+
+N_, S_ = 0, 2   # the other two directions
+
+
+def _packet_positions(ref):
+    """{(u, d): [packets]} for every link that holds a packet."""
+    links = ref.snapshot()["links"]
+    return {(u, d): [m for m in links[u][d] if m[0] == "p"]
+            for u in range(ref.n_pe) for d in range(4) if any(m[0] == "p" for m in links[u][d])}
+
+
+def _one_cycle_of_offers(**overrides):
+    # Offer with the public rates for cycle 0 only, then stop offering (private: thresholds 0).
+    ref = make(**overrides)
+    first = ref.step()
+    ref.thresholds = [0] * ref.n_pe
+    return ref, first
+
+
+@pytest.mark.parametrize("hop_latency", [1, 2])
+def test_lone_packet_arrives_after_hops_times_hop_latency(hop_latency):
+    # 1 x 5, only PE 0 offers (rate 1.0), bit_complement: (0, 0) -> (0, 4), 4 hops east.  Sent at
+    # 0 in Inject, received and forwarded by PEs 1, 2, 3 at L, 2L, 3L, delivered by PE 4 at 4L.
+    L = hop_latency
+    ref, first = _one_cycle_of_offers(cols=5, rates=[1.0, 0, 0, 0, 0], pattern="bit_complement",
+                                      hop_latency_cycles=L, measure_cycles=1)
+    assert (first["packets_offered"], first["packets_injected"]) == (1, 1)
+    assert first["packets_in_source"] == 0 and first["in_flight"] == 1
+    assert ref.snapshot()["links"][0][E] == [("p", 0, 4, 0)]
+    obs = [first] + ref.run(4 * L + 3)
+    expected = [0] * (4 * L + 4)
+    expected[4 * L] = 1
+    assert series(obs, "packets_delivered") == expected
+    assert series(obs, "measured_delivered") == expected
+    assert series(obs, "measured_latency_sum") == [4 * L * x for x in expected]
+    assert series(obs, "measured_latency_sq_sum") == [(4 * L) ** 2 * x for x in expected]
+    assert series(obs, "measured_latency_max") == [4 * L * x for x in expected]
+    assert series(obs, "in_flight") == [1] * (4 * L) + [0] * 4
+    snap = ref.snapshot()
+    assert snap["totals"]["packets_delivered"] == [0, 0, 0, 0, 1]
+    assert snap["totals"]["packets_offered"] == [1, 0, 0, 0, 0]
+    assert snap["totals"]["link_sent"] == [[0, 1, 0, 0]] * 4 + [[0, 0, 0, 0]]
+    assert snap["totals"]["link_sent"] == snap["sent"]
+    assert snap["received"] == [[0, 0, 0, 0]] + [[0, 0, 0, 1]] * 4
+    # Packets are not tasks: nothing migrated, received into a queue or completed.
+    assert sum(series(obs, "migrated")) == sum(series(obs, "received")) == 0
+    assert snap["totals"]["migrated_in"] == [0] * 5
+
+
+def test_xy_routing_goes_along_the_row_first_then_the_column():
+    # 3 x 3 (u = 3r + c), L = 1, bit_complement, PEs 0 and 6 offer at cycle 0:
+    #   a: (0, 0) -> (2, 2): E from 0, E from 1, S from 2, S from 5, delivered at 8;
+    #   b: (2, 0) -> (0, 2): E from 6, E from 7, N from 8, N from 5, delivered at 2.
+    rates = [1.0, 0, 0, 0, 0, 0, 1.0, 0, 0]
+    ref, first = _one_cycle_of_offers(rows=3, cols=3, rates=rates, pattern="bit_complement",
+                                      measure_cycles=1)
+    a, b = ("p", 2, 2, 0), ("p", 0, 2, 0)
+    assert first["packets_offered"] == 2
+    assert _packet_positions(ref) == {(0, E): [a], (6, E): [b]}
+    ref.step()
+    assert _packet_positions(ref) == {(1, E): [a], (7, E): [b]}
+    ref.step()
+    assert _packet_positions(ref) == {(2, S_): [a], (8, N_): [b]}
+    ref.step()
+    assert _packet_positions(ref) == {(5, S_): [a], (5, N_): [b]}
+    last = ref.step()
+    assert _packet_positions(ref) == {}
+    assert last["packets_delivered"] == 2 and last["measured_latency_sum"] == 8
+    assert last["measured_latency_max"] == 4
+    assert ref.snapshot()["totals"]["packets_delivered"] == [0, 0, 1, 0, 0, 0, 0, 0, 1]
+
+
+def test_xy_output_rule():
+    ref = make(rows=3, cols=3, rates=[0.0] * 9, pattern="uniform")
+    # From the centre (1, 1): column first, then row.
+    assert ref.xy_output(4, 0, 2) == E and ref.xy_output(4, 2, 0) == W
+    assert ref.xy_output(4, 2, 1) == S_ and ref.xy_output(4, 0, 1) == N_
+
+
+def test_packet_for_the_pe_itself_is_never_offered():
+    # transpose: the diagonal offers nothing, every other PE one packet a cycle (rate 1.0).
+    ref = make(rows=3, cols=3, rates=[1.0] * 9, pattern="transpose", link_buffer_messages=64)
+    obs = ref.run(4)
+    assert series(obs, "packets_offered") == [6] * 4
+    assert ref.snapshot()["totals"]["packets_offered"] == [0, 4, 4, 4, 0, 4, 4, 4, 0]
+    # bit_complement: the centre of an odd grid maps onto itself.
+    ref = make(rows=3, cols=3, rates=[1.0] * 9, pattern="bit_complement", link_buffer_messages=64)
+    ref.run(3)
+    assert ref.snapshot()["totals"]["packets_offered"] == [3, 3, 3, 3, 0, 3, 3, 3, 3]
+    # hotspot with hot_fraction 1: the hot PE (1, 1) would send to itself.
+    ref = make(rows=3, cols=3, rates=[1.0] * 9, pattern="hotspot", hot_fraction=1.0)
+    ref.run(3)
+    assert ref.snapshot()["totals"]["packets_offered"] == [3, 3, 3, 3, 0, 3, 3, 3, 3]
+
+
+@pytest.mark.parametrize("pattern", ["uniform", "neighbor", "hotspot", "transpose",
+                                     "bit_complement"])
+def test_destinations_follow_the_pattern_formulas_on_stream_2(pattern):
+    # Cycle 0, rate 1.0 everywhere, B = 4: nothing is forwarded yet, so each PE's packet leaves
+    # at once and sits on its first link with birth 0.  Compare its destination with the formula.
+    seed, rows, cols = 4242, 4, 4
+    n = rows * cols
+    ref = make(rows=rows, cols=cols, rates=[1.0] * n, pattern=pattern, hot_fraction=0.5,
+               seed=seed, link_messages_per_cycle=4)
+    ref.step()
+    links = ref.snapshot()["links"]
+    for u in range(n):
+        r, c = divmod(u, cols)
+        h = draw(seed, 2, 0, u, 0)
+        if pattern == "uniform":
+            v = h % (n - 1)
+            v += v >= u
+        elif pattern == "neighbor":
+            nbs = [x for x in (ref.neighbour(u, d) for d in range(4)) if x is not None]
+            v = nbs[((h >> 32) * len(nbs)) >> 32]
+        elif pattern == "hotspot":
+            if (h >> 32) < 2 ** 31:
+                v = (rows // 2) * cols + cols // 2
+            else:
+                v = (h % 2 ** 32) % (n - 1)
+                v += v >= u
+        elif pattern == "transpose":
+            v = c * cols + r
+        else:
+            v = (rows - 1 - r) * cols + (cols - 1 - c)
+        mine = [m for d in range(4) for m in links[u][d]]
+        if v == u:
+            assert mine == []
+        else:
+            assert mine == [("p", v // cols, v % cols, 0)]
+
+
+def test_source_queue_keeps_packets_the_network_cannot_take():
+    # 1 x 2, PE 0 offers a packet to PE 1 every cycle (uniform with n = 2 can only pick PE 1).
+    # K = 1, L = 1, Lc = 3: sent at 0; PE 1 receives it at 1, which PE 0 sees at 1 + Lc = 4:
+    # one packet every L + Lc = 4 cycles leaves the source queue, the others wait there.
+    ref = make(cols=2, rates=[1.0, 0.0], pattern="uniform", link_buffer_messages=1,
+               credit_delay_cycles=3)
+    obs = ref.run(10)
+    assert series(obs, "packets_offered") == [1] * 10
+    assert series(obs, "packets_injected") == [1, 0, 0, 0, 1, 0, 0, 0, 1, 0]
+    assert series(obs, "packets_delivered") == [0, 1, 0, 0, 0, 1, 0, 0, 0, 1]
+    assert series(obs, "in_flight") == [1, 0, 0, 0, 1, 0, 0, 0, 1, 0]
+    assert series(obs, "packets_in_source") == [0, 1, 2, 3, 3, 4, 5, 6, 6, 7]
+    # Nothing lost: offered 10 = in source 7 + in flight 0 + delivered 3.
+    snap = ref.snapshot()
+    assert snap["source"] == [[(0, 1, b) for b in range(3, 10)], []]
+    assert snap["totals"]["packets_offered"] == [10, 0]
+    assert snap["totals"]["packets_delivered"] == [0, 3]
+    assert snap["sent"] == [[0, 3, 0, 0], [0, 0, 0, 0]]
+
+
+def test_transit_packets_take_the_output_before_new_ones():
+    # 1 x 3, B = 1, L = 1.  Cycle 0: PE 0 sends a packet to PE 2.  Cycle 1: PE 1 forwards it on E
+    # in step 1, so E has no room when PE 1's own packet to PE 2 (offered at 1) tries in step 2:
+    # it waits in the source queue and leaves at 2.
+    ref = make(cols=3, trace_events=[])
+    ref._schedule_packet(0, 0, 0, 0, 2)
+    ref._schedule_packet(1, 0, 1, 0, 2)
+    obs = ref.run(4)
+    assert series(obs, "packets_offered") == [1, 1, 0, 0]
+    assert series(obs, "packets_injected") == [1, 0, 1, 0]
+    assert series(obs, "packets_in_source") == [0, 1, 0, 0]
+    assert series(obs, "packets_delivered") == [0, 0, 1, 1]
+    assert ref.snapshot()["sent"] == [[0, 1, 0, 0], [0, 2, 0, 0], [0, 0, 0, 0]]
+
+
+@pytest.mark.parametrize("bandwidth, expected", [(1, [1, 1, 1, 1, 0]), (2, [2, 2, 0, 0, 0])])
+def test_at_most_b_packets_leave_a_source_queue_per_cycle_over_all_outputs(bandwidth, expected):
+    # 3 x 3 centre PE (1, 1) is offered four packets at cycle 0, one for each neighbour (N, E,
+    # S, W in offer order): every output has room, but only B leave per cycle, head first.
+    ref = make(rows=3, cols=3, link_messages_per_cycle=bandwidth, trace_events=[])
+    for dest in ((0, 1), (1, 2), (2, 1), (1, 0)):
+        ref._schedule_packet(0, 1, 1, *dest)
+    obs = ref.run(5)
+    assert series(obs, "packets_injected") == expected
+    assert series(obs, "packets_delivered") == [0] + expected[:-1]
+    assert ref.snapshot()["sent"][4] == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("bandwidth", [1, 2])
+def test_ejection_takes_at_most_b_packets_per_cycle_per_pe(bandwidth):
+    # 3 x 3, every PE but the hot one (1, 1) offers a packet to it every cycle.  From cycle 1 its
+    # four ports always hold more than B deliverable packets, yet it delivers exactly B a cycle.
+    ref = make(rows=3, cols=3, rates=[1.0] * 9, pattern="hotspot", hot_fraction=1.0,
+               link_messages_per_cycle=bandwidth)
+    per_cycle, before = [], 0
+    for _ in range(30):
+        obs = ref.step()
+        delivered = ref.snapshot()["totals"]["packets_delivered"]
+        assert sum(delivered) == delivered[4]
+        per_cycle.append(delivered[4] - before)
+        assert obs["packets_delivered"] == per_cycle[-1]
+        before = delivered[4]
+    assert per_cycle == [0] + [bandwidth] * 29
+
+
+def test_task_blocked_at_the_head_of_a_link_holds_the_packets_behind_it():
+    # 1 x 3, Q = 3, T = 2, M = 1, B = 2, L = 2, D = 1, least_loaded; a packet from PE 0 to PE 2
+    # is offered at cycle 2 through the private hook (task workloads do not offer packets).
+    # c0: PE 0 gets 100, 101, 102 (depth 2 after Start), PE 1 gets 4, 100 (depth 1), PE 2 gets
+    #     three 100 (depth 2).  Nobody is above T.
+    # c1: PE 0 gets 103: depth 3 > T, knows PE 1 at 1: 1 + 1 < 3, so the tail 103 goes east
+    #     (hops 1).  PE 1 gets two 100: depth 3 = Q, knows both neighbours at 2: 2 + 1 < 3 fails.
+    # c2: PE 0 sends the packet east, behind the task.
+    # c3: the task is available at PE 1 (sent 1 <= 3 - L) but its queue is full: it stays.
+    #     PE 1's work-4 task completes.
+    # c4: task and packet are both available (sent <= 2); the task still cannot move (queue full
+    #     at Receive), so the packet behind it stays too, although PE 1's output E has room.
+    #     Start then frees a slot.
+    # c5: the task joins PE 1's queue and the packet is forwarded east (2 taken <= B).
+    # c7: PE 2 delivers the packet: latency 7 - 2 = 5 = 2 hops * L + 1 cycle held.
+    events = ([(0, 0, 0, 100), (0, 0, 0, 101), (0, 0, 0, 102), (0, 0, 1, 4), (0, 0, 1, 100)]
+              + [(0, 0, 2, 100)] * 3 + [(1, 0, 0, 103), (1, 0, 1, 100), (1, 0, 1, 100)])
+    ref = make(cols=3, queue_capacity=3, threshold=2, max_per_cycle=1, link_messages_per_cycle=2,
+               hop_latency_cycles=2, policy="least_loaded", trace_events=events, measure_cycles=10)
+    ref._schedule_packet(2, 0, 0, 0, 2)
+    task, packet = (103, 1, 1), ("p", 0, 2, 2)
+    obs = ref.run(3)
+    assert series(obs, "migrated") == [0, 1, 0]
+    assert series(obs, "refused") == [0, 0, 0]
+    assert ref.snapshot()["links"][0][E] == [task, packet]
+    for _cycle in (3, 4):
+        o = ref.step()
+        snap = ref.snapshot()
+        assert snap["links"][0][E] == [task, packet]
+        assert snap["received"][1] == [0, 0, 0, 0]
+        assert o["in_flight"] == 2 and o["received"] == 0 and o["migrated"] == 0
+    assert o["queued"] == 2 + 2 + 2                  # Start freed a slot at PE 1 at cycle 4
+    o = ref.step()                                   # cycle 5
+    snap = ref.snapshot()
+    assert snap["links"][0][E] == []
+    assert snap["links"][1][E] == [packet]
+    assert snap["received"][1] == [0, 0, 0, 2]
+    assert snap["queue"][1] == [(100, 1, 0), (100, 1, 0), task]
+    assert o["received"] == 1 and o["migrated"] == 0 and o["in_flight"] == 1
+    obs = ref.run(3)                                 # cycles 6, 7, 8
+    assert series(obs, "packets_delivered") == [0, 1, 0]
+    assert series(obs, "measured_latency_sum") == [0, 5, 0]
+    assert ref.snapshot()["totals"]["packets_delivered"] == [0, 0, 1]
+
+
+@pytest.mark.parametrize("bandwidth, expected_migrated", [(1, [0, 1]), (2, [1, 0])])
+def test_packets_sent_this_cycle_use_link_bandwidth_but_not_known_depth(bandwidth,
+                                                                        expected_migrated):
+    # 1 x 2, T = 0, M = 1.  Cycle 0: PE 0 gets 3 tasks (depth 2 after Start) and a packet for PE 1,
+    # which leaves in Inject on E.  B = 1: E is then full for the cycle, the task waits until
+    # cycle 1 (PE 1 still known at 0).  B = 2: E has room and kd(E) = 0 (the packet does not
+    # count): 0 + 1 < 2, the tail task goes at once, behind the packet.
+    ref = make(cols=2, policy="least_loaded", link_messages_per_cycle=bandwidth,
+               trace_events=[(0, 0, 0, 50 + i) for i in range(3)])
+    ref._schedule_packet(0, 0, 0, 0, 1)
+    first = ref.step()
+    assert first["migrated"] == expected_migrated[0]
+    links = ref.snapshot()["links"][0][E]
+    assert links[0] == ("p", 0, 1, 0)
+    assert links[1:] == ([(52, 0, 1)] if bandwidth == 2 else [])
+    assert ref.step()["migrated"] == expected_migrated[1]
+
+
+def test_only_packets_born_in_the_measurement_window_are_measured():
+    # The credit-limited link above (one packet every 4 cycles, latency 1 + 3 waits per packet
+    # queued before it): births 0, 1, 2, 3, 4 are delivered at 1, 5, 9, 13, 17 with latencies
+    # 1, 4, 7, 10, 13.  Window [2, 5): births 2, 3, 4 count, the others do not.
+    # Birth 5 (the window's end, excluded) is delivered at 21 with latency 16, unmeasured.
+    ref = make(cols=2, rates=[1.0, 0.0], pattern="uniform", link_buffer_messages=1,
+               credit_delay_cycles=3, warmup_cycles=2, measure_cycles=3)
+    obs = ref.run(23)
+    delivered_at = {1: 1, 5: 4, 9: 7, 13: 10, 17: 13, 21: 16}
+    assert {t for t, o in enumerate(obs) if o["packets_delivered"]} == set(delivered_at)
+    measured = {9: 7, 13: 10, 17: 13}
+    for t, o in enumerate(obs):
+        lat = measured.get(t)
+        assert o["measured_delivered"] == (1 if lat else 0)
+        assert o["measured_latency_sum"] == (lat or 0)
+        assert o["measured_latency_sq_sum"] == (lat or 0) ** 2
+        assert o["measured_latency_max"] == (lat or 0)
+
+
+def test_task_workloads_report_zero_packet_observables():
+    ref = _random_run_machine("least_loaded")
+    for o in ref.run(30):
+        for key in ("packets_offered", "packets_injected", "packets_delivered", "packets_in_source",
+                    "measured_delivered", "measured_latency_sum", "measured_latency_sq_sum",
+                    "measured_latency_max"):
+            assert o[key] == 0
+    snap = ref.snapshot()
+    assert snap["source"] == [[]] * 20
+    assert snap["totals"]["packets_offered"] == [0] * 20
+
+
+def _traffic_machine(policy, hop_latency, seed=17):
+    return make(rows=4, cols=4, hop_latency_cycles=hop_latency, link_messages_per_cycle=1,
+                link_buffer_messages=2, credit_delay_cycles=1, policy=policy, threshold=1,
+                seed=seed, rates=[0.3] * 16, pattern="uniform", warmup_cycles=50,
+                measure_cycles=200)
+
+
+@pytest.mark.parametrize("policy", ["none", "least_loaded", "random_lower"])
+@pytest.mark.parametrize("hop_latency", [1, 2])
+def test_traffic_conservation_for_300_cycles_and_runs_are_deterministic(policy, hop_latency):
+    a = _traffic_machine(policy, hop_latency)
+    b = _traffic_machine(policy, hop_latency)
+    b._visit_reversed = True             # and the PE order does not matter
+    offered = delivered = injected = measured = 0
+    for _ in range(300):
+        oa = a.step()                    # step() itself raises if conservation fails
+        assert oa == b.step()
+        offered += oa["packets_offered"]
+        delivered += oa["packets_delivered"]
+        injected += oa["packets_injected"]
+        measured += oa["measured_delivered"]
+        assert offered == oa["packets_in_source"] + oa["in_flight"] + delivered
+        assert injected == offered - oa["packets_in_source"]
+        assert oa["measured_delivered"] <= oa["packets_delivered"]
+    assert a.snapshot() == b.snapshot()
+    snap = a.snapshot()
+    assert sum(snap["totals"]["packets_offered"]) == offered > 1000
+    assert sum(snap["totals"]["packets_delivered"]) == delivered > 0 and measured > 0
+    assert sum(sum(s) for s in snap["sent"]) - sum(sum(r) for r in snap["received"]) \
+        == oa["in_flight"]
+    assert sum(snap["totals"]["injected"]) == sum(snap["totals"]["migrated_out"]) == 0
+
+
+@pytest.mark.parametrize("policy", ["least_loaded", "random_lower"])
+def test_mixed_tasks_and_packets_conserve_both(policy):
+    # Private hook: random packets on top of a random task trace, sharing links with migration.
+    rng = random.Random(3)
+    events = [(rng.randrange(120), rng.randrange(3), rng.randrange(3), rng.randint(1, 8))
+              for _ in range(400)]
+    ref = make(rows=3, cols=3, queue_capacity=4, threshold=1, policy=policy, max_per_cycle=2,
+               link_messages_per_cycle=2, link_buffer_messages=3, hop_latency_cycles=2,
+               credit_delay_cycles=2, info_delay_cycles=2, seed=9, trace_events=events)
+    for _ in range(300):
+        t, r, c = rng.randrange(120), rng.randrange(3), rng.randrange(3)
+        dr, dc = rng.randrange(3), rng.randrange(3)
+        if (dr, dc) != (r, c):
+            ref._schedule_packet(t, r, c, dr, dc)
+    obs = ref.run(200)                   # every step checks both conservation identities
+    assert sum(series(obs, "migrated")) > 0
+    assert sum(series(obs, "packets_delivered")) == sum(series(obs, "packets_offered")) > 0
+    assert sum(series(obs, "completed")) + sum(series(obs, "refused")) == 400
+
+
+def test_packet_conservation_violation_raises():
+    ref = make(cols=2, rates=[1.0, 0.0], pattern="uniform", link_buffer_messages=1,
+               credit_delay_cycles=3)
+    ref.run(3)
+    ref.pes[0].source.pop()              # lose a packet behind the simulator's back
+    with pytest.raises(AssertionError, match="conservation"):
+        ref.step()
+
+
+def test_bad_traffic_parameters_are_rejected():
+    with pytest.raises(ValueError, match="square grid"):
+        make(rows=2, cols=3, rates=[0.1] * 6, pattern="transpose")
+    with pytest.raises(ValueError, match="pattern = 'tornado'"):
+        make(rates=[0.1], pattern="tornado")
+    with pytest.raises(ValueError, match="not trace_events"):
+        make(trace_events=[], pattern="uniform")
+    with pytest.raises(ValueError, match="needs per-PE rates"):
+        make(pattern="uniform")
+    with pytest.raises(ValueError, match="hot_fraction"):
+        make(rows=3, cols=3, rates=[0.1] * 9, pattern="hotspot", hot_fraction=1.5)
+    with pytest.raises(ValueError, match="warmup_cycles"):
+        make(rates=[0.1], pattern="uniform", warmup_cycles=-1)

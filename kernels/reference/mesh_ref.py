@@ -46,7 +46,49 @@ Choices made where docs/mesh.md is ambiguous or silent:
 14. An edge PE has no link in a missing direction; its snapshot shows an empty list and zero
    counts there.  A migrated task keeps its birth cycle, so its latency includes time in flight.
 15. The spec's "the kernel checks conservation from the per-cycle counts" is done here from the
-   actual state (queues, servers, link FIFOs), plus in flight == sent - received.
+   actual state (queues, servers, source queues, link FIFOs), plus in flight == sent - received.
+   Besides the spec's combined identity (tasks injected + packets offered = refused + queued + in
+   service + in source queues + in flight + completed + delivered) each kind is checked on its own
+   (tasks never turn into packets or back), which the combined identity implies but cannot see.
+
+Routed packets (the ``traffic`` workload, ``pattern`` not None):
+
+16. The per-cycle ``migrated`` and ``received`` observables and the per-PE totals ``migrated_out``
+   and ``migrated_in`` count *tasks* only (tasks sent in Migrate, tasks taken into the queue in
+   Receive), as the spec's wording ("migrated", "a received task is not injected again") reads.
+   The per-link counts (``sent``/``link_sent``, ``received``) and ``in_flight`` count every
+   message, task or packet, since credits and bandwidth are shared.
+17. A packet carries no hop count.  Its latency is counted at its delivery cycle t (step 1), as
+   ``t - birth`` with no "+ 1" (unlike a task's), so an unhindered packet has latency hops * L.
+18. Destination "the PE itself" never produces an offer, and such a draw counts nowhere.  On a 1 x 1
+   grid every destination would be the PE itself (``uniform``/``hotspot`` would take ``mod 0``,
+   ``neighbor`` has no neighbour), so a 1 x 1 grid offers no packet at all.
+19. ``transpose`` on a non-square grid is rejected (ValueError): the spec says square grids only.
+20. The hotspot cut is ``floor(hot_fraction * 2^32)`` exactly as written, *not* capped at 2^32 - 1
+   like a rate threshold: hot_fraction 1.0 always picks the hot PE (and the hot PE then offers
+   nothing); hot_fraction must be in [0, 1].  ``uniform`` reduces the full 64-bit h mod (n - 1);
+   ``hotspot`` reduces the low 32 bits, as written.
+21. A packet forwarded in Receive is sent on its XY output with send cycle t: it counts in that
+   link's send total (and towards B for that output this cycle) but not as ``packets_injected``,
+   which counts only packets leaving a source queue.  The "fewer than B delivered" limit counts
+   deliveries at this PE in this cycle over all ports together.
+22. Injection from the source queue stops at the first head whose XY output has no room (no
+   overtaking in the source queue), and at most B packets leave it per cycle over all outputs.
+   Packets forwarded in step 1 this cycle count towards each output's B and send total, so transit
+   traffic has priority over new packets.
+23. "Measured" is decided by the packet's birth cycle alone; a measured packet is counted in the
+   ``measured_*`` observables in the cycle it is delivered, even if that is after the window ends.
+   The accepted-throughput figure is a run-level quantity (from ``packets_delivered`` per cycle)
+   and is not computed here.
+24. With a pattern, ``rates`` are per-PE packet offer rates (threshold rule as for tasks; the spec's
+   "rate injection_rate" is the uniform map), no tasks are offered, ``trace_events`` must be None,
+   and the work-distribution arguments are ignored.  ``warmup_cycles`` and ``measure_cycles`` are
+   integers >= 0.  The packet observables are 0 for task workloads.
+25. Order of PEs (see 1) with packets: Receive pops only messages sent at <= t - L from the head
+   of the neighbour's link; every append of this cycle (forwarding, injection, migration) has send
+   cycle t, so pops and appends never meet and the visiting order still cannot matter.
+26. ``_schedule_packet`` is a private test hook: it offers an extra packet (any workload) in step
+   2 after the workload's own offers, so that tests can mix tasks and packets by hand.
 """
 
 import math
@@ -61,7 +103,10 @@ WORK_DISTRIBUTIONS = ("fixed", "uniform", "geometric")
 # Stream numbers from the spec ("Streams: 0 set-up, 1 injection, 3 migration").
 STREAM_SETUP = 0
 STREAM_INJECTION = 1
+STREAM_DESTINATION = 2
 STREAM_MIGRATION = 3
+
+PATTERNS = ("uniform", "transpose", "bit_complement", "neighbor", "hotspot")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -157,8 +202,10 @@ class _Pe:
     def __init__(self):
         self.queue = deque()          # (work, birth, hops), head at the left
         self.server = None            # None or [remaining_work, birth, hops]
+        self.source = deque()         # packets waiting to enter the network: (dest_row, dest_col, birth)
         # links[d]: messages sent on output d and not yet received, oldest first, each
-        # (send_cycle, (work, birth, hops)).  The receiver removes them from here.
+        # (send_cycle, message); a message is a task (work, birth, hops) or a packet
+        # ("p", dest_row, dest_col, birth).  The receiver removes them from here.
         self.links = [deque() for _ in range(4)]
         self.sent_total = [0, 0, 0, 0]
         self.received_total = [0, 0, 0, 0]
@@ -169,6 +216,9 @@ class _Pe:
         self.migrated_out = 0
         self.migrated_in = 0
         self.latency_sum = 0
+        self.packets_offered = 0
+        self.packets_injected = 0
+        self.packets_delivered = 0
 
 
 def _check_range(name, value, low, high):
@@ -182,7 +232,8 @@ class MeshReference:
     def __init__(self, *, rows, cols, queue_capacity, hop_latency_cycles, link_messages_per_cycle,
                  link_buffer_messages, credit_delay_cycles, policy, threshold, info_delay_cycles,
                  max_per_cycle, seed, rates, work_distribution, work_cycles, work_min_cycles,
-                 work_max_cycles, trace_events):
+                 work_max_cycles, trace_events, pattern=None, hot_fraction=0.0, warmup_cycles=0,
+                 measure_cycles=0):
         _check_range("rows", rows, 1, 1 << 30)
         _check_range("cols", cols, 1, 1 << 30)
         _check_range("queue_capacity", queue_capacity, 1, 255)
@@ -195,6 +246,20 @@ class MeshReference:
         _check_range("max_per_cycle", max_per_cycle, 1, 4)
         if policy not in POLICIES:
             raise ValueError("policy = %r: must be one of %s" % (policy, POLICIES))
+        _check_range("warmup_cycles", warmup_cycles, 0, 1 << 62)
+        _check_range("measure_cycles", measure_cycles, 0, 1 << 62)
+        if pattern is not None:
+            if pattern not in PATTERNS:
+                raise ValueError("pattern = %r: must be None or one of %s" % (pattern, PATTERNS))
+            if trace_events is not None:
+                raise ValueError("a traffic pattern takes rates, not trace_events")
+            if rates is None:
+                raise ValueError("a traffic pattern needs per-PE rates")
+            if pattern == "transpose" and rows != cols:
+                raise ValueError("pattern 'transpose' needs a square grid, not %d x %d"
+                                 % (rows, cols))
+        if not 0.0 <= hot_fraction <= 1.0:
+            raise ValueError("hot_fraction %r is outside [0, 1]" % (hot_fraction,))
 
         self.rows = rows
         self.cols = cols
@@ -233,13 +298,21 @@ class MeshReference:
                 if not 0.0 <= rate <= 1.0:
                     raise ValueError("rate %r is outside [0, 1]" % (rate,))
             self.thresholds = [threshold_of(rate) for rate in rates]
-            if work_distribution not in WORK_DISTRIBUTIONS:
+            if pattern is None and work_distribution not in WORK_DISTRIBUTIONS:
                 raise ValueError("work_distribution = %r: must be one of %s"
                                  % (work_distribution, WORK_DISTRIBUTIONS))
         self.work_distribution = work_distribution
         self.work_cycles = work_cycles
         self.work_min_cycles = work_min_cycles
         self.work_max_cycles = work_max_cycles
+        self.pattern = pattern
+        self.hot_fraction = hot_fraction
+        # floor(hot_fraction * 2^32), not capped (docstring choice 20).
+        self.hot_cut = int(math.floor(hot_fraction * 4294967296.0))
+        self.warmup_cycles = warmup_cycles
+        self.measure_cycles = measure_cycles
+        # Private test hook (choice 26): cycle -> list of (u, dest_row, dest_col), in order.
+        self._scheduled_packets = {}
 
         self.pes = [_Pe() for _ in range(self.n_pe)]
         self.cycle = 0
@@ -251,6 +324,8 @@ class MeshReference:
         self.cum_injected = 0
         self.cum_refused = 0
         self.cum_completed = 0
+        self.cum_packets_offered = 0
+        self.cum_packets_delivered = 0
         # Only for the order-independence test: visit PEs in decreasing u.
         self._visit_reversed = False
 
@@ -270,6 +345,22 @@ class MeshReference:
         if 0 <= r < self.rows and 0 <= c < self.cols:
             return r * self.cols + c
         return None
+
+    def xy_output(self, u, dest_row, dest_col):
+        """Output direction of XY routing at u for a packet to (dest_row, dest_col), not u itself.
+
+        Columns first: E if the destination column is greater, W if smaller, else S if the
+        destination row is greater, else N.
+        """
+        r, c = divmod(u, self.cols)
+        assert (r, c) != (dest_row, dest_col), "a packet at its destination is not routed"
+        if dest_col > c:
+            return E
+        if dest_col < c:
+            return W
+        if dest_row > r:
+            return S
+        return N
 
     # --- reads of other PEs, only "as at the end of cycle x" with x < t ------------------------
 
@@ -309,11 +400,61 @@ class MeshReference:
 
     def _offers(self, t, u):
         """Works of the tasks offered to PE u in cycle t, in order."""
+        if self.pattern is not None:
+            return []               # a traffic workload offers packets instead
         if self.trace_mode:
             return [work for (v, work) in self.trace_by_cycle.get(t, ()) if v == u]
         if (draw(self.seed, STREAM_INJECTION, t, u, 0) >> 32) < self.thresholds[u]:
             return [self._work_of_draw(draw(self.seed, STREAM_INJECTION, t, u, 1))]
         return []
+
+    def _destination(self, t, u):
+        """Destination PE index of a packet drawn by u at cycle t (may be u itself: no offer)."""
+        n = self.n_pe
+        r, c = divmod(u, self.cols)
+        h = draw(self.seed, STREAM_DESTINATION, t, u, 0)
+        pattern = self.pattern
+        if pattern == "transpose":
+            return c * self.cols + r            # (c, r); square grid checked in __init__
+        if pattern == "bit_complement":
+            return (self.rows - 1 - r) * self.cols + (self.cols - 1 - c)
+        if pattern == "neighbor":
+            neighbours = [v for v in (self.neighbour(u, d) for d in range(4)) if v is not None]
+            if not neighbours:
+                return u                        # 1 x 1 grid: nothing to offer (choice 18)
+            return neighbours[((h >> 32) * len(neighbours)) >> 32]
+        if pattern == "hotspot" and (h >> 32) < self.hot_cut:
+            return (self.rows // 2) * self.cols + (self.cols // 2)
+        if n == 1:
+            return u                            # 1 x 1 grid: nothing to offer (choice 18)
+        if pattern == "uniform":
+            v = h % (n - 1)
+        else:                                   # hotspot, not the hot PE
+            v = (h & 0xFFFFFFFF) % (n - 1)
+        return v + 1 if v >= u else v
+
+    def _packet_offers(self, t, u):
+        """Destinations (row, col) of the packets offered to PE u in cycle t, in order."""
+        dests = []
+        if self.pattern is not None:
+            if (draw(self.seed, STREAM_INJECTION, t, u, 0) >> 32) < self.thresholds[u]:
+                v = self._destination(t, u)
+                if v != u:
+                    dests.append(divmod(v, self.cols))
+        for (v, dest_row, dest_col) in self._scheduled_packets.get(t, ()):
+            if v == u:
+                dests.append((dest_row, dest_col))
+        return dests
+
+    def _schedule_packet(self, t, row, col, dest_row, dest_col):
+        """Test hook: offer PE (row, col) one extra packet to (dest_row, dest_col) in cycle t."""
+        assert (row, col) != (dest_row, dest_col), "a packet for the PE itself is never offered"
+        assert 0 <= dest_row < self.rows and 0 <= dest_col < self.cols
+        self._scheduled_packets.setdefault(t, []).append((row * self.cols + col, dest_row,
+                                                           dest_col))
+
+    def _is_measured(self, birth):
+        return self.warmup_cycles <= birth < self.warmup_cycles + self.measure_cycles
 
     def unoffered_trace_events(self):
         """Trace events not offered in the cycles run so far (cycle outside [0, cycles done))."""
@@ -327,7 +468,10 @@ class MeshReference:
         t = self.cycle
         obs = {"busy": 0, "queued": 0, "in_service": 0, "injected": 0, "refused": 0,
                "completed": 0, "migrated": 0, "received": 0, "in_flight": 0, "latency_sum": 0,
-               "latency_sq_sum": 0, "hops_sum": 0, "latency_max": 0, "depth_hist": [0] * (self.Q + 1)}
+               "latency_sq_sum": 0, "hops_sum": 0, "latency_max": 0, "depth_hist": [0] * (self.Q + 1),
+               "packets_offered": 0, "packets_injected": 0, "packets_delivered": 0,
+               "packets_in_source": 0, "measured_delivered": 0, "measured_latency_sum": 0,
+               "measured_latency_sq_sum": 0, "measured_latency_max": 0}
         order = range(self.n_pe - 1, -1, -1) if self._visit_reversed else range(self.n_pe)
         for u in order:
             self._step_pe(t, u, obs)
@@ -345,16 +489,33 @@ class MeshReference:
             obs["depth_hist"][depth] += 1
             if pe.server is not None:
                 obs["in_service"] += 1
+            obs["packets_in_source"] += len(pe.source)
             for d in range(4):
                 obs["in_flight"] += len(pe.links[d])
         self._check_conservation(obs)
         return obs
 
+    def _has_room(self, t, u, d, sent_now):
+        """Step 4's "link d has room": fewer than B sent on d this cycle, and a credit."""
+        n = self.neighbour(u, d)
+        assert n is not None, "no link in direction %d at PE %d" % (d, u)
+        credits = self._received_at(n, opp(d), t - self.Lc)
+        return sent_now[d] < self.B and self.pes[u].sent_total[d] - credits < self.K
+
+    def _send(self, t, u, d, message, sent_now):
+        """Append a message to u's output link d with send cycle t."""
+        pe = self.pes[u]
+        pe.links[d].append((t, message))
+        pe.sent_total[d] += 1
+        sent_now[d] += 1
+
     def _step_pe(self, t, u, obs):
         pe = self.pes[u]
+        r, c = divmod(u, self.cols)
+        sent_now = [0, 0, 0, 0]     # messages of every kind sent on each output this cycle
+        delivered_now = 0
 
-        # 1. Receive, rotating port priority.  The while-condition on the queue length also
-        # stops every later port once the queue is full, since receiving only grows the queue.
+        # 1. Receive and route, rotating port priority.
         for k in range(4):
             d = (t + k) % 4
             n = self.neighbour(u, d)
@@ -363,17 +524,44 @@ class MeshReference:
             link = self.pes[n].links[opp(d)]
             # Cross-check of the literal send-cycle rule against the count form: messages sent at
             # <= t - L by n on this link, minus what u already received from it.
-            available = sum(1 for (sent_at, _task) in link if sent_at <= t - self.L)
+            available = sum(1 for (sent_at, _msg) in link if sent_at <= t - self.L)
             assert available == self._sent_at(n, opp(d), t - self.L) - pe.received_total[d], (
                 "link %d->%d: %d messages available but counts say otherwise" % (n, u, available))
             taken = 0
-            while (taken < self.B and len(pe.queue) < self.Q and link
-                   and link[0][0] <= t - self.L):
-                _sent_at, task = link.popleft()
-                pe.queue.append(task)           # unchanged: hops were counted when sent
+            while taken < self.B and link and link[0][0] <= t - self.L:
+                message = link[0][1]
+                if message[0] != "p":
+                    # A task: to the queue's tail, unchanged (hops were counted when sent).
+                    if len(pe.queue) >= self.Q:
+                        break
+                    link.popleft()
+                    pe.queue.append(message)
+                    pe.migrated_in += 1
+                    obs["received"] += 1
+                elif (message[1], message[2]) == (r, c):
+                    # A packet for this PE: delivered, at most B per PE per cycle.
+                    if delivered_now >= self.B:
+                        break
+                    link.popleft()
+                    delivered_now += 1
+                    birth = message[3]
+                    pe.packets_delivered += 1
+                    self.cum_packets_delivered += 1
+                    obs["packets_delivered"] += 1
+                    if self._is_measured(birth):
+                        latency = t - birth
+                        obs["measured_delivered"] += 1
+                        obs["measured_latency_sum"] += latency
+                        obs["measured_latency_sq_sum"] += latency * latency
+                        obs["measured_latency_max"] = max(obs["measured_latency_max"], latency)
+                else:
+                    # A packet in transit: on to its XY output if that has room.
+                    o = self.xy_output(u, message[1], message[2])
+                    if not self._has_room(t, u, o, sent_now):
+                        break
+                    link.popleft()
+                    self._send(t, u, o, message, sent_now)
                 pe.received_total[d] += 1
-                pe.migrated_in += 1
-                obs["received"] += 1
                 taken += 1
 
         # 2. Inject.
@@ -387,15 +575,32 @@ class MeshReference:
                 pe.refused += 1
                 obs["refused"] += 1
                 self.cum_refused += 1
+        for (dest_row, dest_col) in self._packet_offers(t, u):
+            pe.source.append((dest_row, dest_col, t))
+            pe.packets_offered += 1
+            obs["packets_offered"] += 1
+            self.cum_packets_offered += 1
+        left = 0
+        while left < self.B and pe.source:
+            dest_row, dest_col, birth = pe.source[0]
+            o = self.xy_output(u, dest_row, dest_col)
+            if not self._has_room(t, u, o, sent_now):
+                break
+            pe.source.popleft()
+            self._send(t, u, o, ("p", dest_row, dest_col, birth), sent_now)
+            pe.packets_injected += 1
+            obs["packets_injected"] += 1
+            left += 1
 
         # 3. Start.
         if pe.server is None and pe.queue:
             work, birth, hops = pe.queue.popleft()
             pe.server = [work, birth, hops]
 
-        # 4. Migrate.
+        # 4. Migrate.  sent_now (all kinds, steps 1, 2 and 4) limits B and is already in
+        # sent_total; tasks_now (tasks sent here only) is what the known depth adds.
         if self.policy != "none":
-            sent_now = [0, 0, 0, 0]
+            tasks_now = [0, 0, 0, 0]
             for k in range(self.M):
                 depth = len(pe.queue)
                 if depth <= self.T:
@@ -405,10 +610,8 @@ class MeshReference:
                     n = self.neighbour(u, d)
                     if n is None:
                         continue
-                    kd = self._depth_at(n, t - self.D) + sent_now[d]
-                    credits = self._received_at(n, opp(d), t - self.Lc)
-                    has_room = sent_now[d] < self.B and pe.sent_total[d] - credits < self.K
-                    if kd + 1 < depth and has_room:
+                    kd = self._depth_at(n, t - self.D) + tasks_now[d]
+                    if kd + 1 < depth and self._has_room(t, u, d, sent_now):
                         eligible.append((d, kd))
                 if not eligible:
                     break
@@ -423,9 +626,8 @@ class MeshReference:
                     idx = ((h >> 32) * len(eligible)) >> 32
                     d_pick = eligible[idx][0]
                 work, birth, hops = pe.queue.pop()      # the tail task
-                pe.links[d_pick].append((t, (work, birth, min(hops + 1, 255))))
-                pe.sent_total[d_pick] += 1
-                sent_now[d_pick] += 1
+                self._send(t, u, d_pick, (work, birth, min(hops + 1, 255)), sent_now)
+                tasks_now[d_pick] += 1
                 pe.migrated_out += 1
                 obs["migrated"] += 1
 
@@ -451,26 +653,45 @@ class MeshReference:
         # Count the state directly rather than trusting the observables.
         queued = sum(len(pe.queue) for pe in self.pes)
         in_service = sum(1 for pe in self.pes if pe.server is not None)
-        in_flight = sum(len(link) for pe in self.pes for link in pe.links)
+        in_source = sum(len(pe.source) for pe in self.pes)
+        messages = [msg for pe in self.pes for link in pe.links for (_sent_at, msg) in link]
+        in_flight = len(messages)
+        packets_in_flight = sum(1 for msg in messages if msg[0] == "p")
+        tasks_in_flight = in_flight - packets_in_flight
         injected = sum(pe.injected for pe in self.pes)
         refused = sum(pe.refused for pe in self.pes)
         completed = sum(pe.completed for pe in self.pes)
+        offered = sum(pe.packets_offered for pe in self.pes)
+        delivered = sum(pe.packets_delivered for pe in self.pes)
+        left_source = sum(pe.packets_injected for pe in self.pes)
         sent = sum(sum(pe.sent_total) for pe in self.pes)
         received = sum(sum(pe.received_total) for pe in self.pes)
         cycle = self.cycle - 1
-        if injected != refused + queued + in_service + in_flight + completed:
+        if (injected + offered != refused + queued + in_service + in_source + in_flight
+                + completed + delivered):
             raise AssertionError(
-                "conservation violated at the end of cycle %d: injected %d != refused %d + queued "
-                "%d + in service %d + in flight %d + completed %d"
-                % (cycle, injected, refused, queued, in_service, in_flight, completed))
+                "conservation violated at the end of cycle %d: tasks injected %d + packets offered "
+                "%d != refused %d + queued %d + in service %d + in source queues %d + in flight "
+                "%d + completed %d + delivered %d"
+                % (cycle, injected, offered, refused, queued, in_service, in_source, in_flight,
+                   completed, delivered))
+        if injected != refused + queued + in_service + tasks_in_flight + completed:
+            raise AssertionError("conservation of tasks violated at the end of cycle %d" % cycle)
+        if offered != in_source + packets_in_flight + delivered:
+            raise AssertionError("conservation of packets violated at the end of cycle %d" % cycle)
+        if offered - in_source != left_source:
+            raise AssertionError("cycle %d: packets that left source queues %d != offered %d - "
+                                 "in source %d" % (cycle, left_source, offered, in_source))
         if in_flight != sent - received:
             raise AssertionError("cycle %d: in flight %d != sent %d - received %d"
                                  % (cycle, in_flight, sent, received))
-        if (injected, refused, completed) != (self.cum_injected, self.cum_refused,
-                                              self.cum_completed):
+        if (injected, refused, completed, offered, delivered) != (
+                self.cum_injected, self.cum_refused, self.cum_completed,
+                self.cum_packets_offered, self.cum_packets_delivered):
             raise AssertionError("cycle %d: per-PE totals disagree with cumulative observables"
                                  % cycle)
-        if (queued, in_service, in_flight) != (obs["queued"], obs["in_service"], obs["in_flight"]):
+        if (queued, in_service, in_flight, in_source) != (
+                obs["queued"], obs["in_service"], obs["in_flight"], obs["packets_in_source"]):
             raise AssertionError("cycle %d: end-of-cycle observables disagree with the state"
                                  % cycle)
 
@@ -486,8 +707,9 @@ class MeshReference:
             "cycle": self.cycle,
             "queue": [[tuple(task) for task in pe.queue] for pe in self.pes],
             "server": [None if pe.server is None else tuple(pe.server) for pe in self.pes],
-            "links": [[[task for (_sent_at, task) in pe.links[d]] for d in range(4)]
+            "links": [[[msg for (_sent_at, msg) in pe.links[d]] for d in range(4)]
                       for pe in self.pes],
+            "source": [list(pe.source) for pe in self.pes],
             "sent": [list(pe.sent_total) for pe in self.pes],
             "received": [list(pe.received_total) for pe in self.pes],
             "totals": {
@@ -498,6 +720,9 @@ class MeshReference:
                 "migrated_out": [pe.migrated_out for pe in self.pes],
                 "migrated_in": [pe.migrated_in for pe in self.pes],
                 "latency_sum": [pe.latency_sum for pe in self.pes],
+                "packets_offered": [pe.packets_offered for pe in self.pes],
+                "packets_delivered": [pe.packets_delivered for pe in self.pes],
+                "link_sent": [list(pe.sent_total) for pe in self.pes],
             },
         }
 

@@ -1,0 +1,122 @@
+"""Network studies on the mesh: the analytic figures a routed-traffic run is checked against, and
+measurements of one offered load (DESIGN.md section 9; docs/mesh.md, "Routed packets").
+
+Channel loads are counted exactly, by enumerating every (source, destination) pair of a pattern and
+the XY route between them, so the bounds hold for any grid, not only the textbook k x k ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels import mesh as K
+
+from .mesh import MeshSim, build_inputs
+
+
+def destinations(rows: int, cols: int, pattern: str, hot_fraction: float = 0.0) -> np.ndarray:
+    """P[u, v]: the probability that a packet offered at PE u goes to PE v (float64[n, n]), for the
+    patterns of docs/mesh.md. Rows of PEs that offer nothing (a transpose diagonal) are zero."""
+    n = rows * cols
+    p = np.zeros((n, n))
+    for u in range(n):
+        r, c = divmod(u, cols)
+        if pattern == "uniform":
+            if n > 1:
+                p[u, :] = 1.0 / (n - 1)
+                p[u, u] = 0.0
+        elif pattern == "transpose":
+            if r != c:
+                p[u, c * cols + r] = 1.0
+        elif pattern == "bit_complement":
+            v = (rows - 1 - r) * cols + (cols - 1 - c)
+            if v != u:
+                p[u, v] = 1.0
+        elif pattern == "neighbor":
+            nbs = [(r + dr) * cols + (c + dc) for dr, dc in ((-1, 0), (0, 1), (1, 0), (0, -1))
+                   if 0 <= r + dr < rows and 0 <= c + dc < cols]
+            for v in nbs:
+                p[u, v] = 1.0 / len(nbs)
+        elif pattern == "hotspot":
+            hot = (rows // 2) * cols + cols // 2
+            if u == hot:
+                continue  # the hot PE's own hot draws offer nothing; its others are uniform
+            if n > 1:
+                p[u, :] = (1.0 - hot_fraction) / (n - 1)
+                p[u, u] = 0.0
+                p[u, hot] += hot_fraction
+        else:
+            raise ValueError(f"unknown pattern {pattern!r}")
+    return p
+
+
+def xy_loads(rows: int, cols: int, pattern: str, hot_fraction: float = 0.0):
+    """Expected messages per cycle on every link, per unit of offered rate (one packet per PE per
+    cycle, scaled by each PE's chance of offering one), under XY routing.
+
+    Returns (links float64[rows, cols, 4] indexed by source PE and direction, ejection float64[n],
+    injection float64[n], mean_hops float): the loads of the mesh links, of each PE's ejection and
+    injection, and the mean XY hop count of the packets offered.
+    """
+    p = destinations(rows, cols, pattern, hot_fraction)
+    if pattern == "hotspot":
+        # The hot PE offers with the same rate but only its uniform share.
+        hot = (rows // 2) * cols + cols // 2
+        n = rows * cols
+        if n > 1:
+            p[hot, :] = (1.0 - hot_fraction) / (n - 1)
+            p[hot, hot] = 0.0
+    links = np.zeros((rows, cols, 4))
+    hops_total = 0.0
+    for u in range(rows * cols):
+        r0, c0 = divmod(u, cols)
+        for v in np.nonzero(p[u])[0]:
+            w = p[u, v]
+            r1, c1 = divmod(int(v), cols)
+            r, c = r0, c0
+            while c != c1:  # X first
+                d = 1 if c1 > c else 3
+                links[r, c, d] += w
+                c += 1 if d == 1 else -1
+            while r != r1:
+                d = 2 if r1 > r else 0
+                links[r, c, d] += w
+                r += 1 if d == 2 else -1
+            hops_total += w * (abs(r1 - r0) + abs(c1 - c0))
+    offered = p.sum()
+    return links, p.sum(axis=0), p.sum(axis=1), hops_total / offered if offered else float("nan")
+
+
+def saturation_bound(rows: int, cols: int, pattern: str, hot_fraction: float = 0.0, bandwidth: int = 1) -> float:
+    """The largest offered rate (packets per PE per cycle) at which no link, ejection or injection
+    port of XY routing is loaded beyond `bandwidth` messages a cycle: 1 / (largest load)."""
+    links, eject, inject, _ = xy_loads(rows, cols, pattern, hot_fraction)
+    worst = max(links.max(), eject.max(), inject.max())
+    return bandwidth / worst if worst > 0 else float("inf")
+
+
+def measure(scenario) -> dict:
+    """Run a traffic scenario without writing a file and return its load and latency figures:
+    offered and accepted packets per PE per cycle over the measurement window, the mean latency of
+    the measured packets, and whether every measured packet was delivered by the end."""
+    wl = scenario.values["workload"]
+    warm, span = wl["warmup_cycles"], wl["measure_cycles"]
+    cycles = scenario.get("run", "cycles")
+    sim = MeshSim(build_inputs(scenario), max_chunk=min(cycles, 4096))
+    offered = delivered = measured = measured_latency = 0
+    while sim.cycle < cycles:
+        t0 = sim.cycle
+        n = min(sim.max_chunk, cycles - t0)
+        sim.advance(n)
+        s = sim.series[:n]
+        lo, hi = min(max(warm - t0, 0), n), min(max(warm + span - t0, 0), n)
+        offered += int(s[lo:hi, K.S_PKT_OFFERED].sum())
+        delivered += int(s[lo:hi, K.S_PKT_DELIVERED].sum())
+        measured += int(s[:, K.S_MEAS_DELIVERED].sum())
+        measured_latency += int(s[:, K.S_MEAS_LATENCY_SUM].sum())
+    sim.audit()
+    n_pe = sim.inputs.rows * sim.inputs.cols
+    return dict(offered=offered / (n_pe * span), accepted=delivered / (n_pe * span),
+                measured_offered=offered, measured_delivered=measured,
+                latency_mean=measured_latency / measured if measured else float("nan"),
+                all_delivered=measured == offered)
