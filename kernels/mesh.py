@@ -17,6 +17,10 @@ Layout (structure of arrays; R = rows, C = cols, Q = queue capacity, K = link bu
     tot_started int64[R, C]   work started in service (busy cycles = tot_started - s_rem)
     tot_*                     other per-PE totals (latency int64, counts int32)
     thr     uint32[R, C]      Bernoulli injection threshold (docs/mesh.md)
+    routed traffic only (shape 1 x 1 otherwise): src_pending, src_scan int32[R, C] (source queues),
+    tot_pkt_offered, tot_pkt_delivered int32[R, C], link_total int64[R, C, 4] (messages per link),
+    oq uint64[R, C, 5, Qo] and oq_len uint8[R, C, 8] (router output queues N, E, S, W, ejection;
+    3 bytes of padding so that oq_len64, its uint64[R, C] view, tells at once whether any is used)
 
 Two-phase without copies: a PE writes only its own state, and reads other PEs only through the
 history rings, at slots of cycles t - L, t - Lc, t - D (all earlier than t, and H > each delay,
@@ -65,7 +69,8 @@ S_MEAS_LATENCY_SQ_SUM = 19
 S_MEAS_LATENCY_MAX = 20
 S_LINK_SENT = 21  # every message sent on a link (tasks and packets)
 S_LINK_RECEIVED = 22  # every message taken off a link: in flight = sent - received
-N_SERIES = 23
+S_PKT_IN_ROUTER = 23
+N_SERIES = 24
 
 POLICY_NONE = 0
 POLICY_LEAST_LOADED = 1
@@ -90,6 +95,7 @@ U8 = np.uint64(0xFF)
 U32 = np.uint64(0xFFFFFFFF)
 U12 = np.uint64(0xFFF)
 PKT_FLAG = np.uint64(1) << np.uint64(63)
+BYTE_SUM = np.uint64(0x0101010101010101)
 
 
 @njit(**JIT)
@@ -205,6 +211,15 @@ def _send(link, r, c, o, m, sent_new, sent_now, wrap, kbuf, link_total):
 
 
 @njit(**JIT)
+def _pop_front(oq, oq_len, r, c, o):
+    """Remove the head packet of output queue o of (r, c); the rest move up one slot."""
+    n = np.int64(oq_len[r, c, o]) - 1
+    for i in range(n):
+        oq[r, c, o, i] = oq[r, c, o, i + 1]
+    oq_len[r, c, o] = n
+
+
+@njit(**JIT)
 def _offered_packet(seed, tb, u, r, c, thr_u, rows, cols, pattern, hot_thr, hot_r, hot_c):
     """The destination of the packet offered to PE u at cycle tb, or (-1, -1) if none was."""
     h = mix64(cycle_key(seed, STREAM_INJECT, tb) ^ (np.uint64(u) * G_UNIT))
@@ -227,7 +242,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     """
     (q_work, q_birth, q_hops, q_len, s_rem, s_birth, s_hops, link, sent_h, recv_h, depth_h, tot_started,
      tot_injected, tot_refused, tot_completed, tot_out, tot_in, tot_latency, thr, geo_log, sent_h32, recv_h32,
-     src_pending, src_scan, tot_pkt_offered, tot_pkt_delivered, link_total) = st
+     src_pending, src_scan, tot_pkt_offered, tot_pkt_delivered, link_total, oq, oq_len, oq_len64) = st
     rows = q_len.shape[0]
     cols = q_len.shape[1]
     cap = cfg[0]
@@ -252,6 +267,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     hot_c = cfg[19]
     warmup = cfg[20]
     measure_end = cfg[21]
+    qo = cfg[22]
     wrap = 2 * kbuf
     n_bins = lhist.shape[0]
     s_now = t & hmask
@@ -279,6 +295,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     pk_injected = 0
     pk_delivered = 0
     pk_in_source = 0
+    pk_in_router = 0
     meas_delivered = 0
     meas_lat_sum = 0
     meas_lat_sq = 0
@@ -315,7 +332,6 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
 
             # Send counts of this cycle are loaded only when something is sent (steps 1, 2, 4).
             sent_loaded = False
-            delivered_now = 0
 
             # 1. Receive and route, rotating priority over input ports (the slow path only where
             # the row pass above found something waiting). A port stops at its first message that
@@ -347,35 +363,15 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             tot_in[r, c] += 1
                             received += 1
                         else:
+                            # A packet goes to the output queue it needs (4: ejection) if it has room.
                             dest_r = np.int64((m >> np.uint64(44)) & U12)
                             dest_c = np.int64((m >> np.uint64(32)) & U12)
-                            if dest_r == r and dest_c == c:
-                                if delivered_now >= bw:
-                                    break
-                                delivered_now += 1
-                                pk_delivered += 1
-                                tot_pkt_delivered[r, c] += 1
-                                birth = np.int64(m & U32)
-                                if warmup <= birth < measure_end:
-                                    lat = t - birth
-                                    meas_delivered += 1
-                                    meas_lat_sum += lat
-                                    meas_lat_sq += lat * lat
-                                    if lat > meas_lat_max:
-                                        meas_lat_max = lat
-                                    lhist[min(lat, n_bins - 1)] += 1
-                            else:
-                                if not sent_loaded:
-                                    for e in range(4):
-                                        sent_new[e] = sent_h[s_prev, r, c, e]
-                                        sent_now[e] = 0
-                                        mig_now[e] = 0
-                                    sent_loaded = True
-                                o = _xy_direction(r, c, dest_r, dest_c)
-                                if not _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
-                                    break
-                                _send(link, r, c, o, m, sent_new, sent_now, wrap, kbuf, link_total)
-                                link_sent += 1
+                            o = 4 if (dest_r == r and dest_c == c) else _xy_direction(r, c, dest_r, dest_c)
+                            n_o = np.int64(oq_len[r, c, o])
+                            if n_o >= qo:
+                                break
+                            oq[r, c, o, n_o] = m
+                            oq_len[r, c, o] = n_o + 1
                         take += 1
                     if take > 0:
                         got += take
@@ -412,23 +408,50 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             break
                         tb += 1
                     src_scan[r, c] = tb
-                    if not sent_loaded:
-                        for e in range(4):
-                            sent_new[e] = sent_h[s_prev, r, c, e]
-                            sent_now[e] = 0
-                            mig_now[e] = 0
-                        sent_loaded = True
                     o = _xy_direction(r, c, dest_r, dest_c)
-                    if not _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
+                    n_o = np.int64(oq_len[r, c, o])
+                    if n_o >= qo:
                         break
-                    _send(link, r, c, o, pack_packet(dest_r, dest_c, tb), sent_new, sent_now, wrap, kbuf, link_total)
-                    link_sent += 1
+                    oq[r, c, o, n_o] = pack_packet(dest_r, dest_c, tb)
+                    oq_len[r, c, o] = n_o + 1
                     pending -= 1
                     pk_injected += 1
                     sent_from_source += 1
                     src_scan[r, c] = tb + 1
                 src_pending[r, c] = pending
                 pk_in_source += pending
+                # Send: each output queue's head packets go out while their link has room; up to B
+                # packets leave the ejection queue. (oq_len64 holds the five lengths in one word.)
+                if oq_len64[r, c] != 0:
+                    for o in range(4):
+                        while oq_len[r, c, o] > 0:
+                            if not sent_loaded:
+                                for e in range(4):
+                                    sent_new[e] = sent_h[s_prev, r, c, e]
+                                    sent_now[e] = 0
+                                sent_loaded = True
+                            if not _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
+                                break
+                            _send(link, r, c, o, oq[r, c, o, 0], sent_new, sent_now, wrap, kbuf, link_total)
+                            link_sent += 1
+                            _pop_front(oq, oq_len, r, c, o)
+                    for _ in range(bw):
+                        if oq_len[r, c, 4] == 0:
+                            break
+                        birth = np.int64(oq[r, c, 4, 0] & U32)
+                        _pop_front(oq, oq_len, r, c, 4)
+                        pk_delivered += 1
+                        tot_pkt_delivered[r, c] += 1
+                        if warmup <= birth < measure_end:
+                            lat = t - birth
+                            meas_delivered += 1
+                            meas_lat_sum += lat
+                            meas_lat_sq += lat * lat
+                            if lat > meas_lat_max:
+                                meas_lat_max = lat
+                            lhist[min(lat, n_bins - 1)] += 1
+                    # The sum of the five length bytes (each <= 48, so the sum fits in the top byte).
+                    pk_in_router += np.int64((oq_len64[r, c] * BYTE_SUM) >> np.uint64(56))
             elif is_trace:
                 while ep < ev_hi and ev_unit[ep] == u:
                     injected += 1
@@ -586,6 +609,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     acc[S_PKT_INJECTED] += pk_injected
     acc[S_PKT_DELIVERED] += pk_delivered
     acc[S_PKT_IN_SOURCE] += pk_in_source
+    acc[S_PKT_IN_ROUTER] += pk_in_router
     acc[S_MEAS_DELIVERED] += meas_delivered
     acc[S_MEAS_LATENCY_SUM] += meas_lat_sum
     acc[S_MEAS_LATENCY_SQ_SUM] += meas_lat_sq
@@ -651,8 +675,8 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
         cum[3] += series[i, S_LINK_SENT] - series[i, S_LINK_RECEIVED]
         cum[4] += series[i, S_PKT_DELIVERED]
         series[i, S_IN_FLIGHT] = cum[3]
-        if cum[0] != (cum[1] + series[i, S_QUEUED] + series[i, S_IN_SERVICE] + series[i, S_PKT_IN_SOURCE] + cum[3]
-                      + cum[2] + cum[4]):
+        if cum[0] != (cum[1] + series[i, S_QUEUED] + series[i, S_IN_SERVICE] + series[i, S_PKT_IN_SOURCE]
+                      + series[i, S_PKT_IN_ROUTER] + cum[3] + cum[2] + cum[4]):
             return t
     return -1
 

@@ -285,6 +285,7 @@ def _traffic_summary(sim, totals: _Totals, scenario) -> dict:
         "packets_offered": t["packets_offered"],
         "packets_delivered": t["packets_delivered"],
         "packets_in_source_at_end": int(sim.state.src_pending.sum(dtype=np.int64)),
+        "packets_in_router_at_end": int(sim.state.oq_len.sum(dtype=np.int64)),
         "packets_measured_offered": t["window_offered"],
         "packets_measured_delivered": t["measured_delivered"],
         "offered_per_pe_cycle": t["window_offered"] / (n_units * span) if span else float("nan"),

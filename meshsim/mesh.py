@@ -22,7 +22,7 @@ from .trace import load_trace
 CFG_FIELDS = ("queue_capacity", "hop_latency_cycles", "link_messages_per_cycle", "link_buffer_messages",
               "credit_delay_cycles", "policy", "threshold", "info_delay_cycles", "max_per_cycle", "work_kind",
               "work_cycles", "work_min_cycles", "work_max_cycles", "is_trace", "history_mask", "is_traffic",
-              "pattern", "hot_threshold", "hot_row", "hot_col", "warmup_cycles", "measure_end")
+              "pattern", "hot_threshold", "hot_row", "hot_col", "warmup_cycles", "measure_end", "router_queue_packets")
 PATTERNS = {"uniform": K.PATTERN_UNIFORM, "transpose": K.PATTERN_TRANSPOSE, "bit_complement": K.PATTERN_BIT_COMPLEMENT,
             "neighbor": K.PATTERN_NEIGHBOR, "hotspot": K.PATTERN_HOTSPOT}
 
@@ -95,6 +95,7 @@ def build_inputs(sc) -> MeshInputs:
         hot_col=cols // 2,
         warmup_cycles=wl["warmup_cycles"] if is_traffic else 0,
         measure_end=wl["warmup_cycles"] + wl["measure_cycles"] if is_traffic else 0,
+        router_queue_packets=m["router_queue_packets"],
     )
     geo_log = 0.0
     if not is_trace and wl["work_distribution"] == "geometric" and wl["work_cycles"] > 1:
@@ -126,7 +127,8 @@ class MeshSim:
         thr = rate_thresholds(np.ascontiguousarray(inputs.rates)) if inputs.rates is not None else \
             np.zeros((inputs.rows, inputs.cols), np.uint32)
         self.state = S.allocate_mesh(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
-                                     inputs.history, thr, inputs.geo_log, traffic=inputs.traffic)
+                                     inputs.history, thr, inputs.geo_log, traffic=inputs.traffic,
+                                     router_queue_packets=int(inputs.cfg[CFG_FIELDS.index("router_queue_packets")]))
         self.blocks = S.row_blocks(inputs.rows)
         self.max_chunk = max_chunk
         self.series = np.zeros((max_chunk, K.N_SERIES), np.int64)

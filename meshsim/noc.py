@@ -98,15 +98,19 @@ def saturation_bound(rows: int, cols: int, pattern: str, hot_fraction: float = 0
 def measure(scenario) -> dict:
     """Run a traffic scenario without writing a file and return its load and latency figures:
     offered and accepted packets per PE per cycle over the measurement window, the mean latency of
-    the measured packets, and whether every measured packet was delivered by the end."""
+    the measured packets, whether every measured packet was delivered by the end, and the longest
+    source queue at the end of the window (a source falling behind shows there first)."""
     wl = scenario.values["workload"]
     warm, span = wl["warmup_cycles"], wl["measure_cycles"]
     cycles = scenario.get("run", "cycles")
     sim = MeshSim(build_inputs(scenario), max_chunk=min(cycles, 4096))
     offered = delivered = measured = measured_latency = 0
+    backlog_max = 0
     while sim.cycle < cycles:
         t0 = sim.cycle
         n = min(sim.max_chunk, cycles - t0)
+        if t0 < warm + span < t0 + n:
+            n = warm + span - t0  # stop at the window's end to look at the source queues
         sim.advance(n)
         s = sim.series[:n]
         lo, hi = min(max(warm - t0, 0), n), min(max(warm + span - t0, 0), n)
@@ -114,9 +118,38 @@ def measure(scenario) -> dict:
         delivered += int(s[lo:hi, K.S_PKT_DELIVERED].sum())
         measured += int(s[:, K.S_MEAS_DELIVERED].sum())
         measured_latency += int(s[:, K.S_MEAS_LATENCY_SUM].sum())
+        if sim.cycle == warm + span:
+            backlog_max = int(sim.state.src_pending.max())
     sim.audit()
     n_pe = sim.inputs.rows * sim.inputs.cols
     return dict(offered=offered / (n_pe * span), accepted=delivered / (n_pe * span),
                 measured_offered=offered, measured_delivered=measured,
                 latency_mean=measured_latency / measured if measured else float("nan"),
-                all_delivered=measured == offered)
+                all_delivered=measured == offered, backlog_max=backlog_max)
+
+
+def sustains(scenario, zero_load_latency: float) -> bool:
+    """Whether the mesh sustains the scenario's offered load: every measured packet delivered by the
+    end, accepted within 2% of offered, the mean latency below 10x the zero-load latency, and no
+    source queue at the window's end longer than 2 + 1% of what one source offers in the window
+    (an overloaded link makes the sources behind it fall further behind every cycle)."""
+    got = measure(scenario)
+    wl = scenario.values["workload"]
+    per_source = wl["injection_rate"] * wl["measure_cycles"]
+    return (got["all_delivered"] and got["accepted"] >= 0.98 * got["offered"]
+            and got["latency_mean"] < 10 * max(zero_load_latency, 1.0)
+            and got["backlog_max"] <= 2 + 0.01 * per_source)
+
+
+def saturation_throughput(make_scenario, upper: float, zero_load_latency: float, steps: int = 7) -> float:
+    """Bisection over the offered rate (not the accepted rate under overload, which unfair
+    arbitration can inflate): the highest rate in [0, upper] the mesh sustains, to upper / 2^steps.
+    make_scenario(rate) builds the traffic scenario of one offered rate."""
+    lo, hi = 0.0, upper
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if sustains(make_scenario(mid), zero_load_latency):
+            lo = mid
+        else:
+            hi = mid
+    return lo

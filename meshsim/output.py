@@ -46,6 +46,7 @@ PACKET_SERIES = {
     "packets_injected": (K.S_PKT_INJECTED, "packets", "packets that left a source queue into the network"),
     "packets_delivered": (K.S_PKT_DELIVERED, "packets", "packets delivered at their destination in the cycle"),
     "packets_in_source": (K.S_PKT_IN_SOURCE, "packets", "packets waiting in source queues at the end of the cycle"),
+    "packets_in_router": (K.S_PKT_IN_ROUTER, "packets", "packets in router output queues at the end of the cycle"),
     "measured_delivered": (K.S_MEAS_DELIVERED, "packets", "measured packets (born in the window) delivered"),
     "measured_latency_sum": (K.S_MEAS_LATENCY_SUM, "cycles", "sum of the latencies of measured packets delivered"),
     "measured_latency_sq_sum": (K.S_MEAS_LATENCY_SQ_SUM, "cycles^2",

@@ -106,6 +106,9 @@ PARAMS: tuple[Param, ...] = (
           "link_messages_per_cycle.", (1, 64)),
     Param("machine", "credit_delay_cycles", "int", "cycles", 1,
           "Cycles a freed buffer slot takes to return to the sender as a credit.", (1, 8)),
+    Param("machine", "router_queue_packets", "int", "packets", 4,
+          "Capacity of each router output queue (four directions and ejection), for routed packets.",
+          (1, 48), ("workload.type", ("traffic",))),
     Param("machine", "clock_ghz", "float", "GHz", 1.1,
           "Clock frequency; used only to convert cycles to seconds in reports.", (0.001, 100.0)),
     # [migration]

@@ -46,9 +46,12 @@ class MeshState(NamedTuple):
     tot_pkt_offered: np.ndarray  # int32[R, C] packets offered
     tot_pkt_delivered: np.ndarray  # int32[R, C] packets delivered here
     link_total: np.ndarray  # int64[R, C, 4] messages ever sent on each output link
+    oq: np.ndarray  # uint64[R, C, 5, Qo] router output queues (N, E, S, W, ejection), head at slot 0
+    oq_len: np.ndarray  # uint8[R, C, 8] packets in each output queue (5 used, 3 padding)
+    oq_len64: np.ndarray  # uint64[R, C] view of oq_len: all five lengths in one word
 
 
-VIEW_FIELDS = ("sent_h32", "recv_h32")
+VIEW_FIELDS = ("sent_h32", "recv_h32", "oq_len64")
 
 
 CFG_LEN = 15
@@ -63,10 +66,12 @@ def history_length(*delays: int) -> int:
 
 
 def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_messages: int, history: int,
-                  thresholds: np.ndarray, geo_log: float = 0.0, traffic: bool = False) -> MeshState:
+                  thresholds: np.ndarray, geo_log: float = 0.0, traffic: bool = False,
+                  router_queue_packets: int = 1) -> MeshState:
     """Zeroed state for an empty mesh (before cycle 0); `traffic` allocates the routed-traffic arrays."""
     r, c = rows, cols
     pr, pc = (r, c) if traffic else (1, 1)
+    oq_len = np.zeros((pr, pc, 8), np.uint8)
     sent_h = np.zeros((history, r, c, 4), np.uint8)
     recv_h = np.zeros((history, r, c, 4), np.uint8)
     return MeshState(
@@ -97,6 +102,9 @@ def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_message
         tot_pkt_offered=np.zeros((pr, pc), np.int32),
         tot_pkt_delivered=np.zeros((pr, pc), np.int32),
         link_total=np.zeros((pr, pc, 4), np.int64),
+        oq=np.zeros((pr, pc, 5, router_queue_packets if traffic else 1), np.uint64),
+        oq_len=oq_len,
+        oq_len64=oq_len.view(np.uint64).reshape(pr, pc),
     )
 
 

@@ -18,7 +18,8 @@ SERIES_KEYS = {"busy": K.S_BUSY, "queued": K.S_QUEUED, "in_service": K.S_IN_SERV
                "packets_offered": K.S_PKT_OFFERED, "packets_injected": K.S_PKT_INJECTED,
                "packets_delivered": K.S_PKT_DELIVERED, "packets_in_source": K.S_PKT_IN_SOURCE,
                "measured_delivered": K.S_MEAS_DELIVERED, "measured_latency_sum": K.S_MEAS_LATENCY_SUM,
-               "measured_latency_sq_sum": K.S_MEAS_LATENCY_SQ_SUM, "measured_latency_max": K.S_MEAS_LATENCY_MAX}
+               "measured_latency_sq_sum": K.S_MEAS_LATENCY_SQ_SUM, "measured_latency_max": K.S_MEAS_LATENCY_MAX,
+               "packets_in_router": K.S_PKT_IN_ROUTER}
 
 
 def small_scenario(rows, cols, *, workload="uniform", trace_file=None, path=None, **over):
@@ -52,7 +53,7 @@ def reference_for(sc, trace_events=None) -> MeshReference:
     traffic = {}
     if wl["type"] == "traffic":
         traffic = dict(pattern=wl["pattern"], hot_fraction=wl["hot_fraction"], warmup_cycles=wl["warmup_cycles"],
-                       measure_cycles=wl["measure_cycles"])
+                       measure_cycles=wl["measure_cycles"], router_queue_packets=m["router_queue_packets"])
         rates = [wl["injection_rate"]] * (m["rows"] * m["cols"])
     elif wl["type"] != "trace":
         rates = rate_map(m["rows"], m["cols"], wl["type"], wl["injection_rate"], hot_rate=wl["hot_rate"],
@@ -102,6 +103,7 @@ def kernel_snapshot(sim: MeshSim) -> dict:
                 pe_links.append(msgs)
             links.append(pe_links)
     source = [[] for _ in range(rows * cols)]
+    router = [[[] for _ in range(5)] for _ in range(rows * cols)]
     traffic = inp.traffic
     if traffic:
         cfg = dict(zip(CFG_FIELDS, inp.cfg.tolist(), strict=True))
@@ -114,6 +116,10 @@ def kernel_snapshot(sim: MeshSim) -> dict:
                     if dr >= 0:
                         source[u].append((int(dr), int(dc), tb))
                     tb += 1
+                for o in range(5):
+                    for i in range(int(st.oq_len[r, c, o])):
+                        m = int(st.oq[r, c, o, i])
+                        router[u][o].append(((m >> 44) & 0xFFF, (m >> 32) & 0xFFF, m & 0xFFFFFFFF))
     busy = busy_cycles(st).ravel()
     totals = {"busy": busy, "injected": st.tot_injected.ravel(), "refused": st.tot_refused.ravel(),
               "completed": st.tot_completed.ravel(), "migrated_out": st.tot_migrated_out.ravel(),
@@ -121,6 +127,7 @@ def kernel_snapshot(sim: MeshSim) -> dict:
     if traffic:
         totals.update(packets_offered=st.tot_pkt_offered.ravel(), packets_delivered=st.tot_pkt_delivered.ravel())
     out = {"queue": queue, "server": server, "links": links, "sent": sent, "received": received, "source": source,
+           "router": router,
            "totals": {k: [int(x) for x in v] for k, v in totals.items()}, "wrap": wrap}
     if traffic:
         out["totals"]["link_sent"] = [[int(x) for x in st.link_total[r, c]] for r in range(rows) for c in range(cols)]
@@ -146,7 +153,7 @@ def compare_cycle_by_cycle(sc, cycles, trace_events=None):
         fast = kernel_snapshot(sim)
         slow = ref.snapshot()
         wrap = fast["wrap"]
-        for key in ("queue", "server", "links", "source"):
+        for key in ("queue", "server", "links", "source", "router"):
             if fast[key] != slow[key]:
                 u = next(i for i in range(len(fast[key])) if fast[key][i] != slow[key][i])
                 raise AssertionError(f"cycle {t}: {key} of PE {u}: kernel {fast[key][u]} != reference {slow[key][u]}")

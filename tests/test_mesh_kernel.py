@@ -152,7 +152,10 @@ def test_kernel_equals_reference_routed_traffic(grid, pattern, hop_latency):
     dict(machine__credit_delay_cycles=3, machine__link_buffer_messages=1),
     dict(workload__pattern="transpose"),
     dict(workload__pattern="hotspot", workload__hot_fraction=1.0, workload__injection_rate=0.9),
-], ids=["wide-links", "slow-credits", "transpose", "all-to-the-hot-pe"])
+    dict(machine__router_queue_packets=1, workload__injection_rate=0.6),
+    dict(machine__router_queue_packets=48, machine__link_messages_per_cycle=3, machine__link_buffer_messages=6,
+         workload__injection_rate=1.0),
+], ids=["wide-links", "slow-credits", "transpose", "all-to-the-hot-pe", "router-queues-1", "router-queues-48"])
 def test_kernel_equals_reference_routed_traffic_edges(case):
     sc = small_scenario(4, 4, workload="traffic", **case)
     compare_cycle_by_cycle(sc, 120)

@@ -608,6 +608,19 @@ def test_conservation_holds_for_200_cycles_and_runs_are_deterministic(policy):
         assert sum(totals["migrated_out"]) > 0
 
 
+def test_router_queue_size_does_not_change_task_workloads():
+    # Qo only concerns packets: a task run is the same whatever it is, and its router queues stay
+    # empty.
+    a = _random_run_machine("least_loaded", seed=4)
+    b = make(rows=4, cols=5, queue_capacity=4, hop_latency_cycles=2, link_messages_per_cycle=2,
+             link_buffer_messages=3, credit_delay_cycles=2, policy="least_loaded", threshold=1,
+             info_delay_cycles=2, max_per_cycle=2, seed=4, rates=[0.45] * 20,
+             work_distribution="geometric", work_cycles=3, work_max_cycles=40,
+             router_queue_packets=1)
+    assert a.run(80) == b.run(80)
+    assert a.snapshot() == b.snapshot()
+
+
 def test_different_seeds_give_different_runs():
     a = _random_run_machine("random_lower", seed=1)
     b = _random_run_machine("random_lower", seed=2)
@@ -685,6 +698,9 @@ def test_lone_packet_arrives_after_hops_times_hop_latency(hop_latency):
     assert series(obs, "measured_latency_sq_sum") == [(4 * L) ** 2 * x for x in expected]
     assert series(obs, "measured_latency_max") == [4 * L * x for x in expected]
     assert series(obs, "in_flight") == [1] * (4 * L) + [0] * 4
+    # It enters an output queue and leaves it in the same cycle at every PE: never in a router
+    # queue at the end of a cycle.
+    assert series(obs, "packets_in_router") == [0] * (4 * L + 4)
     snap = ref.snapshot()
     assert snap["totals"]["packets_delivered"] == [0, 0, 0, 0, 1]
     assert snap["totals"]["packets_offered"] == [1, 0, 0, 0, 0]
@@ -779,45 +795,83 @@ def test_destinations_follow_the_pattern_formulas_on_stream_2(pattern):
             assert mine == [("p", v // cols, v % cols, 0)]
 
 
-def test_source_queue_keeps_packets_the_network_cannot_take():
+@pytest.mark.parametrize("qo, injected, in_source, in_router, source_left, router_left", [
+    # Qo = 4.  Packet p_b is born at b.  c0: p0 source -> queue E -> sent.  c1, c2, c3: p1, p2, p3
+    #   join queue E (room), no credit (1 sent - 0 received <= end of c-2 .. c0 is not < 1).
+    #   c4: credit (PE 1 received p0 at 1, seen at 1 + 3): p4 joins (4 = Qo), p1 is sent.
+    #   c5: p5 joins (3 -> 4), no credit (2 sent - 1 received by the end of c2).  c6, c7: queue
+    #   full, p6, p7 stay in the source.  c8: injection first: queue still full (p8 stays), then
+    #   p2 is sent (credit of p1's receive at 5).  c9: p6 joins (3 -> 4), no credit.
+    (4, [1, 1, 1, 1, 1, 1, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, 1, 2, 3, 3],
+     [0, 1, 2, 3, 3, 4, 4, 4, 3, 4], [7, 8, 9], [3, 4, 5, 6]),
+    # Qo = 1.  c0: p0 sent.  c1: p1 joins queue E (1 = Qo), no credit.  c2, c3: p2, p3 wait in
+    #   the source.  c4: injection first: the queue still holds p1 (nothing joins), then p1 is
+    #   sent.  c5: p2 joins.  c6, c7: wait.  c8: p2 is sent, nothing joins.  c9: p3 joins.
+    (1, [1, 1, 0, 0, 0, 1, 0, 0, 0, 1], [0, 0, 1, 2, 3, 3, 4, 5, 6, 6],
+     [0, 1, 1, 1, 0, 1, 1, 1, 0, 1], [4, 5, 6, 7, 8, 9], [3]),
+])
+def test_source_queue_keeps_packets_the_network_cannot_take(qo, injected, in_source, in_router,
+                                                            source_left, router_left):
     # 1 x 2, PE 0 offers a packet to PE 1 every cycle (uniform with n = 2 can only pick PE 1).
-    # K = 1, L = 1, Lc = 3: sent at 0; PE 1 receives it at 1, which PE 0 sees at 1 + Lc = 4:
-    # one packet every L + Lc = 4 cycles leaves the source queue, the others wait there.
+    # K = 1, L = 1, Lc = 3: sent at 0; PE 1 receives it at 1 (ejection queue, delivered at once),
+    # which PE 0 sees at 1 + Lc = 4: one packet every L + Lc = 4 cycles goes on the link (at 0, 4,
+    # 8), the others wait in PE 0's output queue E (at most Qo) and behind it in the source queue.
     ref = make(cols=2, rates=[1.0, 0.0], pattern="uniform", link_buffer_messages=1,
-               credit_delay_cycles=3)
+               credit_delay_cycles=3, router_queue_packets=qo)
     obs = ref.run(10)
     assert series(obs, "packets_offered") == [1] * 10
-    assert series(obs, "packets_injected") == [1, 0, 0, 0, 1, 0, 0, 0, 1, 0]
+    assert series(obs, "packets_injected") == injected
     assert series(obs, "packets_delivered") == [0, 1, 0, 0, 0, 1, 0, 0, 0, 1]
     assert series(obs, "in_flight") == [1, 0, 0, 0, 1, 0, 0, 0, 1, 0]
-    assert series(obs, "packets_in_source") == [0, 1, 2, 3, 3, 4, 5, 6, 6, 7]
-    # Nothing lost: offered 10 = in source 7 + in flight 0 + delivered 3.
+    assert series(obs, "packets_in_source") == in_source
+    assert series(obs, "packets_in_router") == in_router
+    # Nothing lost: offered 10 = in source + in router + in flight 0 + delivered 3.
+    assert in_source[-1] + in_router[-1] + 3 == 10
     snap = ref.snapshot()
-    assert snap["source"] == [[(0, 1, b) for b in range(3, 10)], []]
+    assert snap["source"] == [[(0, 1, b) for b in source_left], []]
+    assert snap["router"] == [[[], [(0, 1, b) for b in router_left], [], [], []],
+                              [[], [], [], [], []]]
     assert snap["totals"]["packets_offered"] == [10, 0]
     assert snap["totals"]["packets_delivered"] == [0, 3]
     assert snap["sent"] == [[0, 3, 0, 0], [0, 0, 0, 0]]
 
 
-def test_transit_packets_take_the_output_before_new_ones():
-    # 1 x 3, B = 1, L = 1.  Cycle 0: PE 0 sends a packet to PE 2.  Cycle 1: PE 1 forwards it on E
-    # in step 1, so E has no room when PE 1's own packet to PE 2 (offered at 1) tries in step 2:
-    # it waits in the source queue and leaves at 2.
-    ref = make(cols=3, trace_events=[])
+@pytest.mark.parametrize("qo, injected, in_source, in_router", [
+    # Qo = 4: at c1 b joins queue E behind a (left the source: injected), a is sent, b stays in
+    # the queue (B = 1) and is sent at 2.
+    (4, [1, 1, 0, 0], [0, 0, 0, 0], [0, 1, 0, 0]),
+    # Qo = 1: a fills queue E in step 1, so b cannot leave the source at 1; it leaves (and is
+    # sent) at 2.
+    (1, [1, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 0]),
+])
+def test_transit_packets_take_the_output_before_new_ones(qo, injected, in_source, in_router):
+    # 1 x 3, B = 1, L = 1.  Cycle 0: PE 0 sends a packet a to PE 2.  Cycle 1: PE 1 puts a into
+    # its output queue E in step 1, before its own packet b to PE 2 (offered at 1) leaves the
+    # source in step 2: a is ahead of b and takes the link's one slot of cycle 1; b goes at 2.
+    # PE 2 delivers a at 2 (latency 2 = 2 hops * L) and b at 3 (latency 2 = 1 hop + 1 wait).
+    ref = make(cols=3, trace_events=[], router_queue_packets=qo, measure_cycles=10)
     ref._schedule_packet(0, 0, 0, 0, 2)
     ref._schedule_packet(1, 0, 1, 0, 2)
-    obs = ref.run(4)
+    obs = ref.run(2)
+    snap = ref.snapshot()
+    assert snap["links"][1][E] == [("p", 0, 2, 0)]
+    assert snap["router"][1][E] == ([(0, 2, 1)] if qo > 1 else [])
+    assert snap["source"][1] == ([] if qo > 1 else [(0, 2, 1)])
+    obs += ref.run(2)
     assert series(obs, "packets_offered") == [1, 1, 0, 0]
-    assert series(obs, "packets_injected") == [1, 0, 1, 0]
-    assert series(obs, "packets_in_source") == [0, 1, 0, 0]
+    assert series(obs, "packets_injected") == injected
+    assert series(obs, "packets_in_source") == in_source
+    assert series(obs, "packets_in_router") == in_router
     assert series(obs, "packets_delivered") == [0, 0, 1, 1]
+    assert series(obs, "measured_latency_sum") == [0, 0, 2, 2]
     assert ref.snapshot()["sent"] == [[0, 1, 0, 0], [0, 2, 0, 0], [0, 0, 0, 0]]
 
 
 @pytest.mark.parametrize("bandwidth, expected", [(1, [1, 1, 1, 1, 0]), (2, [2, 2, 0, 0, 0])])
 def test_at_most_b_packets_leave_a_source_queue_per_cycle_over_all_outputs(bandwidth, expected):
     # 3 x 3 centre PE (1, 1) is offered four packets at cycle 0, one for each neighbour (N, E,
-    # S, W in offer order): every output has room, but only B leave per cycle, head first.
+    # S, W in offer order): every output queue has room, but only B leave the source per cycle,
+    # head first; each is sent on its (idle) link in the same cycle and delivered one cycle later.
     ref = make(rows=3, cols=3, link_messages_per_cycle=bandwidth, trace_events=[])
     for dest in ((0, 1), (1, 2), (2, 1), (1, 0)):
         ref._schedule_packet(0, 1, 1, *dest)
@@ -830,7 +884,8 @@ def test_at_most_b_packets_leave_a_source_queue_per_cycle_over_all_outputs(bandw
 @pytest.mark.parametrize("bandwidth", [1, 2])
 def test_ejection_takes_at_most_b_packets_per_cycle_per_pe(bandwidth):
     # 3 x 3, every PE but the hot one (1, 1) offers a packet to it every cycle.  From cycle 1 its
-    # four ports always hold more than B deliverable packets, yet it delivers exactly B a cycle.
+    # four ports always hold more packets for it than B, its ejection queue (Qo = 4 >= B) fills
+    # in step 1, yet it delivers exactly B a cycle.
     ref = make(rows=3, cols=3, rates=[1.0] * 9, pattern="hotspot", hot_fraction=1.0,
                link_messages_per_cycle=bandwidth)
     per_cycle, before = [], 0
@@ -855,9 +910,10 @@ def test_task_blocked_at_the_head_of_a_link_holds_the_packets_behind_it():
     # c3: the task is available at PE 1 (sent 1 <= 3 - L) but its queue is full: it stays.
     #     PE 1's work-4 task completes.
     # c4: task and packet are both available (sent <= 2); the task still cannot move (queue full
-    #     at Receive), so the packet behind it stays too, although PE 1's output E has room.
+    #     at Receive), so the packet behind it stays too, although PE 1's output queue E is empty.
     #     Start then frees a slot.
-    # c5: the task joins PE 1's queue and the packet is forwarded east (2 taken <= B).
+    # c5: the task joins PE 1's queue and the packet PE 1's output queue E (2 taken <= B); Send
+    #     puts the packet on link E in the same cycle.
     # c7: PE 2 delivers the packet: latency 7 - 2 = 5 = 2 hops * L + 1 cycle held.
     events = ([(0, 0, 0, 100), (0, 0, 0, 101), (0, 0, 0, 102), (0, 0, 1, 4), (0, 0, 1, 100)]
               + [(0, 0, 2, 100)] * 3 + [(1, 0, 0, 103), (1, 0, 1, 100), (1, 0, 1, 100)])
@@ -893,9 +949,10 @@ def test_task_blocked_at_the_head_of_a_link_holds_the_packets_behind_it():
 def test_packets_sent_this_cycle_use_link_bandwidth_but_not_known_depth(bandwidth,
                                                                         expected_migrated):
     # 1 x 2, T = 0, M = 1.  Cycle 0: PE 0 gets 3 tasks (depth 2 after Start) and a packet for PE 1,
-    # which leaves in Inject on E.  B = 1: E is then full for the cycle, the task waits until
-    # cycle 1 (PE 1 still known at 0).  B = 2: E has room and kd(E) = 0 (the packet does not
-    # count): 0 + 1 < 2, the tail task goes at once, behind the packet.
+    # which leaves the source for output queue E and is sent on E in step 2 (Send).  B = 1: E is
+    # then full for the cycle, the task waits until cycle 1 (PE 1 still known at 0).  B = 2: E
+    # has room and kd(E) = 0 (the packet does not count): 0 + 1 < 2, the tail task goes at once,
+    # behind the packet.
     ref = make(cols=2, policy="least_loaded", link_messages_per_cycle=bandwidth,
                trace_events=[(0, 0, 0, 50 + i) for i in range(3)])
     ref._schedule_packet(0, 0, 0, 0, 1)
@@ -908,8 +965,9 @@ def test_packets_sent_this_cycle_use_link_bandwidth_but_not_known_depth(bandwidt
 
 
 def test_only_packets_born_in_the_measurement_window_are_measured():
-    # The credit-limited link above (one packet every 4 cycles, latency 1 + 3 waits per packet
-    # queued before it): births 0, 1, 2, 3, 4 are delivered at 1, 5, 9, 13, 17 with latencies
+    # The credit-limited link above (one packet every 4 cycles, in birth order through the source
+    # and output queues, so packet k is sent at 4k, delivered at 4k + 1, latency 3k + 1):
+    # births 0, 1, 2, 3, 4 are delivered at 1, 5, 9, 13, 17 with latencies
     # 1, 4, 7, 10, 13.  Window [2, 5): births 2, 3, 4 count, the others do not.
     # Birth 5 (the window's end, excluded) is delivered at 21 with latency 16, unmeasured.
     ref = make(cols=2, rates=[1.0, 0.0], pattern="uniform", link_buffer_messages=1,
@@ -930,26 +988,28 @@ def test_task_workloads_report_zero_packet_observables():
     ref = _random_run_machine("least_loaded")
     for o in ref.run(30):
         for key in ("packets_offered", "packets_injected", "packets_delivered", "packets_in_source",
-                    "measured_delivered", "measured_latency_sum", "measured_latency_sq_sum",
-                    "measured_latency_max"):
+                    "packets_in_router", "measured_delivered", "measured_latency_sum",
+                    "measured_latency_sq_sum", "measured_latency_max"):
             assert o[key] == 0
     snap = ref.snapshot()
     assert snap["source"] == [[]] * 20
+    assert snap["router"] == [[[], [], [], [], []]] * 20
     assert snap["totals"]["packets_offered"] == [0] * 20
 
 
-def _traffic_machine(policy, hop_latency, seed=17):
+def _traffic_machine(policy, hop_latency, seed=17, qo=4):
     return make(rows=4, cols=4, hop_latency_cycles=hop_latency, link_messages_per_cycle=1,
                 link_buffer_messages=2, credit_delay_cycles=1, policy=policy, threshold=1,
                 seed=seed, rates=[0.3] * 16, pattern="uniform", warmup_cycles=50,
-                measure_cycles=200)
+                measure_cycles=200, router_queue_packets=qo)
 
 
-@pytest.mark.parametrize("policy", ["none", "least_loaded", "random_lower"])
-@pytest.mark.parametrize("hop_latency", [1, 2])
-def test_traffic_conservation_for_300_cycles_and_runs_are_deterministic(policy, hop_latency):
-    a = _traffic_machine(policy, hop_latency)
-    b = _traffic_machine(policy, hop_latency)
+@pytest.mark.parametrize("policy, hop_latency, qo", [
+    ("none", 1, 4), ("least_loaded", 1, 4), ("random_lower", 1, 4),
+    ("none", 2, 4), ("least_loaded", 2, 1), ("random_lower", 2, 2), ("none", 2, 1)])
+def test_traffic_conservation_for_300_cycles_and_runs_are_deterministic(policy, hop_latency, qo):
+    a = _traffic_machine(policy, hop_latency, qo=qo)
+    b = _traffic_machine(policy, hop_latency, qo=qo)
     b._visit_reversed = True             # and the PE order does not matter
     offered = delivered = injected = measured = 0
     for _ in range(300):
@@ -959,7 +1019,8 @@ def test_traffic_conservation_for_300_cycles_and_runs_are_deterministic(policy, 
         delivered += oa["packets_delivered"]
         injected += oa["packets_injected"]
         measured += oa["measured_delivered"]
-        assert offered == oa["packets_in_source"] + oa["in_flight"] + delivered
+        assert offered == (oa["packets_in_source"] + oa["packets_in_router"] + oa["in_flight"]
+                           + delivered)
         assert injected == offered - oa["packets_in_source"]
         assert oa["measured_delivered"] <= oa["packets_delivered"]
     assert a.snapshot() == b.snapshot()
@@ -971,15 +1032,17 @@ def test_traffic_conservation_for_300_cycles_and_runs_are_deterministic(policy, 
     assert sum(snap["totals"]["injected"]) == sum(snap["totals"]["migrated_out"]) == 0
 
 
-@pytest.mark.parametrize("policy", ["least_loaded", "random_lower"])
-def test_mixed_tasks_and_packets_conserve_both(policy):
+@pytest.mark.parametrize("policy, qo", [("least_loaded", 4), ("random_lower", 4),
+                                        ("least_loaded", 1)])
+def test_mixed_tasks_and_packets_conserve_both(policy, qo):
     # Private hook: random packets on top of a random task trace, sharing links with migration.
     rng = random.Random(3)
     events = [(rng.randrange(120), rng.randrange(3), rng.randrange(3), rng.randint(1, 8))
               for _ in range(400)]
     ref = make(rows=3, cols=3, queue_capacity=4, threshold=1, policy=policy, max_per_cycle=2,
                link_messages_per_cycle=2, link_buffer_messages=3, hop_latency_cycles=2,
-               credit_delay_cycles=2, info_delay_cycles=2, seed=9, trace_events=events)
+               credit_delay_cycles=2, info_delay_cycles=2, seed=9, trace_events=events,
+               router_queue_packets=qo)
     for _ in range(300):
         t, r, c = rng.randrange(120), rng.randrange(3), rng.randrange(3)
         dr, dc = rng.randrange(3), rng.randrange(3)
@@ -991,12 +1054,32 @@ def test_mixed_tasks_and_packets_conserve_both(policy):
     assert sum(series(obs, "completed")) + sum(series(obs, "refused")) == 400
 
 
-def test_packet_conservation_violation_raises():
+@pytest.mark.parametrize("where, cycles", [("source", 8), ("router", 3)])
+def test_packet_conservation_violation_raises(where, cycles):
+    # The credit-limited link of test_source_queue_keeps_packets_the_network_cannot_take (Qo = 4):
+    # after 3 cycles PE 0's output queue E holds p1, p2; after 8 its source holds p6, p7.
     ref = make(cols=2, rates=[1.0, 0.0], pattern="uniform", link_buffer_messages=1,
                credit_delay_cycles=3)
-    ref.run(3)
-    ref.pes[0].source.pop()              # lose a packet behind the simulator's back
+    ref.run(cycles)
+    if where == "source":
+        ref.pes[0].source.pop()          # lose a packet behind the simulator's back
+    else:
+        ref.pes[0].router[E].pop()
     with pytest.raises(AssertionError, match="conservation"):
+        ref.step()
+
+
+def test_router_queue_over_its_capacity_raises():
+    ref = make(cols=2, rates=[1.0, 0.0], pattern="uniform", link_buffer_messages=1,
+               credit_delay_cycles=3, router_queue_packets=1)
+    ref.run(3)                           # PE 0: queue E holds p1 (1 = Qo), the source p2
+    assert ref.snapshot()["router"][0][E] == [(0, 1, 1)] and ref.snapshot()["source"][0] == [
+        (0, 1, 2)]
+    # Move p2 into the full queue behind the simulator's back (counted as having left the source,
+    # so that every count still adds up and only the capacity is wrong).  Cycle 3 cannot send.
+    ref.pes[0].router[E].append(ref.pes[0].source.popleft())
+    ref.pes[0].packets_injected += 1
+    with pytest.raises(AssertionError, match="Qo = 1"):
         ref.step()
 
 
@@ -1013,3 +1096,197 @@ def test_bad_traffic_parameters_are_rejected():
         make(rows=3, cols=3, rates=[0.1] * 9, pattern="hotspot", hot_fraction=1.5)
     with pytest.raises(ValueError, match="warmup_cycles"):
         make(rates=[0.1], pattern="uniform", warmup_cycles=-1)
+    with pytest.raises(ValueError, match="router_queue_packets = 0: must be an integer in 1..64"):
+        make(rates=[0.1], pattern="uniform", router_queue_packets=0)
+    with pytest.raises(ValueError, match="router_queue_packets = 65"):
+        make(rates=[0.1], pattern="uniform", router_queue_packets=65)
+
+
+# ---------------------------------------------------------------------------------------------
+# Output-queued routers (Qo = router_queue_packets)
+# ---------------------------------------------------------------------------------------------
+
+def _east_blocked_machine(qo, with_north_packet=False):
+    # 3 x 3 (u = 3r + c), B = 1, L = 1, K = 3, Lc = 8: a link takes 3 sends, then waits for the
+    # credit of its first receive, seen Lc = 8 cycles after that receive.
+    #   c0: PE 4 (1, 1) is offered a1, a2, a3 for PE 5 (1, 2); one leaves the source a cycle
+    #       (B = 1) and goes on link E at once: sent at 0, 1, 2, received by PE 5 at 1, 2, 3 (and
+    #       delivered there at once, latencies 1, 2, 3).  PE 4's link E is then out of credit:
+    #       3 sent - 0 received <= end of cycle t - 8 is not < 3 until t = 9, when PE 5's receive
+    #       at 1 is seen (3 - 1 < 3); at 10 the one at 2 is seen (4 - 2 < 3).
+    #   c2: PE 3 (1, 0) is offered b1, b2 for PE 5 and e for PE 7 (2, 1) (XY: E to PE 4, then S);
+    #       it sends them east at 2, 3, 4 (its own credits allow 3).
+    #   c3: PE 4 takes b1 (port W) into output queue E; no credit: b1 stays there.
+    # With with_north_packet, PE 1 (0, 1) is offered c for PE 7 at 4 and sends it S at 4.
+    ref = make(rows=3, cols=3, link_buffer_messages=3, credit_delay_cycles=8,
+               router_queue_packets=qo, trace_events=[], measure_cycles=100)
+    for _ in range(3):
+        ref._schedule_packet(0, 1, 1, 1, 2)
+    ref._schedule_packet(2, 1, 0, 1, 2)
+    ref._schedule_packet(2, 1, 0, 1, 2)
+    ref._schedule_packet(2, 1, 0, 2, 1)
+    if with_north_packet:
+        ref._schedule_packet(4, 0, 1, 2, 1)
+    return ref
+
+
+def test_packet_waiting_for_a_full_output_queue_blocks_its_port_but_not_the_others():
+    # Qo = 1 (see _east_blocked_machine for cycles 0..3).
+    # c4: port W offers b2 (sent at 3), for queue E, which holds b1 (1 = Qo): b2 stays at the
+    #     head of link 3 -> 4, and e (sent at 4) queues behind it.
+    # c5: port order (5 + k) mod 4 = E, S, W, N.  W: b2 still cannot move, so the port stops (e
+    #     behind it could have gone to queue S, but a port stops at its first blocked message).
+    #     N (tried after W): c moves to queue S and is sent on S at once; PE 7 delivers it at 6,
+    #     latency 6 - 4 = 2 = 2 hops * L: the blocked port W did not delay it.
+    # c9: in step 1 queue E still holds b1 (b2 stays); Send: credit, b1 goes on link E.
+    # c10: b2 joins queue E (B = 1: e stays) and is sent (credit 4 - 2 < 3).
+    # c11: e joins queue S and is sent.  Deliveries: b1 at 10 (latency 10 - 2 = 8), b2 at 11
+    #      (9), e at 12 (10).
+    ref = _east_blocked_machine(1, with_north_packet=True)
+    b, e, c = ("p", 1, 2, 2), ("p", 2, 1, 2), ("p", 2, 1, 4)
+    obs = ref.run(4)                                 # cycles 0..3
+    snap = ref.snapshot()
+    assert snap["sent"][4] == [0, 3, 0, 0]
+    assert snap["router"][4][E] == [(1, 2, 2)]       # b1
+    assert snap["links"][3][E] == [b]                # b2, sent at 3
+    for t in range(4, 9):
+        obs.append(ref.step())
+        snap = ref.snapshot()
+        assert snap["links"][3][E] == [b, e], t      # port W blocked: b2, then e behind it
+        assert snap["router"][4][E] == [(1, 2, 2)], t
+        assert snap["received"][4] == ([0, 0, 0, 1] if t == 4 else [1, 0, 0, 1]), t
+        if t == 5:
+            assert snap["links"][4][S_] == [c]       # port N was not held up by port W
+    obs.append(ref.step())                           # cycle 9
+    snap = ref.snapshot()
+    assert snap["links"][4][E] == [b] and snap["router"][4][E] == []
+    assert snap["links"][3][E] == [b, e]
+    obs.append(ref.step())                           # cycle 10
+    snap = ref.snapshot()
+    assert snap["links"][3][E] == [e] and snap["links"][4][E] == [b]
+    assert snap["received"][4] == [1, 0, 0, 2]
+    obs += ref.run(3)                                # cycles 11..13
+    assert ref.snapshot()["received"][4] == [1, 0, 0, 3]
+    assert series(obs, "packets_delivered") == [0, 1, 1, 1, 0, 0, 1, 0, 0, 0, 1, 1, 1, 0]
+    assert series(obs, "measured_latency_sum") == [0, 1, 2, 3, 0, 0, 2, 0, 0, 0, 8, 9, 10, 0]
+    # In router queues at the end: b1 in PE 4's queue E from 3 to 8.
+    assert series(obs, "packets_in_router") == [0, 0, 0] + [1] * 6 + [0] * 5
+    # In source queues: PE 4 holds a2, a3 at 0, a3 at 1; PE 3 holds b2, e at 2, e at 3.
+    assert series(obs, "packets_in_source") == [2, 1, 2, 1] + [0] * 10
+    # PE 5 delivered a1, a2, a3, b1, b2; PE 7 delivered c and e.
+    assert ref.snapshot()["totals"]["packets_delivered"] == [0, 0, 0, 0, 0, 5, 0, 2, 0]
+
+
+@pytest.mark.parametrize("qo", [1, 2, 4])
+def test_packet_for_a_busy_output_does_not_block_the_next_one_needing_another_output(qo):
+    # Link 3 -> 4 carries b1, b2 (for PE 5, output E) and then e (for PE 7, output S); PE 4's
+    # link E has no credit from 3 to 8 (see _east_blocked_machine).
+    # Qo >= 2: c3 b1 and c4 b2 join queue E (room), so at c5 e is at the head of port W and
+    #   moves to queue S, is sent at once and PE 7 delivers it at 6 (latency 6 - 2 = 4: 2 hops
+    #   + 2 cycles behind b1, b2 in PE 3's source).  It overtook b1 and b2, which leave queue E
+    #   at 9 and 10 (credits) and are delivered at 10 and 11.
+    # Qo = 1: queue E is full with b1, so b2 blocks port W and e behind it until b2 can move at
+    #   10; e moves at 11 and is delivered at 12 (latency 10).
+    ref = _east_blocked_machine(qo)
+    b, e = ("p", 1, 2, 2), ("p", 2, 1, 2)
+    obs = ref.run(5)                                 # cycles 0..4
+    snap = ref.snapshot()
+    if qo == 1:
+        assert snap["router"][4][E] == [(1, 2, 2)] and snap["links"][3][E] == [b, e]
+    else:
+        assert snap["router"][4][E] == [(1, 2, 2)] * 2 and snap["links"][3][E] == [e]
+    obs.append(ref.step())                           # cycle 5
+    snap = ref.snapshot()
+    if qo == 1:
+        assert snap["links"][3][E] == [b, e] and snap["links"][4][S_] == []
+    else:
+        assert snap["links"][3][E] == [] and snap["links"][4][S_] == [e]
+        assert snap["router"][4][E] == [(1, 2, 2)] * 2          # still waiting for credits
+    obs += ref.run(8)                                # cycles 6..13
+    e_at = 12 if qo == 1 else 6
+    expected = {1: 1, 2: 2, 3: 3, 10: 8, 11: 9, e_at: e_at - 2}
+    assert {t: o["measured_latency_sum"] for t, o in enumerate(obs) if o["packets_delivered"]} \
+        == expected
+    assert sum(series(obs, "packets_delivered")) == 6
+
+
+@pytest.mark.parametrize("bandwidth, qo, delivered, in_router, received_after", [
+    # B = 1, Qo = 4.  c1: port order (1 + k) mod 4 = E, S, W, N: one packet from each port joins
+    # the ejection queue (4 = Qo), the head (from E) is delivered; then one a cycle.
+    (1, 4, [0, 1, 1, 1, 1], [0, 3, 2, 1, 0], [[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]]),
+    # B = 1, Qo = 2.  c1: E and S join (2 = Qo), W and N stop; E's is delivered.  c2: ports S, W,
+    # N, E: W joins (2), N stops; S's is delivered.  c3: ports W, N, ...: N joins; W's delivered.
+    # c4: N's delivered.
+    (1, 2, [0, 1, 1, 1, 1], [0, 1, 1, 1, 0], [[0, 1, 1, 0], [0, 1, 1, 1], [1, 1, 1, 1]]),
+    # B = 2, Qo = 4.  c1: all four join, two are delivered; c2: the other two.
+    (2, 4, [0, 2, 2, 0, 0], [0, 2, 0, 0, 0], [[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]]),
+])
+def test_ejection_queue_delivers_at_most_b_per_cycle(bandwidth, qo, delivered, in_router,
+                                                     received_after):
+    # 3 x 3: the four neighbours of the centre PE 4 are each offered a packet for it at cycle 0
+    # and send it at once; all four are available at PE 4 from cycle 1.  All are born at 0, so a
+    # packet delivered at t has latency t.
+    ref = make(rows=3, cols=3, link_messages_per_cycle=bandwidth, router_queue_packets=qo,
+               trace_events=[], measure_cycles=10)
+    for (r, c) in ((0, 1), (1, 2), (2, 1), (1, 0)):
+        ref._schedule_packet(0, r, c, 1, 1)
+    obs = [ref.step()]
+    for t in range(1, 5):
+        obs.append(ref.step())
+        if t <= 3:
+            assert ref.snapshot()["received"][4] == received_after[t - 1], t
+        assert len(ref.snapshot()["router"][4][4]) == in_router[t]
+    assert series(obs, "packets_delivered") == delivered
+    assert series(obs, "packets_in_router") == in_router
+    assert series(obs, "measured_latency_sum") == [t * n for t, n in enumerate(delivered)]
+    assert ref.snapshot()["totals"]["packets_delivered"] == [0, 0, 0, 0, 4, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("bandwidth, hop_latency, buffer", [(1, 2, 2), (2, 1, 3)])
+def test_one_packet_output_queues_conserve_and_deliver_everything(bandwidth, hop_latency, buffer):
+    # Qo = 1 everywhere (ejection included), uniform traffic heavy enough to back up into the
+    # source queues, then no more offers: XY routing on a mesh is deadlock-free, so everything is
+    # delivered; every step checks conservation (with "in router queues") and Qo.
+    ref = make(rows=4, cols=4, rates=[0.6] * 16, pattern="uniform", seed=21,
+               link_messages_per_cycle=bandwidth, hop_latency_cycles=hop_latency,
+               link_buffer_messages=buffer, credit_delay_cycles=1, router_queue_packets=1,
+               measure_cycles=1000)
+    obs = ref.run(80)
+    assert max(series(obs, "packets_in_source")) > 0         # the network pushed back
+    assert max(series(obs, "packets_in_router")) > 0
+    ref.thresholds = [0] * 16                                # stop offering (private)
+    for _ in range(400):
+        obs.append(ref.step())
+        if obs[-1]["packets_in_router"] + obs[-1]["packets_in_source"] + obs[-1]["in_flight"] == 0:
+            break
+    last = obs[-1]
+    assert last["packets_in_router"] == last["packets_in_source"] == last["in_flight"] == 0
+    offered = sum(series(obs, "packets_offered"))
+    assert offered > 500
+    assert sum(series(obs, "packets_delivered")) == sum(series(obs, "measured_delivered")) \
+        == sum(series(obs, "packets_injected")) == offered
+    snap = ref.snapshot()
+    assert snap["router"] == [[[], [], [], [], []]] * 16 and snap["source"] == [[]] * 16
+    assert sum(snap["totals"]["packets_delivered"]) == offered
+
+
+@pytest.mark.parametrize("qo, hop_latency", [(1, 1), (4, 3), (2, 8)])
+def test_zero_load_latency_is_hops_times_hop_latency(qo, hop_latency):
+    # One packet in the network at a time, between random PEs of a 4 x 5 grid: it never waits
+    # (every output queue and link is idle), enters and leaves an output queue in the same cycle
+    # at each PE, so it is delivered exactly hops * L cycles after its birth, with
+    # hops = |dr| + |dc| (XY).
+    rng = random.Random(qo * 100 + hop_latency)
+    rows, cols, L = 4, 5, hop_latency
+    ref = make(rows=rows, cols=cols, hop_latency_cycles=L, router_queue_packets=qo,
+               trace_events=[], measure_cycles=10 ** 6)
+    for _ in range(12):
+        (sr, sc), (dr, dc) = rng.sample([(r, c) for r in range(rows) for c in range(cols)], 2)
+        hops = abs(dr - sr) + abs(dc - sc)
+        birth = ref.cycle
+        ref._schedule_packet(birth, sr, sc, dr, dc)
+        obs = ref.run(hops * L + 2)
+        assert {t: o["measured_latency_sum"] for t, o in enumerate(obs, birth)
+                if o["packets_delivered"]} == {birth + hops * L: hops * L}
+        assert series(obs, "packets_in_router") == [0] * len(obs)
+        assert series(obs, "in_flight") == [1] * (hops * L) + [0, 0]

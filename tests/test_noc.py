@@ -17,7 +17,7 @@ first test checks it against these formulas.
 
 import pytest
 
-from meshsim.noc import measure, saturation_bound, xy_loads
+from meshsim.noc import measure, saturation_bound, saturation_throughput, xy_loads
 from meshsim.scenario import scenario_from_dict
 
 
@@ -68,26 +68,11 @@ def test_below_saturation_accepted_equals_offered(k, pattern):
     assert got["accepted"] == pytest.approx(got["offered"], rel=0.02)
 
 
-def stable(k, rate, pattern, hop_latency):
-    """Whether the mesh sustains `rate`: every measured packet delivered within the drain, accepted
-    within 2% of offered, and the mean latency bounded (below 10x the zero-load latency)."""
-    got = measure(traffic(k, rate, pattern, hop_latency))
+def saturation(k, pattern, hop_latency):
+    """The highest offered rate the mesh sustains, by bisection (meshsim.noc.saturation_throughput)."""
     zero_load = xy_loads(k, k, pattern)[3] * hop_latency
-    return (got["all_delivered"] and got["accepted"] >= 0.98 * got["offered"]
-            and got["latency_mean"] < 10 * max(zero_load, 1))
-
-
-def saturation(k, pattern, hop_latency, steps=7):
-    """Bisection over the offered rate (not the accepted rate under overload): the highest rate the
-    mesh sustains, to within the bound / 2^steps."""
-    lo, hi = 0.0, min(1.0, 1.25 * saturation_bound(k, k, pattern))
-    for _ in range(steps):
-        mid = (lo + hi) / 2
-        if stable(k, mid, pattern, hop_latency):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return saturation_throughput(lambda rate: traffic(k, rate, pattern, hop_latency),
+                                 min(1.0, 1.25 * saturation_bound(k, k, pattern)), zero_load)
 
 
 @pytest.mark.parametrize("k", [4, 8, 16])

@@ -46,10 +46,12 @@ Choices made where docs/mesh.md is ambiguous or silent:
 14. An edge PE has no link in a missing direction; its snapshot shows an empty list and zero
    counts there.  A migrated task keeps its birth cycle, so its latency includes time in flight.
 15. The spec's "the kernel checks conservation from the per-cycle counts" is done here from the
-   actual state (queues, servers, source queues, link FIFOs), plus in flight == sent - received.
-   Besides the spec's combined identity (tasks injected + packets offered = refused + queued + in
-   service + in source queues + in flight + completed + delivered) each kind is checked on its own
-   (tasks never turn into packets or back), which the combined identity implies but cannot see.
+   actual state (queues, servers, source queues, router output queues, link FIFOs), plus in
+   flight == sent - received.  Besides the spec's combined identity (tasks injected + packets
+   offered = refused + queued + in service + in source queues + in router queues + in flight +
+   completed + delivered) each kind is checked on its own (tasks never turn into packets or back),
+   which the combined identity implies but cannot see; and every router queue must hold at most
+   Qo packets, each of which routes to that queue at that PE.
 
 Routed packets (the ``traffic`` workload, ``pattern`` not None):
 
@@ -58,8 +60,10 @@ Routed packets (the ``traffic`` workload, ``pattern`` not None):
    Receive), as the spec's wording ("migrated", "a received task is not injected again") reads.
    The per-link counts (``sent``/``link_sent``, ``received``) and ``in_flight`` count every
    message, task or packet, since credits and bandwidth are shared.
-17. A packet carries no hop count.  Its latency is counted at its delivery cycle t (step 1), as
-   ``t - birth`` with no "+ 1" (unlike a task's), so an unhindered packet has latency hops * L.
+17. A packet carries no hop count.  Its latency is counted at its delivery cycle t (when it leaves
+   the ejection queue in step 2), as ``t - birth`` with no "+ 1" (unlike a task's).  A packet that
+   enters an output queue in step 1 can leave it in step 2 of the same cycle, so an unhindered
+   packet has latency hops * L, as the spec says ("the router adds no cycle of its own").
 18. Destination "the PE itself" never produces an offer, and such a draw counts nowhere.  On a 1 x 1
    grid every destination would be the PE itself (``uniform``/``hotspot`` would take ``mod 0``,
    ``neighbor`` has no neighbour), so a 1 x 1 grid offers no packet at all.
@@ -68,14 +72,15 @@ Routed packets (the ``traffic`` workload, ``pattern`` not None):
    like a rate threshold: hot_fraction 1.0 always picks the hot PE (and the hot PE then offers
    nothing); hot_fraction must be in [0, 1].  ``uniform`` reduces the full 64-bit h mod (n - 1);
    ``hotspot`` reduces the low 32 bits, as written.
-21. A packet forwarded in Receive is sent on its XY output with send cycle t: it counts in that
-   link's send total (and towards B for that output this cycle) but not as ``packets_injected``,
-   which counts only packets leaving a source queue.  The "fewer than B delivered" limit counts
-   deliveries at this PE in this cycle over all ports together.
-22. Injection from the source queue stops at the first head whose XY output has no room (no
+21. Every packet sent on a link (step 2's Send) counts in that link's send total and towards B
+   for that output this cycle, whether it came from the source queue or arrived in transit.
+   ``packets_injected`` counts packets leaving the source queue, i.e. entering an output queue in
+   step 2 (not when they are later sent on a link).  The ejection queue's limit is its own: up to
+   B deliveries per PE per cycle, independent of the four links' B.
+22. Injection from the source queue stops at the first head whose output queue holds Qo packets (no
    overtaking in the source queue), and at most B packets leave it per cycle over all outputs.
-   Packets forwarded in step 1 this cycle count towards each output's B and send total, so transit
-   traffic has priority over new packets.
+   Packets that arrive in step 1 join the output queues first, so transit traffic has priority
+   over new packets for output-queue space and sits ahead of them in the queue.
 23. "Measured" is decided by the packet's birth cycle alone; a measured packet is counted in the
    ``measured_*`` observables in the cycle it is delivered, even if that is after the window ends.
    The accepted-throughput figure is a run-level quantity (from ``packets_delivered`` per cycle)
@@ -83,12 +88,33 @@ Routed packets (the ``traffic`` workload, ``pattern`` not None):
 24. With a pattern, ``rates`` are per-PE packet offer rates (threshold rule as for tasks; the spec's
    "rate injection_rate" is the uniform map), no tasks are offered, ``trace_events`` must be None,
    and the work-distribution arguments are ignored.  ``warmup_cycles`` and ``measure_cycles`` are
-   integers >= 0.  The packet observables are 0 for task workloads.
+   integers >= 0.  The packet observables (``packets_in_router`` included) are 0 for task
+   workloads (unless the private hook of choice 26 adds packets).
 25. Order of PEs (see 1) with packets: Receive pops only messages sent at <= t - L from the head
-   of the neighbour's link; every append of this cycle (forwarding, injection, migration) has send
-   cycle t, so pops and appends never meet and the visiting order still cannot matter.
+   of the neighbour's link; every append of this cycle (Send, migration) has send cycle t, so pops
+   and appends never meet, and the router queues are the PE's own state: the visiting order still
+   cannot matter.
 26. ``_schedule_packet`` is a private test hook: it offers an extra packet (any workload) in step
    2 after the workload's own offers, so that tests can mix tasks and packets by hand.
+
+Output-queued routers (``router_queue_packets`` = Qo):
+
+27. Each PE has five router queues: one per output direction 0..3 and the ejection queue; the
+   limit "fewer than Qo packets" applies to each of the five separately, the ejection queue
+   included ("that queue holds fewer than Qo").  A queue whose direction has no neighbour exists
+   but stays empty (XY routing never points off the grid).  snapshot()["router"][u] lists them
+   N, E, S, W, ejection, each head first as ``(dest_row, dest_col, birth)``; on links a packet is
+   still ``("p", dest_row, dest_col, birth)``.
+28. A packet that cannot enter its output queue in step 1 stops its input port for the cycle
+   (it stays at the head of its link, and so do the messages behind it, whatever they need),
+   exactly like a task that finds the task queue full; the other ports are still tried.
+29. Send visits outputs 0..3 in order and then the ejection queue; each uses its own resource (its
+   link's B and credits, or the B deliveries), so the order does not matter.  A queue's head that
+   cannot be sent holds the packets behind it in that queue (they all need the same link).
+30. Qo is range-checked (1..64) for every workload, although only packets use it; the default is 4.
+   With a task workload the router queues stay empty (except through choice 26's hook).
+31. The router queues are not among the end-of-cycle values other PEs read: a neighbour learns
+   nothing about them except through link credits, as the spec's list of readable values says.
 """
 
 import math
@@ -97,6 +123,7 @@ from collections import deque
 MASK64 = 0xFFFFFFFFFFFFFFFF
 
 N, E, S, W = 0, 1, 2, 3
+EJECT = 4       # index of the ejection queue among a router's five output queues
 POLICIES = ("none", "least_loaded", "random_lower")
 WORK_DISTRIBUTIONS = ("fixed", "uniform", "geometric")
 
@@ -203,6 +230,9 @@ class _Pe:
         self.queue = deque()          # (work, birth, hops), head at the left
         self.server = None            # None or [remaining_work, birth, hops]
         self.source = deque()         # packets waiting to enter the network: (dest_row, dest_col, birth)
+        # router[o]: the router's output queues, head at the left, each packet (dest_row, dest_col,
+        # birth): o = 0..3 the queue of output direction o, o = EJECT (4) the ejection queue.
+        self.router = [deque() for _ in range(5)]
         # links[d]: messages sent on output d and not yet received, oldest first, each
         # (send_cycle, message); a message is a task (work, birth, hops) or a packet
         # ("p", dest_row, dest_col, birth).  The receiver removes them from here.
@@ -233,7 +263,7 @@ class MeshReference:
                  link_buffer_messages, credit_delay_cycles, policy, threshold, info_delay_cycles,
                  max_per_cycle, seed, rates, work_distribution, work_cycles, work_min_cycles,
                  work_max_cycles, trace_events, pattern=None, hot_fraction=0.0, warmup_cycles=0,
-                 measure_cycles=0):
+                 measure_cycles=0, router_queue_packets=4):
         _check_range("rows", rows, 1, 1 << 30)
         _check_range("cols", cols, 1, 1 << 30)
         _check_range("queue_capacity", queue_capacity, 1, 255)
@@ -244,6 +274,7 @@ class MeshReference:
         _check_range("info_delay_cycles", info_delay_cycles, 1, 8)
         _check_range("threshold", threshold, 0, queue_capacity - 1)
         _check_range("max_per_cycle", max_per_cycle, 1, 4)
+        _check_range("router_queue_packets", router_queue_packets, 1, 64)
         if policy not in POLICIES:
             raise ValueError("policy = %r: must be one of %s" % (policy, POLICIES))
         _check_range("warmup_cycles", warmup_cycles, 0, 1 << 62)
@@ -272,6 +303,7 @@ class MeshReference:
         self.D = info_delay_cycles
         self.T = threshold
         self.M = max_per_cycle
+        self.Qo = router_queue_packets
         self.policy = policy
         self.seed = seed & MASK64
 
@@ -345,6 +377,13 @@ class MeshReference:
         if 0 <= r < self.rows and 0 <= c < self.cols:
             return r * self.cols + c
         return None
+
+    def output_queue(self, u, dest_row, dest_col):
+        """Index of the output queue a packet for (dest_row, dest_col) joins at u: EJECT if the
+        destination is u itself, else its XY output direction."""
+        if divmod(u, self.cols) == (dest_row, dest_col):
+            return EJECT
+        return self.xy_output(u, dest_row, dest_col)
 
     def xy_output(self, u, dest_row, dest_col):
         """Output direction of XY routing at u for a packet to (dest_row, dest_col), not u itself.
@@ -470,7 +509,8 @@ class MeshReference:
                "completed": 0, "migrated": 0, "received": 0, "in_flight": 0, "latency_sum": 0,
                "latency_sq_sum": 0, "hops_sum": 0, "latency_max": 0, "depth_hist": [0] * (self.Q + 1),
                "packets_offered": 0, "packets_injected": 0, "packets_delivered": 0,
-               "packets_in_source": 0, "measured_delivered": 0, "measured_latency_sum": 0,
+               "packets_in_source": 0, "packets_in_router": 0, "measured_delivered": 0,
+               "measured_latency_sum": 0,
                "measured_latency_sq_sum": 0, "measured_latency_max": 0}
         order = range(self.n_pe - 1, -1, -1) if self._visit_reversed else range(self.n_pe)
         for u in order:
@@ -490,6 +530,7 @@ class MeshReference:
             if pe.server is not None:
                 obs["in_service"] += 1
             obs["packets_in_source"] += len(pe.source)
+            obs["packets_in_router"] += sum(len(queue) for queue in pe.router)
             for d in range(4):
                 obs["in_flight"] += len(pe.links[d])
         self._check_conservation(obs)
@@ -513,7 +554,6 @@ class MeshReference:
         pe = self.pes[u]
         r, c = divmod(u, self.cols)
         sent_now = [0, 0, 0, 0]     # messages of every kind sent on each output this cycle
-        delivered_now = 0
 
         # 1. Receive and route, rotating port priority.
         for k in range(4):
@@ -538,29 +578,15 @@ class MeshReference:
                     pe.queue.append(message)
                     pe.migrated_in += 1
                     obs["received"] += 1
-                elif (message[1], message[2]) == (r, c):
-                    # A packet for this PE: delivered, at most B per PE per cycle.
-                    if delivered_now >= self.B:
-                        break
-                    link.popleft()
-                    delivered_now += 1
-                    birth = message[3]
-                    pe.packets_delivered += 1
-                    self.cum_packets_delivered += 1
-                    obs["packets_delivered"] += 1
-                    if self._is_measured(birth):
-                        latency = t - birth
-                        obs["measured_delivered"] += 1
-                        obs["measured_latency_sum"] += latency
-                        obs["measured_latency_sq_sum"] += latency * latency
-                        obs["measured_latency_max"] = max(obs["measured_latency_max"], latency)
                 else:
-                    # A packet in transit: on to its XY output if that has room.
-                    o = self.xy_output(u, message[1], message[2])
-                    if not self._has_room(t, u, o, sent_now):
+                    # A packet: to the tail of its output queue (ejection if it is for this PE,
+                    # else its XY direction) if that queue holds fewer than Qo packets.
+                    _p, dest_row, dest_col, birth = message
+                    queue = pe.router[self.output_queue(u, dest_row, dest_col)]
+                    if len(queue) >= self.Qo:
                         break
                     link.popleft()
-                    self._send(t, u, o, message, sent_now)
+                    queue.append((dest_row, dest_col, birth))
                 pe.received_total[d] += 1
                 taken += 1
 
@@ -583,21 +609,41 @@ class MeshReference:
         left = 0
         while left < self.B and pe.source:
             dest_row, dest_col, birth = pe.source[0]
-            o = self.xy_output(u, dest_row, dest_col)
-            if not self._has_room(t, u, o, sent_now):
+            queue = pe.router[self.xy_output(u, dest_row, dest_col)]
+            if len(queue) >= self.Qo:
                 break
-            pe.source.popleft()
-            self._send(t, u, o, ("p", dest_row, dest_col, birth), sent_now)
+            queue.append(pe.source.popleft())
             pe.packets_injected += 1
             obs["packets_injected"] += 1
             left += 1
+        # Send: each output queue onto its link while the link has room; the ejection queue
+        # delivers up to B.
+        for o in range(4):
+            queue = pe.router[o]
+            while queue and self._has_room(t, u, o, sent_now):
+                dest_row, dest_col, birth = queue.popleft()
+                self._send(t, u, o, ("p", dest_row, dest_col, birth), sent_now)
+        delivered_now = 0
+        ejection = pe.router[EJECT]
+        while delivered_now < self.B and ejection:
+            _dest_row, _dest_col, birth = ejection.popleft()
+            delivered_now += 1
+            pe.packets_delivered += 1
+            self.cum_packets_delivered += 1
+            obs["packets_delivered"] += 1
+            if self._is_measured(birth):
+                latency = t - birth
+                obs["measured_delivered"] += 1
+                obs["measured_latency_sum"] += latency
+                obs["measured_latency_sq_sum"] += latency * latency
+                obs["measured_latency_max"] = max(obs["measured_latency_max"], latency)
 
         # 3. Start.
         if pe.server is None and pe.queue:
             work, birth, hops = pe.queue.popleft()
             pe.server = [work, birth, hops]
 
-        # 4. Migrate.  sent_now (all kinds, steps 1, 2 and 4) limits B and is already in
+        # 4. Migrate.  sent_now (packets of step 2, tasks of step 4) limits B and is already in
         # sent_total; tasks_now (tasks sent here only) is what the known depth adds.
         if self.policy != "none":
             tasks_now = [0, 0, 0, 0]
@@ -654,6 +700,7 @@ class MeshReference:
         queued = sum(len(pe.queue) for pe in self.pes)
         in_service = sum(1 for pe in self.pes if pe.server is not None)
         in_source = sum(len(pe.source) for pe in self.pes)
+        in_router = sum(len(queue) for pe in self.pes for queue in pe.router)
         messages = [msg for pe in self.pes for link in pe.links for (_sent_at, msg) in link]
         in_flight = len(messages)
         packets_in_flight = sum(1 for msg in messages if msg[0] == "p")
@@ -667,18 +714,28 @@ class MeshReference:
         sent = sum(sum(pe.sent_total) for pe in self.pes)
         received = sum(sum(pe.received_total) for pe in self.pes)
         cycle = self.cycle - 1
-        if (injected + offered != refused + queued + in_service + in_source + in_flight
-                + completed + delivered):
+        if (injected + offered != refused + queued + in_service + in_source + in_router
+                + in_flight + completed + delivered):
             raise AssertionError(
                 "conservation violated at the end of cycle %d: tasks injected %d + packets offered "
-                "%d != refused %d + queued %d + in service %d + in source queues %d + in flight "
-                "%d + completed %d + delivered %d"
-                % (cycle, injected, offered, refused, queued, in_service, in_source, in_flight,
-                   completed, delivered))
+                "%d != refused %d + queued %d + in service %d + in source queues %d + in router "
+                "queues %d + in flight %d + completed %d + delivered %d"
+                % (cycle, injected, offered, refused, queued, in_service, in_source, in_router,
+                   in_flight, completed, delivered))
         if injected != refused + queued + in_service + tasks_in_flight + completed:
             raise AssertionError("conservation of tasks violated at the end of cycle %d" % cycle)
-        if offered != in_source + packets_in_flight + delivered:
+        if offered != in_source + in_router + packets_in_flight + delivered:
             raise AssertionError("conservation of packets violated at the end of cycle %d" % cycle)
+        # Every router queue holds at most Qo packets, each of which belongs there.
+        for u, pe in enumerate(self.pes):
+            for o, queue in enumerate(pe.router):
+                if len(queue) > self.Qo:
+                    raise AssertionError("cycle %d: PE %d output queue %d holds %d > Qo = %d"
+                                         % (cycle, u, o, len(queue), self.Qo))
+                for (dest_row, dest_col, _birth) in queue:
+                    if self.output_queue(u, dest_row, dest_col) != o:
+                        raise AssertionError("cycle %d: packet for (%d, %d) in PE %d's output "
+                                             "queue %d" % (cycle, dest_row, dest_col, u, o))
         if offered - in_source != left_source:
             raise AssertionError("cycle %d: packets that left source queues %d != offered %d - "
                                  "in source %d" % (cycle, left_source, offered, in_source))
@@ -690,8 +747,9 @@ class MeshReference:
                 self.cum_packets_offered, self.cum_packets_delivered):
             raise AssertionError("cycle %d: per-PE totals disagree with cumulative observables"
                                  % cycle)
-        if (queued, in_service, in_flight, in_source) != (
-                obs["queued"], obs["in_service"], obs["in_flight"], obs["packets_in_source"]):
+        if (queued, in_service, in_flight, in_source, in_router) != (
+                obs["queued"], obs["in_service"], obs["in_flight"], obs["packets_in_source"],
+                obs["packets_in_router"]):
             raise AssertionError("cycle %d: end-of-cycle observables disagree with the state"
                                  % cycle)
 
@@ -710,6 +768,7 @@ class MeshReference:
             "links": [[[msg for (_sent_at, msg) in pe.links[d]] for d in range(4)]
                       for pe in self.pes],
             "source": [list(pe.source) for pe in self.pes],
+            "router": [[list(queue) for queue in pe.router] for pe in self.pes],
             "sent": [list(pe.sent_total) for pe in self.pes],
             "received": [list(pe.received_total) for pe in self.pes],
             "totals": {
