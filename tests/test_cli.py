@@ -200,3 +200,18 @@ def test_run_echoes_the_scenario_text_into_the_result(work):
 def test_bench_rejects_a_non_positive_cycle_count(work):
     p = meshsim("bench", "--cycles", "0", cwd=work)
     assert p.returncode == 2 and "must be an integer >= 1" in p.stderr
+
+
+def test_a_traffic_run_prints_offered_and_accepted_load(work):
+    p = meshsim("run", ROOT / "scenarios" / "noc_uniform_k16.toml", "run.cycles=1500", "workload.warmup_cycles=300",
+                "workload.measure_cycles=600", "-o", "noc.h5", cwd=work)
+    assert p.returncode == 0, p.stderr
+    assert "offered" in p.stdout and "accepted" in p.stdout and "packets/PE/cycle" in p.stdout
+    assert "(measured packets)" in p.stdout
+
+
+def test_a_traffic_window_longer_than_the_run_is_an_input_error(work):
+    p = meshsim("validate", ROOT / "scenarios" / "noc_uniform_k16.toml", "run.cycles=100", cwd=work)
+    assert p.returncode == 2
+    assert ("workload.measure_cycles = 5000: workload.warmup_cycles + workload.measure_cycles = 6000 must be at "
+            "most run.cycles = 100") in p.stderr

@@ -214,3 +214,39 @@ def test_report_prints_regions_and_json_holds_them(result, capsys):
     data = json.loads(capsys.readouterr().out)
     assert set(data["regions"]) == {"background", "hot_1"}
     assert data["regions"]["hot_1"]["n_units"] == 12
+
+
+def test_a_traffic_run_writes_packet_series_link_totals_and_packet_figures(tmp_path):
+    sc = scenario_from_dict({
+        "run": {"cycles": 1200, "seed": 2},
+        "machine": {"rows": 6, "cols": 6, "link_buffer_messages": 4},
+        "migration": {"policy": "none"},
+        "workload": {"type": "traffic", "pattern": "uniform", "injection_rate": 0.1, "warmup_cycles": 200,
+                     "measure_cycles": 600},
+        "output": {"frame_every_cycles": 0}})
+    res = run_scenario(sc, tmp_path / "noc.h5", progress=False)
+    s = res.summary
+    with h5py.File(res.path) as f:
+        offered = f["series/packets_offered"][:]
+        delivered = f["series/packets_delivered"][:]
+        links = f["units/link_messages"][:]
+        assert links.shape == (6, 6, 4) and f["units/link_messages"].dims[2][0].name == "/direction"
+        assert int(links.sum()) == int(f["series/link_sent"][:].sum())
+        # No link leaves the grid: the north links of row 0 and the west links of column 0 are idle.
+        assert links[0, :, 0].sum() == 0 and links[:, 0, 3].sum() == 0
+        assert int(f["latency/histogram"][:].sum()) == s["packets_measured_delivered"]
+        assert int(f["units/packets_offered"][:].sum()) == s["packets_offered"] == int(offered.sum())
+    assert s["packets_delivered"] == int(delivered.sum())
+    assert s["packets_offered"] == s["packets_delivered"] + s["packets_in_source_at_end"] + \
+        s["packets_in_router_at_end"] + int(f_in_flight(res.path))
+    assert s["packets_measured_delivered"] == s["packets_measured_offered"] > 0
+    assert s["accepted_per_pe_cycle"] == pytest.approx(s["offered_per_pe_cycle"], rel=0.05)
+    assert s["offered_per_pe_cycle"] == pytest.approx(0.1, rel=0.1)
+    # A packet that never waits has latency hops x 1; the mean over 6 x 6 is about 2 x 6 / 3 = 4.
+    assert 4.0 <= s["packet_latency_mean_cycles"] < 6.0
+    assert 0 < s["link_utilization_max"] <= 1
+
+
+def f_in_flight(path):
+    with h5py.File(path) as f:
+        return f["series/in_flight"][-1]
