@@ -97,3 +97,36 @@ def test_in_process_chunking_does_not_change_results(tmp_path):
     a = run_scenario(load_scenario(sc), tmp_path / "a.h5", progress=False)
     b = run_scenario(load_scenario(sc), tmp_path / "b.h5", progress=False, max_cycles_per_call=7)
     assert_identical(contents(a.path), contents(b.path))
+
+
+TRAFFIC = """
+[run]
+cycles = 400
+seed = 5
+[machine]
+rows = 130
+cols = 7
+link_buffer_messages = 3
+router_queue_packets = 2
+[migration]
+policy = "none"
+[workload]
+type = "traffic"
+pattern = "{pattern}"
+injection_rate = 0.2
+warmup_cycles = 100
+measure_cycles = 200
+[output]
+frame_every_cycles = 50
+flush_every_cycles = 90
+"""
+
+
+@pytest.mark.parametrize("pattern", ["uniform", "hotspot"])
+def test_routed_traffic_is_bit_identical_with_1_2_and_3_threads(tmp_path, pattern):
+    sc = tmp_path / "t.toml"
+    sc.write_text(TRAFFIC.format(pattern=pattern))
+    first = contents(run(tmp_path, sc, 1, "t1"))
+    assert first["summary@packets_delivered"] > 0
+    for threads, name in ((2, "t2"), (3, "t3")):
+        assert_identical(first, contents(run(tmp_path, sc, threads, name)))
