@@ -180,6 +180,15 @@ def _task_birth(m):
 
 
 @njit(**JIT)
+def _load_sent(sent_h, s_prev, r, c, sent_new, sent_now):
+    """Start counting this cycle's sends of (r, c): its send counts so far, none sent yet. True."""
+    for e in range(4):
+        sent_new[e] = sent_h[s_prev, r, c, e]
+        sent_now[e] = 0
+    return True
+
+
+@njit(**JIT)
 def _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
     """Output o of (r, c) can take a message now: fewer than bw sent on it this cycle, and a credit
     (sent minus received by the neighbour as known Lc cycles ago, modulo wrap, below kbuf)."""
@@ -426,10 +435,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                     for o in range(4):
                         while oq_len[r, c, o] > 0:
                             if not sent_loaded:
-                                for e in range(4):
-                                    sent_new[e] = sent_h[s_prev, r, c, e]
-                                    sent_now[e] = 0
-                                sent_loaded = True
+                                sent_loaded = _load_sent(sent_h, s_prev, r, c, sent_new, sent_now)
                             if not _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
                                 break
                             _send(link, r, c, o, oq[r, c, o, 0], sent_new, sent_now, wrap, kbuf, link_total)
@@ -515,10 +521,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             # 1-2 count towards the bandwidth and credits but not towards the known depth.
             if policy != POLICY_NONE and qlen > threshold:
                 if not sent_loaded:
-                    for e in range(4):
-                        sent_new[e] = sent_h[s_prev, r, c, e]
-                        sent_now[e] = 0
-                    sent_loaded = True
+                    sent_loaded = _load_sent(sent_h, s_prev, r, c, sent_new, sent_now)
                 for d in range(4):
                     mig_now[d] = 0
                     nr = r + (d == 2) - (d == 0)
