@@ -377,8 +377,21 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             dest_c = np.int64((m >> np.uint64(32)) & U12)
                             o = 4 if (dest_r == r and dest_c == c) else _xy_direction(r, c, dest_r, dest_c)
                             n_o = np.int64(oq_len[r, c, o])
-                            if n_o >= qo:
+                            # Packets cut through on o this cycle would still be in its queue until
+                            # Send: they count towards its capacity (before Send, every send on o
+                            # this cycle is a cut-through).
+                            if n_o + (sent_now[o] if sent_loaded and o < 4 else 0) >= qo:
                                 break
+                            if n_o == 0 and o < 4:
+                                # Cut-through: into an empty queue whose link has room, the packet
+                                # would be the first the Send stage sends; send it now instead.
+                                if not sent_loaded:
+                                    sent_loaded = _load_sent(sent_h, s_prev, r, c, sent_new, sent_now)
+                                if _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
+                                    _send(link, r, c, o, m, sent_new, sent_now, wrap, kbuf, link_total)
+                                    link_sent += 1
+                                    take += 1
+                                    continue
                             oq[r, c, o, n_o] = m
                             oq_len[r, c, o] = n_o + 1
                         take += 1
@@ -419,10 +432,20 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                     src_scan[r, c] = tb
                     o = _xy_direction(r, c, dest_r, dest_c)
                     n_o = np.int64(oq_len[r, c, o])
-                    if n_o >= qo:
+                    if n_o + (sent_now[o] if sent_loaded else 0) >= qo:
                         break
-                    oq[r, c, o, n_o] = pack_packet(dest_r, dest_c, tb)
-                    oq_len[r, c, o] = n_o + 1
+                    sent_directly = False
+                    if n_o == 0:  # cut-through, as in step 1
+                        if not sent_loaded:
+                            sent_loaded = _load_sent(sent_h, s_prev, r, c, sent_new, sent_now)
+                        if _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
+                            _send(link, r, c, o, pack_packet(dest_r, dest_c, tb), sent_new, sent_now, wrap, kbuf,
+                                  link_total)
+                            link_sent += 1
+                            sent_directly = True
+                    if not sent_directly:
+                        oq[r, c, o, n_o] = pack_packet(dest_r, dest_c, tb)
+                        oq_len[r, c, o] = n_o + 1
                     pending -= 1
                     pk_injected += 1
                     sent_from_source += 1
