@@ -136,7 +136,7 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     timed = min(cycles, 200)
     ts = scenario_from_dict({
         "run": {"cycles": fill + timed, "seed": 1},
-        "machine": {"rows": rows, "cols": cols, "link_buffer_messages": 4},
+        "machine": {"rows": rows, "cols": cols},  # default links: 2-message buffers, full bandwidth at L = 1
         "migration": {"policy": "none"},
         "workload": {"type": "traffic", "pattern": "uniform", "injection_rate": rate, "warmup_cycles": 0,
                      "measure_cycles": fill + timed}})
