@@ -70,7 +70,10 @@ S_MEAS_LATENCY_MAX = 20
 S_LINK_SENT = 21  # every message sent on a link (tasks and packets)
 S_LINK_RECEIVED = 22  # every message taken off a link: in flight = sent - received
 S_PKT_IN_ROUTER = 23
-N_SERIES = 24
+S_MEAS_INJECTED = 24
+S_MEAS_SOURCE_WAIT_SUM = 25
+S_MEAS_HOPS_SUM = 26
+N_SERIES = 27
 
 POLICY_NONE = 0
 POLICY_LEAST_LOADED = 1
@@ -305,6 +308,9 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     pk_delivered = 0
     pk_in_source = 0
     pk_in_router = 0
+    meas_injected = 0
+    meas_wait = 0
+    meas_hops = 0
     meas_delivered = 0
     meas_lat_sum = 0
     meas_lat_sq = 0
@@ -449,6 +455,10 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                     pending -= 1
                     pk_injected += 1
                     sent_from_source += 1
+                    if warmup <= tb < measure_end:
+                        meas_injected += 1
+                        meas_wait += t - tb
+                        meas_hops += abs(dest_r - r) + abs(dest_c - c)
                     src_scan[r, c] = tb + 1
                 src_pending[r, c] = pending
                 pk_in_source += pending
@@ -636,6 +646,9 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     acc[S_PKT_DELIVERED] += pk_delivered
     acc[S_PKT_IN_SOURCE] += pk_in_source
     acc[S_PKT_IN_ROUTER] += pk_in_router
+    acc[S_MEAS_INJECTED] += meas_injected
+    acc[S_MEAS_SOURCE_WAIT_SUM] += meas_wait
+    acc[S_MEAS_HOPS_SUM] += meas_hops
     acc[S_MEAS_DELIVERED] += meas_delivered
     acc[S_MEAS_LATENCY_SUM] += meas_lat_sum
     acc[S_MEAS_LATENCY_SQ_SUM] += meas_lat_sq

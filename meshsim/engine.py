@@ -103,7 +103,8 @@ class _Totals:
     # Routed traffic: summed over the whole run, and over the cycles of the measurement window.
     PACKETS = {"packets_offered": K.S_PKT_OFFERED, "packets_delivered": K.S_PKT_DELIVERED,
                "measured_delivered": K.S_MEAS_DELIVERED, "measured_latency_sum": K.S_MEAS_LATENCY_SUM,
-               "measured_latency_sq_sum": K.S_MEAS_LATENCY_SQ_SUM}
+               "measured_latency_sq_sum": K.S_MEAS_LATENCY_SQ_SUM, "measured_injected": K.S_MEAS_INJECTED,
+               "measured_source_wait_sum": K.S_MEAS_SOURCE_WAIT_SUM, "measured_hops_sum": K.S_MEAS_HOPS_SUM}
     IN_WINDOW = {"window_offered": K.S_PKT_OFFERED, "window_delivered": K.S_PKT_DELIVERED}
 
     def __init__(self, bins: int, window=(0, 0)):
@@ -295,6 +296,15 @@ def _traffic_summary(sim, totals: _Totals, scenario) -> dict:
         "packet_latency_p50_cycles": lat["p50"],
         "packet_latency_p99_cycles": lat["p99"],
         "packet_latency_max_cycles": lat["max"],
+        # In the network: delivery minus leaving the source queue, over the measured packets (exact
+        # once all of them are delivered).
+        "packet_network_latency_mean_cycles": ((t["measured_latency_sum"] - t["measured_source_wait_sum"])
+                                               / t["measured_delivered"]
+                                               if t["measured_delivered"] == t["measured_injected"] > 0
+                                               else float("nan")),
+        "packet_source_wait_mean_cycles": (t["measured_source_wait_sum"] / t["measured_injected"]
+                                           if t["measured_injected"] else float("nan")),
+        "packet_hops_mean": t["measured_hops_sum"] / t["measured_injected"] if t["measured_injected"] else float("nan"),
         "link_utilization_max": float(link_util.max()),
         "link_utilization_mean": float(link_util.mean()),
     }

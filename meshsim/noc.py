@@ -104,7 +104,7 @@ def measure(scenario) -> dict:
     warm, span = wl["warmup_cycles"], wl["measure_cycles"]
     cycles = scenario.get("run", "cycles")
     sim = MeshSim(build_inputs(scenario), max_chunk=min(cycles, 4096))
-    offered = delivered = measured = measured_latency = 0
+    offered = delivered = measured = measured_latency = hops = injected = 0
     backlog_max = 0
     while sim.cycle < cycles:
         t0 = sim.cycle
@@ -118,6 +118,8 @@ def measure(scenario) -> dict:
         delivered += int(s[lo:hi, K.S_PKT_DELIVERED].sum())
         measured += int(s[:, K.S_MEAS_DELIVERED].sum())
         measured_latency += int(s[:, K.S_MEAS_LATENCY_SUM].sum())
+        hops += int(s[:, K.S_MEAS_HOPS_SUM].sum())
+        injected += int(s[:, K.S_MEAS_INJECTED].sum())
         if sim.cycle == warm + span:
             backlog_max = int(sim.state.src_pending.max())
     sim.audit()
@@ -125,6 +127,7 @@ def measure(scenario) -> dict:
     return dict(offered=offered / (n_pe * span), accepted=delivered / (n_pe * span),
                 measured_offered=offered, measured_delivered=measured,
                 latency_mean=measured_latency / measured if measured else float("nan"),
+                hops_mean=hops / injected if injected else float("nan"),
                 all_delivered=measured == offered, backlog_max=backlog_max)
 
 

@@ -47,6 +47,11 @@ PACKET_SERIES = {
     "packets_delivered": (K.S_PKT_DELIVERED, "packets", "packets delivered at their destination in the cycle"),
     "packets_in_source": (K.S_PKT_IN_SOURCE, "packets", "packets waiting in source queues at the end of the cycle"),
     "packets_in_router": (K.S_PKT_IN_ROUTER, "packets", "packets in router output queues at the end of the cycle"),
+    "measured_injected": (K.S_MEAS_INJECTED, "packets", "measured packets that left their source queue"),
+    "measured_source_wait_sum": (K.S_MEAS_SOURCE_WAIT_SUM, "cycles",
+                                 "sum of the source-queue waits of the measured packets that left it"),
+    "measured_hops_sum": (K.S_MEAS_HOPS_SUM, "hops", "sum of the XY hop counts of the measured packets that left "
+                          "their source queue"),
     "measured_delivered": (K.S_MEAS_DELIVERED, "packets", "measured packets (born in the window) delivered"),
     "measured_latency_sum": (K.S_MEAS_LATENCY_SUM, "cycles", "sum of the latencies of measured packets delivered"),
     "measured_latency_sq_sum": (K.S_MEAS_LATENCY_SQ_SUM, "cycles^2",

@@ -170,6 +170,9 @@ def _traffic_lines(s: dict) -> list:
         f"latency       mean {_f(s['packet_latency_mean_cycles'])}, variance {_f(s['packet_latency_var_cycles2'])}, "
         f"p50 {_f(s['packet_latency_p50_cycles'])}, p99 {_f(s['packet_latency_p99_cycles'])}, "
         f"max {_f(s['packet_latency_max_cycles'])} cycles (measured packets)",
+        f"              in the network {_f(s.get('packet_network_latency_mean_cycles', math.nan))}, "
+        f"in the source queue {_f(s.get('packet_source_wait_mean_cycles', math.nan))} cycles on average; "
+        f"{_f(s.get('packet_hops_mean', math.nan))} hops",
         f"links         utilisation mean {_f(s['link_utilization_mean'])}, max {_f(s['link_utilization_max'])}",
         f"speed         {_f(s['pe_cycles_per_second'] / 1e6, 4)} million PE-cycles/s on {_f(s.get('threads', 0))} "
         f"threads; {_f(s['wall_seconds'], 3)} s wall",

@@ -19,7 +19,8 @@ SERIES_KEYS = {"busy": K.S_BUSY, "queued": K.S_QUEUED, "in_service": K.S_IN_SERV
                "packets_delivered": K.S_PKT_DELIVERED, "packets_in_source": K.S_PKT_IN_SOURCE,
                "measured_delivered": K.S_MEAS_DELIVERED, "measured_latency_sum": K.S_MEAS_LATENCY_SUM,
                "measured_latency_sq_sum": K.S_MEAS_LATENCY_SQ_SUM, "measured_latency_max": K.S_MEAS_LATENCY_MAX,
-               "packets_in_router": K.S_PKT_IN_ROUTER}
+               "packets_in_router": K.S_PKT_IN_ROUTER, "measured_injected": K.S_MEAS_INJECTED,
+               "measured_source_wait_sum": K.S_MEAS_SOURCE_WAIT_SUM, "measured_hops_sum": K.S_MEAS_HOPS_SUM}
 
 
 def small_scenario(rows, cols, *, workload="uniform", trace_file=None, path=None, **over):

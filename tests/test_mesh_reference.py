@@ -697,6 +697,13 @@ def test_lone_packet_arrives_after_hops_times_hop_latency(hop_latency):
     assert series(obs, "measured_latency_sum") == [4 * L * x for x in expected]
     assert series(obs, "measured_latency_sq_sum") == [(4 * L) ** 2 * x for x in expected]
     assert series(obs, "measured_latency_max") == [4 * L * x for x in expected]
+    # It leaves PE 0's source queue at its birth cycle 0: one measured injection, wait 0, and
+    # |0 - 0| + |4 - 0| = 4 XY hops, counted at cycle 0 only (forwarding is not injection).
+    left = [1] + [0] * (4 * L + 3)
+    assert series(obs, "packets_injected") == left
+    assert series(obs, "measured_injected") == left
+    assert series(obs, "measured_source_wait_sum") == [0] * (4 * L + 4)
+    assert series(obs, "measured_hops_sum") == [4 * x for x in left]
     assert series(obs, "in_flight") == [1] * (4 * L) + [0] * 4
     # It enters an output queue and leaves it in the same cycle at every PE: never in a router
     # queue at the end of a cycle.
@@ -864,20 +871,37 @@ def test_transit_packets_take_the_output_before_new_ones(qo, injected, in_source
     assert series(obs, "packets_in_router") == in_router
     assert series(obs, "packets_delivered") == [0, 0, 1, 1]
     assert series(obs, "measured_latency_sum") == [0, 0, 2, 2]
+    # a (2 hops) leaves PE 0's source at its birth 0.  b (1 hop, born 1) leaves PE 1's source at
+    # 1 (Qo = 4: it then waits in the output queue, which is not a source wait) or at 2 (Qo = 1:
+    # a held the queue, so b waited 2 - 1 = 1 cycle in the source).
+    assert series(obs, "measured_injected") == injected
+    assert series(obs, "measured_source_wait_sum") == ([0, 0, 0, 0] if qo > 1 else [0, 0, 1, 0])
+    assert series(obs, "measured_hops_sum") == ([2, 1, 0, 0] if qo > 1 else [2, 0, 1, 0])
     assert ref.snapshot()["sent"] == [[0, 1, 0, 0], [0, 2, 0, 0], [0, 0, 0, 0]]
 
 
-@pytest.mark.parametrize("bandwidth, expected", [(1, [1, 1, 1, 1, 0]), (2, [2, 2, 0, 0, 0])])
-def test_at_most_b_packets_leave_a_source_queue_per_cycle_over_all_outputs(bandwidth, expected):
+@pytest.mark.parametrize("bandwidth, expected, waits", [(1, [1, 1, 1, 1, 0], [0, 1, 2, 3, 0]),
+                                                        (2, [2, 2, 0, 0, 0], [0, 2, 0, 0, 0])])
+def test_at_most_b_packets_leave_a_source_queue_per_cycle_over_all_outputs(bandwidth, expected,
+                                                                           waits):
     # 3 x 3 centre PE (1, 1) is offered four packets at cycle 0, one for each neighbour (N, E,
     # S, W in offer order): every output queue has room, but only B leave the source per cycle,
     # head first; each is sent on its (idle) link in the same cycle and delivered one cycle later.
-    ref = make(rows=3, cols=3, link_messages_per_cycle=bandwidth, trace_events=[])
+    # All are born at 0 and measured: those leaving at t waited t cycles in the source, 1 hop each.
+    ref = make(rows=3, cols=3, link_messages_per_cycle=bandwidth, trace_events=[],
+               measure_cycles=1)
     for dest in ((0, 1), (1, 2), (2, 1), (1, 0)):
         ref._schedule_packet(0, 1, 1, *dest)
     obs = ref.run(5)
     assert series(obs, "packets_injected") == expected
     assert series(obs, "packets_delivered") == [0] + expected[:-1]
+    assert series(obs, "measured_injected") == expected
+    assert series(obs, "measured_source_wait_sum") == waits
+    assert series(obs, "measured_hops_sum") == expected
+    # The only waiting is in the source queue: latency = hops * L + source wait, summed over the
+    # run: (1 + 2 + 3 + 4 for B = 1, 1 + 1 + 2 + 2 for B = 2) = 4 hops + (6 or 2) cycles waited.
+    assert sum(series(obs, "measured_latency_sum")) == 4 + sum(waits) == (10 if bandwidth == 1
+                                                                           else 6)
     assert ref.snapshot()["sent"][4] == [1, 1, 1, 1]
 
 
@@ -984,12 +1008,29 @@ def test_only_packets_born_in_the_measurement_window_are_measured():
         assert o["measured_latency_max"] == (lat or 0)
 
 
+def test_measured_injections_count_source_waits_of_packets_born_in_the_window_only():
+    # The credit-limited link of test_source_queue_keeps_packets_the_network_cannot_take with
+    # Qo = 1: queue E takes a packet at 1, 5, 9, 13, 17 (one link send every 4 cycles, at 0, 4,
+    # 8, ...), so p0 leaves the source at 0 and p_k (k >= 1, born at k) at 4k - 3, after waiting
+    # 3k - 3 cycles.  Window [2, 5): p2, p3, p4 leave at 5, 9, 13 after 3, 6, 9 cycles, 1 hop
+    # each; p0, p1 (before the window) and p5 (born at its end, leaving at 17) are not counted.
+    ref = make(cols=2, rates=[1.0, 0.0], pattern="uniform", link_buffer_messages=1,
+               credit_delay_cycles=3, router_queue_packets=1, warmup_cycles=2, measure_cycles=3)
+    obs = ref.run(19)
+    assert {t for t, o in enumerate(obs) if o["packets_injected"]} == {0, 1, 5, 9, 13, 17}
+    waits = {5: 3, 9: 6, 13: 9}
+    assert series(obs, "measured_injected") == [int(t in waits) for t in range(19)]
+    assert series(obs, "measured_source_wait_sum") == [waits.get(t, 0) for t in range(19)]
+    assert series(obs, "measured_hops_sum") == [int(t in waits) for t in range(19)]
+
+
 def test_task_workloads_report_zero_packet_observables():
     ref = _random_run_machine("least_loaded")
     for o in ref.run(30):
         for key in ("packets_offered", "packets_injected", "packets_delivered", "packets_in_source",
                     "packets_in_router", "measured_delivered", "measured_latency_sum",
-                    "measured_latency_sq_sum", "measured_latency_max"):
+                    "measured_latency_sq_sum", "measured_latency_max", "measured_injected",
+                    "measured_source_wait_sum", "measured_hops_sum"):
             assert o[key] == 0
     snap = ref.snapshot()
     assert snap["source"] == [[]] * 20
@@ -1023,6 +1064,8 @@ def test_traffic_conservation_for_300_cycles_and_runs_are_deterministic(policy, 
                            + delivered)
         assert injected == offered - oa["packets_in_source"]
         assert oa["measured_delivered"] <= oa["packets_delivered"]
+        assert oa["measured_injected"] <= oa["packets_injected"]
+        assert oa["measured_hops_sum"] <= 6 * oa["measured_injected"]     # 4 x 4: at most 6 hops
     assert a.snapshot() == b.snapshot()
     snap = a.snapshot()
     assert sum(snap["totals"]["packets_offered"]) == offered > 1000
@@ -1264,7 +1307,12 @@ def test_one_packet_output_queues_conserve_and_deliver_everything(bandwidth, hop
     offered = sum(series(obs, "packets_offered"))
     assert offered > 500
     assert sum(series(obs, "packets_delivered")) == sum(series(obs, "measured_delivered")) \
-        == sum(series(obs, "packets_injected")) == offered
+        == sum(series(obs, "packets_injected")) == sum(series(obs, "measured_injected")) == offered
+    # Every packet is delivered, so its latency covers its source wait, its hops * L on links and
+    # any wait in router queues or on links behind full queues (> 0: the network is loaded).
+    assert sum(series(obs, "measured_latency_sum")) > (
+        sum(series(obs, "measured_hops_sum")) * hop_latency
+        + sum(series(obs, "measured_source_wait_sum")))
     snap = ref.snapshot()
     assert snap["router"] == [[[], [], [], [], []]] * 16 and snap["source"] == [[]] * 16
     assert sum(snap["totals"]["packets_delivered"]) == offered
@@ -1280,6 +1328,7 @@ def test_zero_load_latency_is_hops_times_hop_latency(qo, hop_latency):
     rows, cols, L = 4, 5, hop_latency
     ref = make(rows=rows, cols=cols, hop_latency_cycles=L, router_queue_packets=qo,
                trace_events=[], measure_cycles=10 ** 6)
+    run_obs = []
     for _ in range(12):
         (sr, sc), (dr, dc) = rng.sample([(r, c) for r in range(rows) for c in range(cols)], 2)
         hops = abs(dr - sr) + abs(dc - sc)
@@ -1290,3 +1339,12 @@ def test_zero_load_latency_is_hops_times_hop_latency(qo, hop_latency):
                 if o["packets_delivered"]} == {birth + hops * L: hops * L}
         assert series(obs, "packets_in_router") == [0] * len(obs)
         assert series(obs, "in_flight") == [1] * (hops * L) + [0, 0]
+        # It leaves the source at its birth: counted there with wait 0 and its hops.
+        assert series(obs, "measured_injected") == [1] + [0] * (len(obs) - 1)
+        assert series(obs, "measured_source_wait_sum") == [0] * len(obs)
+        assert series(obs, "measured_hops_sum") == [hops] + [0] * (len(obs) - 1)
+        run_obs += obs
+    # Summed over the run: latency = hops * L + source wait (here 0) for every measured packet.
+    assert sum(series(run_obs, "measured_latency_sum")) == (
+        sum(series(run_obs, "measured_hops_sum")) * L
+        + sum(series(run_obs, "measured_source_wait_sum"))) > 0

@@ -84,7 +84,11 @@ Routed packets (the ``traffic`` workload, ``pattern`` not None):
 23. "Measured" is decided by the packet's birth cycle alone; a measured packet is counted in the
    ``measured_*`` observables in the cycle it is delivered, even if that is after the window ends.
    The accepted-throughput figure is a run-level quantity (from ``packets_delivered`` per cycle)
-   and is not computed here.
+   and is not computed here.  Likewise a measured packet is counted in ``measured_injected``,
+   ``measured_source_wait_sum`` and ``measured_hops_sum`` in the cycle it leaves its source queue
+   (step 2, entering a router output queue), even if that is after the window ends: its wait is
+   that cycle minus its birth (time in the router's output queue afterwards is not included), its
+   hops |dest_row - row| + |dest_col - col| from its source PE (the XY path length).
 24. With a pattern, ``rates`` are per-PE packet offer rates (threshold rule as for tasks; the spec's
    "rate injection_rate" is the uniform map), no tasks are offered, ``trace_events`` must be None,
    and the work-distribution arguments are ignored.  ``warmup_cycles`` and ``measure_cycles`` are
@@ -511,7 +515,8 @@ class MeshReference:
                "packets_offered": 0, "packets_injected": 0, "packets_delivered": 0,
                "packets_in_source": 0, "packets_in_router": 0, "measured_delivered": 0,
                "measured_latency_sum": 0,
-               "measured_latency_sq_sum": 0, "measured_latency_max": 0}
+               "measured_latency_sq_sum": 0, "measured_latency_max": 0,
+               "measured_injected": 0, "measured_source_wait_sum": 0, "measured_hops_sum": 0}
         order = range(self.n_pe - 1, -1, -1) if self._visit_reversed else range(self.n_pe)
         for u in order:
             self._step_pe(t, u, obs)
@@ -616,6 +621,10 @@ class MeshReference:
             pe.packets_injected += 1
             obs["packets_injected"] += 1
             left += 1
+            if self._is_measured(birth):
+                obs["measured_injected"] += 1
+                obs["measured_source_wait_sum"] += t - birth
+                obs["measured_hops_sum"] += abs(dest_row - r) + abs(dest_col - c)
         # Send: each output queue onto its link while the link has room; the ejection queue
         # delivers up to B.
         for o in range(4):
