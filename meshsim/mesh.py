@@ -16,6 +16,7 @@ from kernels import mesh as K
 from kernels.workload import lognormal_rates, rate_thresholds
 
 from . import state as S
+from .errors import InputError
 from .trace import load_trace
 
 # Indices of the kernel's int64 configuration vector.
@@ -115,6 +116,21 @@ def build_inputs(sc) -> MeshInputs:
         latency_bins=sc.get("output", "latency_histogram_max_cycles") + 1, traffic=is_traffic)
 
 
+def check_memory(inputs: MeshInputs) -> None:
+    """InputError if the state would not fit in the memory available now (instead of the run being
+    killed by the operating system part-way)."""
+    layout = S.mesh_layout(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
+                           inputs.history, inputs.traffic,
+                           int(inputs.cfg[CFG_FIELDS.index("router_queue_packets")]))
+    need = S.layout_bytes(layout)
+    have = S.available_memory_bytes()
+    if have is not None and need > have:
+        raise InputError(
+            f"machine.rows x machine.cols = {inputs.rows} x {inputs.cols} with machine.queue_capacity = "
+            f"{inputs.queue_capacity}: the state needs {need / 2**30:.1f} GiB and {have / 2**30:.1f} GiB of memory "
+            "is available; use a smaller grid, queue or link buffer")
+
+
 class MeshSim:
     """The mesh's state plus the kernel, advanced `n` cycles at a time.
 
@@ -124,6 +140,7 @@ class MeshSim:
 
     def __init__(self, inputs: MeshInputs, max_chunk: int):
         self.inputs = inputs
+        check_memory(inputs)
         thr = rate_thresholds(np.ascontiguousarray(inputs.rates)) if inputs.rates is not None else \
             np.zeros((inputs.rows, inputs.cols), np.uint32)
         self.state = S.allocate_mesh(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,

@@ -65,47 +65,59 @@ def history_length(*delays: int) -> int:
     return h
 
 
+def mesh_layout(rows: int, cols: int, queue_capacity: int, link_buffer_messages: int, history: int,
+                traffic: bool = False, router_queue_packets: int = 1) -> dict:
+    """Shape and dtype of every array a mesh run allocates (the views excluded): name -> (shape, dtype).
+    The routed-traffic arrays are 1 x 1 placeholders unless `traffic`."""
+    r, c, q = rows, cols, queue_capacity
+    pr, pc = (r, c) if traffic else (1, 1)
+    return {
+        "q_work": ((q, r, c), np.uint16), "q_birth": ((q, r, c), np.int32), "q_hops": ((q, r, c), np.uint8),
+        "q_len": ((r, c), np.uint8), "s_rem": ((r, c), np.uint16), "s_birth": ((r, c), np.int32),
+        "s_hops": ((r, c), np.uint8), "link": ((r, c, 4, link_buffer_messages), np.uint64),
+        "sent_h": ((history, r, c, 4), np.uint8), "recv_h": ((history, r, c, 4), np.uint8),
+        "depth_h": ((history, r, c), np.uint8), "tot_started": ((r, c), np.int64),
+        "tot_injected": ((r, c), np.int32), "tot_refused": ((r, c), np.int32), "tot_completed": ((r, c), np.int32),
+        "tot_migrated_out": ((r, c), np.int32), "tot_migrated_in": ((r, c), np.int32),
+        "tot_latency": ((r, c), np.int64), "thr": ((r, c), np.uint32),
+        "src_pending": ((pr, pc), np.int32), "src_scan": ((pr, pc), np.int32),
+        "tot_pkt_offered": ((pr, pc), np.int32), "tot_pkt_delivered": ((pr, pc), np.int32),
+        "link_total": ((pr, pc, 4), np.int64),
+        "oq": ((pr, pc, 5, router_queue_packets if traffic else 1), np.uint64), "oq_len": ((pr, pc, 8), np.uint8),
+    }
+
+
+def layout_bytes(layout: dict) -> int:
+    """Bytes the arrays of a layout take."""
+    return sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in layout.values())
+
+
 def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_messages: int, history: int,
                   thresholds: np.ndarray, geo_log: float = 0.0, traffic: bool = False,
                   router_queue_packets: int = 1) -> MeshState:
     """Zeroed state for an empty mesh (before cycle 0); `traffic` allocates the routed-traffic arrays."""
-    r, c = rows, cols
-    pr, pc = (r, c) if traffic else (1, 1)
-    oq_len = np.zeros((pr, pc, 8), np.uint8)
-    sent_h = np.zeros((history, r, c, 4), np.uint8)
-    recv_h = np.zeros((history, r, c, 4), np.uint8)
+    layout = mesh_layout(rows, cols, queue_capacity, link_buffer_messages, history, traffic, router_queue_packets)
+    a = {name: np.zeros(shape, dtype) for name, (shape, dtype) in layout.items()}
+    a["thr"][...] = np.asarray(thresholds, dtype=np.uint32).reshape(rows, cols)
     return MeshState(
-        q_work=np.zeros((queue_capacity, r, c), np.uint16),
-        q_birth=np.zeros((queue_capacity, r, c), np.int32),
-        q_hops=np.zeros((queue_capacity, r, c), np.uint8),
-        q_len=np.zeros((r, c), np.uint8),
-        s_rem=np.zeros((r, c), np.uint16),
-        s_birth=np.zeros((r, c), np.int32),
-        s_hops=np.zeros((r, c), np.uint8),
-        link=np.zeros((r, c, 4, link_buffer_messages), np.uint64),
-        sent_h=sent_h,
-        recv_h=recv_h,
-        depth_h=np.zeros((history, r, c), np.uint8),
-        tot_started=np.zeros((r, c), np.int64),
-        tot_injected=np.zeros((r, c), np.int32),
-        tot_refused=np.zeros((r, c), np.int32),
-        tot_completed=np.zeros((r, c), np.int32),
-        tot_migrated_out=np.zeros((r, c), np.int32),
-        tot_migrated_in=np.zeros((r, c), np.int32),
-        tot_latency=np.zeros((r, c), np.int64),
-        thr=np.ascontiguousarray(thresholds, dtype=np.uint32).reshape(r, c),
+        **a,
         geo_log=float(geo_log),
-        sent_h32=sent_h.view(np.uint32).reshape(history, r, c),
-        recv_h32=recv_h.view(np.uint32).reshape(history, r, c),
-        src_pending=np.zeros((pr, pc), np.int32),
-        src_scan=np.zeros((pr, pc), np.int32),
-        tot_pkt_offered=np.zeros((pr, pc), np.int32),
-        tot_pkt_delivered=np.zeros((pr, pc), np.int32),
-        link_total=np.zeros((pr, pc, 4), np.int64),
-        oq=np.zeros((pr, pc, 5, router_queue_packets if traffic else 1), np.uint64),
-        oq_len=oq_len,
-        oq_len64=oq_len.view(np.uint64).reshape(pr, pc),
+        sent_h32=a["sent_h"].view(np.uint32).reshape(history, rows, cols),
+        recv_h32=a["recv_h"].view(np.uint32).reshape(history, rows, cols),
+        oq_len64=a["oq_len"].view(np.uint64).reshape(a["oq_len"].shape[:2]),
     )
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (Linux), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def state_bytes_per_pe(state: MeshState) -> float:

@@ -20,3 +20,24 @@ def test_stops_are_generated_lazily_for_very_long_runs():
 def test_a_run_without_output_path_writes_under_results_by_name():
     sc = scenario_from_dict({"run": {"name": "abc"}})
     assert default_output_path(sc) == Path("results") / "abc.h5"
+
+
+def test_a_grid_too_big_for_the_memory_is_an_input_error_before_anything_is_written(tmp_path, monkeypatch):
+    import pytest
+
+    from meshsim import state
+    from meshsim.engine import run_scenario
+    from meshsim.errors import InputError
+
+    monkeypatch.setattr(state, "available_memory_bytes", lambda: 100 * 2**20)
+    sc = scenario_from_dict({"machine": {"rows": 757, "cols": 996}})
+    with pytest.raises(InputError, match=r"757 x 996 .* the state needs 0.2 GiB and 0.1 GiB of memory is available"):
+        run_scenario(sc, tmp_path / "big.h5", progress=False)
+    assert not list(tmp_path.iterdir())
+
+
+def test_state_layout_counts_what_is_allocated():
+    from meshsim.state import allocate_mesh, layout_bytes, mesh_layout, state_bytes_per_pe
+
+    st = allocate_mesh(10, 20, 16, 2, 2, [0] * 200)
+    assert layout_bytes(mesh_layout(10, 20, 16, 2, 2)) == state_bytes_per_pe(st) * 200
