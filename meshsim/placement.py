@@ -1,0 +1,134 @@
+"""Placing a layer-pipelined model's operators on the mesh: one rectangle of PEs per operator, its
+area in proportion to the operator's FLOPs (DESIGN.md section 2.1, `layer_pipeline`).
+
+The grid is split into `replicas` equal vertical bands (data-parallel copies side by side; columns
+left over at the right stay idle). Inside a replica, each group of operators (a layer's forward
+operators, and for training its backward ones) gets a horizontal band of rows in proportion to the
+group's FLOPs, and inside a band each operator gets a strip of columns in proportion to its
+FLOPs. Both splits are to whole rows and columns by largest remainders, with at least one each, so
+an operator's area differs from its FLOP share only by rounding; an operator far smaller than a
+column of its band still gets that column, and `Placement.quantisation` reports the ratios.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InputError
+
+
+@dataclass(frozen=True)
+class Region:
+    """One operator's rectangle: rows row0..row1-1, columns col0..col1-1 (half-open)."""
+
+    name: str
+    group: int
+    replica: int
+    row0: int
+    col0: int
+    row1: int
+    col1: int
+    flops: int
+
+    @property
+    def n_pes(self) -> int:
+        return (self.row1 - self.row0) * (self.col1 - self.col0)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The regions of every replica, and the PEs that hold no operator."""
+
+    rows: int
+    cols: int
+    regions: tuple
+    idle_pes: int
+
+    def labels(self) -> np.ndarray:
+        """int32[rows, cols]: the index of each PE's region in `regions`, -1 for an idle PE."""
+        out = np.full((self.rows, self.cols), -1, np.int32)
+        for i, g in enumerate(self.regions):
+            out[g.row0:g.row1, g.col0:g.col1] = i
+        return out
+
+    def quantisation(self) -> np.ndarray:
+        """Per region of the first replica: its share of the replica's PEs over its share of the
+        FLOPs (1 = exactly proportional)."""
+        first = [g for g in self.regions if g.replica == 0]
+        pes = np.array([g.n_pes for g in first], float)
+        flops = np.array([g.flops for g in first], float)
+        return (pes / pes.sum()) / (flops / flops.sum())
+
+
+def split(total: int, weights) -> list:
+    """`total` whole units split in proportion to `weights`, at least 1 each, by largest remainders.
+    InputError if there are fewer units than weights."""
+    w = np.asarray(weights, float)
+    n = len(w)
+    if total < n:
+        raise InputError(f"{total} units cannot give each of {n} parts at least one")
+    # One unit each first, then the rest in proportion (largest remainders, ties to the earlier part).
+    rest = total - n
+    exact = rest * w / w.sum()
+    out = np.floor(exact).astype(int)
+    left = rest - int(out.sum())
+    order = sorted(range(n), key=lambda i: (-(exact[i] - out[i]), i))
+    for i in order[:left]:
+        out[i] += 1
+    return [int(x) + 1 for x in out]
+
+
+def place(groups, rows: int, cols: int, replicas: int = 1) -> Placement:
+    """Regions for operator groups (a list of groups in pipeline order, each a list of (name, flops)
+    in order) on a rows x cols grid, `replicas` copies side by side. InputError when the grid cannot
+    give every group a row and every operator a column of it."""
+    groups = [[(str(n), int(f)) for n, f in g] for g in groups]
+    if not groups or any(not g for g in groups) or any(f <= 0 for g in groups for _, f in g):
+        raise ValueError("place() needs non-empty groups of operators with positive FLOPs")
+    band = cols // replicas if replicas >= 1 else 0
+    widest = max(len(g) for g in groups)
+    if replicas < 1 or rows < len(groups) or band < widest:
+        raise InputError(
+            f"machine.rows x machine.cols = {rows} x {cols} with {replicas} replica(s): {len(groups)} layer bands "
+            f"need at least {len(groups)} rows and {widest} operators side by side need at least {widest} columns "
+            f"per replica (each replica has {band}); use fewer replicas or layers, or a larger grid")
+    heights = split(rows, [sum(f for _, f in g) for g in groups])
+    regions = []
+    for rep in range(replicas):
+        r0 = 0
+        for gi, (g, h) in enumerate(zip(groups, heights, strict=True)):
+            c0 = rep * band
+            for (name, f), w in zip(g, split(band, [f for _, f in g]), strict=True):
+                regions.append(Region(name, gi, rep, r0, c0, r0 + h, c0 + w, f))
+                c0 += w
+            r0 += h
+    used = sum(g.n_pes for g in regions)
+    return Placement(rows, cols, tuple(regions), rows * cols - used)
+
+
+def transformer_groups(ops) -> list:
+    """The operators of `meshsim.transformer.operators` grouped by (phase, layer), in order."""
+    groups, key = [], None
+    for op in ops:
+        k = (op.phase, op.layer)
+        if k != key:
+            groups.append([])
+            key = k
+        groups[-1].append((op.name, op.flops))
+    return groups
+
+
+def weight_overflows(placement: Placement, weight_bytes: dict, sram_kib: int) -> list:
+    """The regions whose operator's weights do not fit the SRAM of their PEs: a list of
+    (region, weight bytes, capacity bytes), first replica only (the replicas are copies)."""
+    out = []
+    for g in placement.regions:
+        if g.replica != 0:
+            continue
+        need = int(weight_bytes.get(g.name, 0))
+        have = g.n_pes * sram_kib * 1024
+        if need > have:
+            out.append((g, need, have))
+    return out
