@@ -91,7 +91,7 @@ def build_inputs(sc) -> MeshInputs:
         history_mask=history - 1,
         is_traffic=int(is_traffic),
         pattern=PATTERNS[wl["pattern"]],
-        hot_threshold=min(int(math.floor(wl["hot_fraction"] * 4294967296.0)), 4294967295),
+        hot_threshold=int(math.floor(wl["hot_fraction"] * 4294967296.0)),  # 2^32 for 1: always the hot PE
         hot_row=rows // 2,
         hot_col=cols // 2,
         warmup_cycles=wl["warmup_cycles"] if is_traffic else 0,
@@ -116,19 +116,23 @@ def build_inputs(sc) -> MeshInputs:
         latency_bins=sc.get("output", "latency_histogram_max_cycles") + 1, traffic=is_traffic)
 
 
-def check_memory(inputs: MeshInputs) -> None:
-    """InputError if the state would not fit in the memory available now (instead of the run being
-    killed by the operating system part-way)."""
+def check_memory(inputs: MeshInputs, max_chunk: int, n_blocks: int) -> None:
+    """InputError if the state and the run's buffers would not fit in the memory available now
+    (instead of the run being killed by the operating system part-way). Python, Numba and HDF5
+    need a few hundred MiB more, which MemAvailable must also cover; container limits that
+    /proc/meminfo does not show are not seen."""
     layout = S.mesh_layout(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
                            inputs.history, inputs.traffic,
                            int(inputs.cfg[CFG_FIELDS.index("router_queue_packets")]))
-    need = S.layout_bytes(layout)
+    buffers = 8 * (max_chunk * (K.N_SERIES + inputs.queue_capacity + 1) + n_blocks * inputs.latency_bins)
+    need = S.layout_bytes(layout) + buffers
     have = S.available_memory_bytes()
     if have is not None and need > have:
         raise InputError(
             f"machine.rows x machine.cols = {inputs.rows} x {inputs.cols} with machine.queue_capacity = "
-            f"{inputs.queue_capacity}: the state needs {need / 2**30:.1f} GiB and {have / 2**30:.1f} GiB of memory "
-            "is available; use a smaller grid, queue or link buffer")
+            f"{inputs.queue_capacity}: the state and buffers need {need / 2**30:.1f} GiB and {have / 2**30:.1f} GiB "
+            "of memory is available; use a smaller grid, queue, link buffer or router queue, or a smaller "
+            "output.flush_every_cycles or output.latency_histogram_max_cycles")
 
 
 class MeshSim:
@@ -140,7 +144,7 @@ class MeshSim:
 
     def __init__(self, inputs: MeshInputs, max_chunk: int):
         self.inputs = inputs
-        check_memory(inputs)
+        check_memory(inputs, max_chunk, len(S.row_blocks(inputs.rows)) - 1)
         thr = rate_thresholds(np.ascontiguousarray(inputs.rates)) if inputs.rates is not None else \
             np.zeros((inputs.rows, inputs.cols), np.uint32)
         self.state = S.allocate_mesh(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,

@@ -5,9 +5,9 @@ The grid is split into `replicas` equal vertical bands (data-parallel copies sid
 left over at the right stay idle). Inside a replica, each group of operators (a layer's forward
 operators, and for training its backward ones) gets a horizontal band of rows in proportion to the
 group's FLOPs, and inside a band each operator gets a strip of columns in proportion to its
-FLOPs. Both splits are to whole rows and columns by largest remainders, with at least one each, so
-an operator's area differs from its FLOP share only by rounding; an operator far smaller than a
-column of its band still gets that column, and `Placement.quantisation` reports the ratios.
+FLOPs. Both splits give every part one row (column) and share the rest in proportion, rounded by
+largest remainders: a large operator's area is its FLOP share to within a column or two, a small
+one gets at least a column of its band, and `Placement.quantisation` reports the ratios.
 """
 
 from __future__ import annotations

@@ -160,7 +160,11 @@ def format_summary(summary: dict, root: dict | None = None, path=None, regions: 
 
 def _traffic_lines(s: dict) -> list:
     """The summary of a routed-traffic run: load, packet latency, links."""
-    return [
+    note = []
+    if not s.get("packet_latency_complete", True):
+        note = ["note          measured packets were still undelivered at the end: the latency figures miss "
+                "them and read low; give the run more cycles after the measurement window"]
+    return note + [
         f"cycles        {_f(s['cycles'])} on {_f(s['n_units'])} PEs",
         f"load          offered {_f(s['offered_per_pe_cycle'])}, accepted {_f(s['accepted_per_pe_cycle'])} "
         "packets/PE/cycle over the measurement window",
@@ -173,7 +177,8 @@ def _traffic_lines(s: dict) -> list:
         f"              in the network {_f(s.get('packet_network_latency_mean_cycles', math.nan))}, "
         f"in the source queue {_f(s.get('packet_source_wait_mean_cycles', math.nan))} cycles on average; "
         f"{_f(s.get('packet_hops_mean', math.nan))} hops",
-        f"links         utilisation mean {_f(s['link_utilization_mean'])}, max {_f(s['link_utilization_max'])}",
+        f"links         utilisation mean {_f(s['link_utilization_mean'])}, max {_f(s['link_utilization_max'])} "
+        "(whole run)",
         f"speed         {_f(s['pe_cycles_per_second'] / 1e6, 4)} million PE-cycles/s on {_f(s.get('threads', 0))} "
         f"threads; {_f(s['wall_seconds'], 3)} s wall",
     ]

@@ -54,9 +54,6 @@ class MeshState(NamedTuple):
 VIEW_FIELDS = ("sent_h32", "recv_h32", "oq_len64")
 
 
-CFG_LEN = 15
-
-
 def history_length(*delays: int) -> int:
     """Smallest power of two H > every delay, so the slot written at t is never read at t."""
     h = 2

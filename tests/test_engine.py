@@ -31,7 +31,8 @@ def test_a_grid_too_big_for_the_memory_is_an_input_error_before_anything_is_writ
 
     monkeypatch.setattr(state, "available_memory_bytes", lambda: 100 * 2**20)
     sc = scenario_from_dict({"machine": {"rows": 757, "cols": 996}})
-    with pytest.raises(InputError, match=r"757 x 996 .* the state needs 0.2 GiB and 0.1 GiB of memory is available"):
+    with pytest.raises(InputError, match=r"757 x 996 .* the state and buffers need 0.2 GiB and 0.1 GiB of memory "
+                                         r"is available"):
         run_scenario(sc, tmp_path / "big.h5", progress=False)
     assert not list(tmp_path.iterdir())
 

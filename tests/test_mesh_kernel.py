@@ -159,3 +159,11 @@ def test_kernel_equals_reference_routed_traffic(grid, pattern, hop_latency):
 def test_kernel_equals_reference_routed_traffic_edges(case):
     sc = small_scenario(4, 4, workload="traffic", **case)
     compare_cycle_by_cycle(sc, 120)
+
+
+def test_a_hot_fraction_of_1_sends_every_packet_to_the_hot_pe_even_at_the_top_draw():
+    from kernels.mesh import PATTERN_HOTSPOT, packet_destination
+
+    top = np.uint64(0xFFFFFFFF) << np.uint64(32)
+    assert packet_destination(top, 0, 0, 3, 3, PATTERN_HOTSPOT, 2**32, 1, 1) == (1, 1)
+    assert packet_destination(top, 0, 0, 3, 3, PATTERN_HOTSPOT, 2**32 - 1, 1, 1) != (1, 1)

@@ -245,6 +245,11 @@ def test_a_traffic_run_writes_packet_series_link_totals_and_packet_figures(tmp_p
     # A packet that never waits has latency hops x 1; the mean over 6 x 6 is about 2 x 6 / 3 = 4.
     assert 4.0 <= s["packet_latency_mean_cycles"] < 6.0
     assert 0 < s["link_utilization_max"] <= 1
+    assert s["packet_latency_complete"] is True or s["packet_latency_complete"] == 1
+    with h5py.File(res.path) as f:
+        links = f["units/link_messages"][:]
+    # The mean over the 4 x 6 x 5 = 120 links that exist, not the 144 slots with the grid's edges.
+    assert s["link_utilization_mean"] == pytest.approx(links.sum() / 120 / 1200, rel=1e-12)
 
 
 def f_in_flight(path):
