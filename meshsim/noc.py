@@ -15,8 +15,9 @@ from .mesh import MeshSim, build_inputs
 
 
 def destinations(rows: int, cols: int, pattern: str, hot_fraction: float = 0.0) -> np.ndarray:
-    """P[u, v]: the probability that a packet offered at PE u goes to PE v (float64[n, n]), for the
-    patterns of docs/mesh.md. Rows of PEs that offer nothing (a transpose diagonal) are zero."""
+    """P[u, v]: the probability that a draw at PE u offers a packet for PE v (float64[n, n]), for the
+    patterns of docs/mesh.md. A row sums to less than 1 where some draws offer nothing (zero for a
+    transpose diagonal, 1 - hot_fraction for the hot PE)."""
     n = rows * cols
     p = np.zeros((n, n))
     for u in range(n):
@@ -39,12 +40,11 @@ def destinations(rows: int, cols: int, pattern: str, hot_fraction: float = 0.0) 
                 p[u, v] = 1.0 / len(nbs)
         elif pattern == "hotspot":
             hot = (rows // 2) * cols + cols // 2
-            if u == hot:
-                continue  # the hot PE's own hot draws offer nothing; its others are uniform
             if n > 1:
                 p[u, :] = (1.0 - hot_fraction) / (n - 1)
                 p[u, u] = 0.0
-                p[u, hot] += hot_fraction
+                if u != hot:  # the hot PE's own hot draws offer nothing
+                    p[u, hot] += hot_fraction
         else:
             raise ValueError(f"unknown pattern {pattern!r}")
     return p
@@ -59,13 +59,6 @@ def xy_loads(rows: int, cols: int, pattern: str, hot_fraction: float = 0.0):
     injection, and the mean XY hop count of the packets offered.
     """
     p = destinations(rows, cols, pattern, hot_fraction)
-    if pattern == "hotspot":
-        # The hot PE offers with the same rate but only its uniform share.
-        hot = (rows // 2) * cols + cols // 2
-        n = rows * cols
-        if n > 1:
-            p[hot, :] = (1.0 - hot_fraction) / (n - 1)
-            p[hot, hot] = 0.0
     links = np.zeros((rows, cols, 4))
     hops_total = 0.0
     for u in range(rows * cols):

@@ -117,8 +117,6 @@ class ResultWriter:
         self.latency_bins = latency_bins
         self.finished = False
         self.n_cycles = 0
-        self.n_frames = 0
-        self.n_windows = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         f = self.f = h5py.File(self.path, "w", libver=("earliest", "v110"))
         a = f.attrs
@@ -248,7 +246,6 @@ class ResultWriter:
         self._append(self.frame_cycle, [cycle])
         self._append(self.frames["queue_depth"], queue_depth[None])
         self._append(self.frames["in_service"], in_service[None].astype(np.uint8))
-        self.n_frames += 1
 
     def append_window(self, start: int, figures: dict, region_figures: dict | None = None) -> None:
         """One window's load-balance figures (keys of WINDOWS) and, with regions, each region's."""
@@ -258,7 +255,6 @@ class ResultWriter:
         if self.regions is not None:
             self._append(self.window_regions["region_li"], region_figures["li"][None])
             self._append(self.window_regions["region_utilization"], region_figures["utilization"][None])
-        self.n_windows += 1
 
     def write_regions(self, figures: dict) -> None:
         """Whole-run figures per region (keys of meshsim.regions.FIGURES), replacing any before."""
