@@ -73,7 +73,27 @@ S_PKT_IN_ROUTER = 23
 S_MEAS_INJECTED = 24
 S_MEAS_SOURCE_WAIT_SUM = 25
 S_MEAS_HOPS_SUM = 26
-N_SERIES = 27
+S_CHUNKS_FINISHED = 27  # layer_pipeline: chunks finished in the cycle
+S_CHUNK_LATENCY_SUM = 28  # and the sum of their latencies
+N_SERIES = 29
+
+# Columns of the layer_pipeline region table (docs/mesh.md, "Dataflow").
+REG_ROW0 = 0
+REG_COL0 = 1
+REG_WIDTH = 2
+REG_HEIGHT = 3
+REG_WORK = 4  # cycles per task
+REG_NEXT = 5  # successor region, -1 for the last
+REG_REPLICA = 6
+REG_FIRST = 7  # 1 for the first region of its replica
+REG_FLOW = 8  # +1: data moves east (upstream column col0); -1: west (upstream column col0 + w - 1)
+REG_INPUT = 9  # INPUT_ROW: input edge is the upstream column; INPUT_COL: the top row
+REG_OUTPUT = 10  # OUTPUT_SIDE: output edge is the downstream column; OUTPUT_BOTTOM: the bottom row
+N_REG = 11
+INPUT_ROW = 0
+INPUT_COL = 1
+OUTPUT_SIDE = 0
+OUTPUT_BOTTOM = 1
 
 POLICY_NONE = 0
 POLICY_LEAST_LOADED = 1
@@ -232,6 +252,94 @@ def _pop_front(oq, oq_len, r, c, o):
 
 
 @njit(**JIT)
+def _enter_router(oq, oq_len, link, link_total, r, c, m, dest_r, dest_c, sent_loaded, sent_h, s_prev, sent_new,
+                  sent_now, recv_h, s_cred, wrap, kbuf, bw, qo):
+    """A packet from the PE itself (source queue or output stage) enters the router: the output
+    queue of its XY direction if that holds fewer than qo (packets cut through on it this cycle
+    count), sent at once instead when the queue is empty and the link has room (cut-through).
+    Returns (0: no room, 1: queued, 2: sent; whether this cycle's send counts are loaded)."""
+    o = _xy_direction(r, c, dest_r, dest_c)
+    n_o = np.int64(oq_len[r, c, o])
+    if n_o + (sent_now[o] if sent_loaded else 0) >= qo:
+        return 0, sent_loaded
+    if n_o == 0:
+        if not sent_loaded:
+            sent_loaded = _load_sent(sent_h, s_prev, r, c, sent_new, sent_now)
+        if _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
+            _send(link, r, c, o, m, sent_new, sent_now, wrap, kbuf, link_total)
+            return 2, sent_loaded
+    oq[r, c, o, n_o] = m
+    oq_len[r, c, o] = n_o + 1
+    return 1, sent_loaded
+
+
+@njit(**JIT)
+def _up_col(lp_reg, g):
+    """Region g's upstream column (docs/mesh.md, "Dataflow")."""
+    if lp_reg[g, REG_FLOW] > 0:
+        return lp_reg[g, REG_COL0]
+    return lp_reg[g, REG_COL0] + lp_reg[g, REG_WIDTH] - 1
+
+
+@njit(**JIT)
+def _down_col(lp_reg, g):
+    """Region g's downstream column."""
+    if lp_reg[g, REG_FLOW] > 0:
+        return lp_reg[g, REG_COL0] + lp_reg[g, REG_WIDTH] - 1
+    return lp_reg[g, REG_COL0]
+
+
+@njit(**JIT)
+def _out_index(lp_reg, g, r, c):
+    """The output index of (r, c) in region g, or -1 if it is not on the output edge."""
+    if lp_reg[g, REG_OUTPUT] == OUTPUT_SIDE:
+        return r - lp_reg[g, REG_ROW0] if c == _down_col(lp_reg, g) else -1
+    if r != lp_reg[g, REG_ROW0] + lp_reg[g, REG_HEIGHT] - 1:
+        return -1
+    return abs(c - _down_col(lp_reg, g))
+
+
+@njit(**JIT)
+def _n_out(lp_reg, g):
+    return lp_reg[g, REG_HEIGHT] if lp_reg[g, REG_OUTPUT] == OUTPUT_SIDE else lp_reg[g, REG_WIDTH]
+
+
+@njit(**JIT)
+def _n_in(lp_reg, g):
+    return lp_reg[g, REG_HEIGHT] if lp_reg[g, REG_INPUT] == INPUT_ROW else lp_reg[g, REG_WIDTH]
+
+
+@njit(**JIT)
+def _feeds(k, n_out, n_in):
+    """Input-edge PEs of a successor (n_in of them) fed by output index k (of n_out): indices
+    k, k + n_out, ... below n_in."""
+    if k >= n_in:
+        return 0
+    return (n_in - k + n_out - 1) // n_out
+
+
+@njit(**JIT)
+def _input_pe(lp_reg, g, k):
+    """The PE of input index k of region g."""
+    if lp_reg[g, REG_INPUT] == INPUT_ROW:
+        return lp_reg[g, REG_ROW0] + k, _up_col(lp_reg, g)
+    return lp_reg[g, REG_ROW0], _up_col(lp_reg, g) + lp_reg[g, REG_FLOW] * k
+
+
+@njit(**JIT)
+def _next_pe(lp_reg, g, r, c):
+    """The PE an input reaching (r, c) is passed on to, or (-1, -1) at the end of its line."""
+    if lp_reg[g, REG_INPUT] == INPUT_ROW:
+        cn = c + lp_reg[g, REG_FLOW]
+        if lp_reg[g, REG_COL0] <= cn < lp_reg[g, REG_COL0] + lp_reg[g, REG_WIDTH]:
+            return r, cn
+        return -1, -1
+    if r + 1 < lp_reg[g, REG_ROW0] + lp_reg[g, REG_HEIGHT]:
+        return r + 1, c
+    return -1, -1
+
+
+@njit(**JIT)
 def _offered_packet(seed, tb, u, r, c, thr_u, rows, cols, pattern, hot_thr, hot_r, hot_c):
     """The destination of the packet offered to PE u at cycle tb, or (-1, -1) if none was."""
     h = mix64(cycle_key(seed, STREAM_INJECT, tb) ^ (np.uint64(u) * G_UNIT))
@@ -243,18 +351,22 @@ def _offered_packet(seed, tb, u, r, c, thr_u, rows, cols, pattern, hot_thr, hot_
 
 @njit(**JIT)
 def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_unit, ev_work, ev_lo, ev_hi, acc,
-               dhist, lhist, scratch, arrivals):
+               dhist, lhist, scratch, arrivals, done_ev, took):
     """Advance rows r0..r1-1 by cycle t; add this block's observables into acc, dhist, lhist.
 
     cfg: int64 vector, fields named by meshsim.mesh.CFG_FIELDS. acc: int64[N_SERIES];
     dhist: int64[4, Q+1] (summed over its first axis); lhist: int64[n_bins] (last bin = overflow);
     scratch: int64[6, 4] and arrivals: uint32[C], work space. For traffic runs lhist holds the
-    latencies of measured packets. Reads other PEs only through history
-    slots of earlier cycles.
+    latencies of measured packets. done_ev: int64[1 + n], layer_pipeline: the count, then the
+    chunks completed by output-edge PEs of last regions (chunk x replicas + replica); took: int64[P],
+    the PEs of first regions that took their replica's newest chunk in the cycle. Reads other PEs
+    only through history slots of earlier cycles, and the replicas' admitted chunks as set before
+    the cycle.
     """
     (q_work, q_birth, q_hops, q_len, s_rem, s_birth, s_hops, link, sent_h, recv_h, depth_h, tot_started,
      tot_injected, tot_refused, tot_completed, tot_out, tot_in, tot_latency, thr, geo_log, sent_h32, recv_h32,
-     src_pending, src_scan, tot_pkt_offered, tot_pkt_delivered, link_total, oq, oq_len, oq_len64) = st
+     src_pending, src_scan, tot_pkt_offered, tot_pkt_delivered, link_total, oq, oq_len, oq_len64,
+     lp_g, lp_reg, lp_rep, lp_taken, out_left, out_birth, lp_adm, lp_fin, lp_done, lp_admit_t, lp_took) = st
     rows = q_len.shape[0]
     cols = q_len.shape[1]
     cap = cfg[0]
@@ -280,6 +392,9 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     warmup = cfg[20]
     measure_end = cfg[21]
     qo = cfg[22]
+    is_lp = cfg[23]
+    n_rep = lp_adm.shape[0]
+    routed = is_traffic or is_lp
     wrap = 2 * kbuf
     n_bins = lhist.shape[0]
     s_now = t & hmask
@@ -351,7 +466,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             # 1. Receive and route, rotating priority over input ports (the slow path only where
             # the row pass above found something waiting). A port stops at its first message that
             # cannot move.
-            if arrivals[c] != 0 and (qlen < cap or is_traffic):
+            if arrivals[c] != 0 and (qlen < cap or routed):
                 for d in range(4):
                     recv_new[d] = recv_h[s_prev, r, c, d]
                 for k in range(4):
@@ -388,6 +503,23 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             # this cycle is a cut-through).
                             if n_o + (sent_now[o] if sent_loaded and o < 4 else 0) >= qo:
                                 break
+                            if is_lp and o == 4:
+                                rn, cn = _next_pe(lp_reg, lp_g[r, c], r, c)
+                                if rn >= 0:
+                                    # Multicast along the region's line: a copy for the next PE.
+                                    birth = np.int64(m & U32)
+                                    entered, sent_loaded = _enter_router(oq, oq_len, link, link_total, r, c,
+                                                                         pack_packet(rn, cn, birth), rn, cn,
+                                                                         sent_loaded, sent_h, s_prev, sent_new,
+                                                                         sent_now, recv_h, s_cred, wrap, kbuf, bw, qo)
+                                    if entered == 0:
+                                        break
+                                    link_sent += entered == 2
+                                    pk_offered += 1
+                                    pk_injected += 1
+                                    tot_pkt_offered[r, c] += 1
+                                    meas_injected += 1
+                                    meas_hops += 1
                             if n_o == 0 and o < 4:
                                 # Cut-through: into an empty queue whose link has room, the packet
                                 # would be the first the Send stage sends; send it now instead.
@@ -436,22 +568,13 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             break
                         tb += 1
                     src_scan[r, c] = tb
-                    o = _xy_direction(r, c, dest_r, dest_c)
-                    n_o = np.int64(oq_len[r, c, o])
-                    if n_o + (sent_now[o] if sent_loaded else 0) >= qo:
+                    entered, sent_loaded = _enter_router(oq, oq_len, link, link_total, r, c,
+                                                         pack_packet(dest_r, dest_c, tb), dest_r, dest_c, sent_loaded,
+                                                         sent_h, s_prev, sent_new, sent_now, recv_h, s_cred, wrap,
+                                                         kbuf, bw, qo)
+                    if entered == 0:
                         break
-                    sent_directly = False
-                    if n_o == 0:  # cut-through, as in step 1
-                        if not sent_loaded:
-                            sent_loaded = _load_sent(sent_h, s_prev, r, c, sent_new, sent_now)
-                        if _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
-                            _send(link, r, c, o, pack_packet(dest_r, dest_c, tb), sent_new, sent_now, wrap, kbuf,
-                                  link_total)
-                            link_sent += 1
-                            sent_directly = True
-                    if not sent_directly:
-                        oq[r, c, o, n_o] = pack_packet(dest_r, dest_c, tb)
-                        oq_len[r, c, o] = n_o + 1
+                    link_sent += entered == 2
                     pending -= 1
                     pk_injected += 1
                     sent_from_source += 1
@@ -462,35 +585,49 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                     src_scan[r, c] = tb + 1
                 src_pending[r, c] = pending
                 pk_in_source += pending
-                # Send: each output queue's head packets go out while their link has room; up to B
-                # packets leave the ejection queue. (oq_len64 holds the five lengths in one word.)
-                if oq_len64[r, c] != 0:
-                    for o in range(4):
-                        while oq_len[r, c, o] > 0:
-                            if not sent_loaded:
-                                sent_loaded = _load_sent(sent_h, s_prev, r, c, sent_new, sent_now)
-                            if not _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
+            elif is_lp:
+                g = np.int64(lp_g[r, c])
+                if g >= 0:
+                    # A first region takes the chunks admitted to its replica while its queue has room.
+                    if lp_reg[g, REG_FIRST] == 1:
+                        adm = lp_adm[lp_reg[g, REG_REPLICA]]
+                        taken = np.int64(lp_taken[r, c])
+                        while taken < adm and qlen < cap:
+                            q_work[qlen, r, c] = lp_reg[g, REG_WORK]
+                            q_birth[qlen, r, c] = t
+                            q_hops[qlen, r, c] = 0
+                            qlen += 1
+                            taken += 1
+                            injected += 1
+                            tot_injected[r, c] += 1
+                        if taken == adm and taken > lp_taken[r, c]:
+                            took[lp_reg[g, REG_REPLICA]] += 1
+                        lp_taken[r, c] = taken
+                    # The output stage (output index k): packets for inputs k, k + n_out, ... of the successor.
+                    left = np.int64(out_left[r, c])
+                    if left > 0:
+                        nxt = lp_reg[g, REG_NEXT]
+                        k = _out_index(lp_reg, g, r, c)
+                        n_out = _n_out(lp_reg, g)
+                        fan = _feeds(k, n_out, _n_in(lp_reg, nxt))
+                        ob = np.int64(out_birth[r, c])
+                        sent_from_stage = 0
+                        while left > 0 and sent_from_stage < bw:
+                            dest_r, dest_c = _input_pe(lp_reg, nxt, k + (fan - left) * n_out)
+                            entered, sent_loaded = _enter_router(oq, oq_len, link, link_total, r, c,
+                                                                 pack_packet(dest_r, dest_c, ob), dest_r,
+                                                                 dest_c, sent_loaded, sent_h, s_prev, sent_new,
+                                                                 sent_now, recv_h, s_cred, wrap, kbuf, bw, qo)
+                            if entered == 0:
                                 break
-                            _send(link, r, c, o, oq[r, c, o, 0], sent_new, sent_now, wrap, kbuf, link_total)
-                            link_sent += 1
-                            _pop_front(oq, oq_len, r, c, o)
-                    for _ in range(bw):
-                        if oq_len[r, c, 4] == 0:
-                            break
-                        birth = np.int64(oq[r, c, 4, 0] & U32)
-                        _pop_front(oq, oq_len, r, c, 4)
-                        pk_delivered += 1
-                        tot_pkt_delivered[r, c] += 1
-                        if warmup <= birth < measure_end:
-                            lat = t - birth
-                            meas_delivered += 1
-                            meas_lat_sum += lat
-                            meas_lat_sq += lat * lat
-                            if lat > meas_lat_max:
-                                meas_lat_max = lat
-                            lhist[min(lat, n_bins - 1)] += 1
-                    # The sum of the five length bytes (each <= 48, so the sum fits in the top byte).
-                    pk_in_router += np.int64((oq_len64[r, c] * BYTE_SUM) >> np.uint64(56))
+                            link_sent += entered == 2
+                            left -= 1
+                            sent_from_stage += 1
+                            pk_injected += 1
+                            meas_injected += 1
+                            meas_wait += t - ob
+                            meas_hops += abs(dest_r - r) + abs(dest_c - c)
+                        out_left[r, c] = left
             elif is_trace:
                 while ep < ev_hi and ev_unit[ep] == u:
                     injected += 1
@@ -534,9 +671,52 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         refused += 1
                         tot_refused[r, c] += 1
 
-            # 3. Start service.
+            # Send: each output queue's head packets go out while their link has room; up to B
+            # packets leave the ejection queue. (oq_len64 holds the five lengths in one word.)
+            if routed and oq_len64[r, c] != 0:
+                for o in range(4):
+                    while oq_len[r, c, o] > 0:
+                        if not sent_loaded:
+                            sent_loaded = _load_sent(sent_h, s_prev, r, c, sent_new, sent_now)
+                        if not _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
+                            break
+                        _send(link, r, c, o, oq[r, c, o, 0], sent_new, sent_now, wrap, kbuf, link_total)
+                        link_sent += 1
+                        _pop_front(oq, oq_len, r, c, o)
+                for _ in range(bw):
+                    if oq_len[r, c, 4] == 0:
+                        break
+                    m = oq[r, c, 4, 0]
+                    if is_lp:
+                        # Each packet is the PE's input for its next chunk: a task, if the queue has room.
+                        if qlen >= cap:
+                            break
+                        q_work[qlen, r, c] = lp_reg[lp_g[r, c], REG_WORK]
+                        q_birth[qlen, r, c] = t
+                        q_hops[qlen, r, c] = 0
+                        qlen += 1
+                        injected += 1
+                        tot_injected[r, c] += 1
+                    birth = np.int64(m & U32)
+                    _pop_front(oq, oq_len, r, c, 4)
+                    pk_delivered += 1
+                    tot_pkt_delivered[r, c] += 1
+                    if warmup <= birth < measure_end:
+                        lat = t - birth
+                        meas_delivered += 1
+                        meas_lat_sum += lat
+                        meas_lat_sq += lat * lat
+                        if lat > meas_lat_max:
+                            meas_lat_max = lat
+                        if is_traffic:  # (layer_pipeline: the histogram is of task latencies)
+                            lhist[min(lat, n_bins - 1)] += 1
+            if routed:
+                # The sum of the five length bytes (each <= 48, so the sum fits in the top byte).
+                pk_in_router += np.int64((oq_len64[r, c] * BYTE_SUM) >> np.uint64(56))
+
+            # 3. Start service (layer_pipeline: only once the last output has left).
             rem = np.int64(s_rem[r, c])
-            if rem == 0 and qlen > 0:
+            if rem == 0 and qlen > 0 and (is_lp == 0 or out_left[r, c] == 0):
                 rem = np.int64(q_work[0, r, c])
                 # Busy cycles are derived: work started minus work remaining (no per-cycle update).
                 tot_started[r, c] += rem
@@ -613,10 +793,27 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                 hops_sum += s_hops[r, c]
                 if lat > lat_max:
                     lat_max = lat
-                if lat >= n_bins - 1:
-                    lhist[n_bins - 1] += 1
-                else:
-                    lhist[lat] += 1
+                if is_traffic == 0:
+                    if lat >= n_bins - 1:
+                        lhist[n_bins - 1] += 1
+                    else:
+                        lhist[lat] += 1
+                g = np.int64(lp_g[r, c]) if is_lp else -1
+                k = _out_index(lp_reg, g, r, c) if g >= 0 else -1
+                if k >= 0:
+                    nxt = lp_reg[g, REG_NEXT]
+                    if nxt >= 0:
+                        fan = _feeds(k, _n_out(lp_reg, g), _n_in(lp_reg, nxt))
+                        out_left[r, c] = fan
+                        out_birth[r, c] = t + 1
+                        pk_offered += fan
+                        tot_pkt_offered[r, c] += fan
+                    else:
+                        n_ev = done_ev[0] + 1
+                        done_ev[n_ev] = (np.int64(tot_completed[r, c]) - 1) * n_rep + lp_reg[g, REG_REPLICA]
+                        done_ev[0] = n_ev
+            if is_lp:
+                pk_in_source += out_left[r, c]
             in_service += np.int64(rem > 0)
             s_rem[r, c] = rem
 
@@ -675,6 +872,17 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
     scratch = np.zeros((n_blocks, 6, 4), np.int64)
     cols = st[3].shape[1]  # q_len
     arrivals = np.zeros((n_blocks, cols), np.uint32)
+    is_lp = cfg[23]
+    lp_w = cfg[24]
+    lp_reg, lp_rep, lp_adm, lp_fin, lp_done, lp_admit_t, lp_took = st[31], st[32], st[36], st[37], st[38], st[39], \
+        st[40]
+    n_rep = lp_adm.shape[0]
+    took = np.zeros((n_blocks, n_rep), np.int64)
+    # Per block: how many output-edge PEs of last regions it holds at most (one per row and replica).
+    most_rows = 0
+    for b in range(n_blocks):
+        most_rows = max(most_rows, block_rows[b + 1] - block_rows[b])
+    done_ev = np.zeros((n_blocks, 1 + (most_rows * n_rep if is_lp else 0)), np.int64)
     for i in range(n_cycles):
         t = t0 + i
         key_inject = cycle_key(seed, STREAM_INJECT, t)
@@ -682,6 +890,17 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
         key_dest = cycle_key(seed, STREAM_DEST, t)
         acc[:, :] = 0
         dh[:, :, :] = 0
+        if is_lp:
+            # Admit a chunk once the first region has taken the last (at most W in flight).
+            for p in range(n_rep):
+                first = lp_rep[p, 0]
+                n_first = lp_reg[first, REG_HEIGHT] * lp_reg[first, REG_WIDTH]
+                if lp_adm[p] < lp_fin[p] + lp_w and (lp_adm[p] == 0 or lp_took[p] == n_first):
+                    lp_admit_t[p, lp_adm[p] % lp_w] = t
+                    lp_adm[p] += 1
+                    lp_took[p] = 0
+            done_ev[:, 0] = 0
+            took[:, :] = 0
         lo = ev_cycle_lo[i]
         hi = ev_cycle_lo[i + 1]
         for b in prange(n_blocks):
@@ -691,7 +910,7 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
             e0 = lo + np.searchsorted(ev_unit[lo:hi], r0 * cols)
             e1 = lo + np.searchsorted(ev_unit[lo:hi], r1 * cols)
             _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_unit, ev_work, e0, e1, acc[b],
-                       dh[b], lat_hist_blocks[b], scratch[b], arrivals[b])
+                       dh[b], lat_hist_blocks[b], scratch[b], arrivals[b], done_ev[b], took[b])
         # Merge blocks in a fixed order (integer sums: exact in any order anyway).
         for j in range(N_SERIES):
             series[i, j] = 0
@@ -702,6 +921,21 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
                         series[i, j] = acc[b, j]
                 else:
                     series[i, j] += acc[b, j]
+        if is_lp:
+            # Finish: a chunk is done when every output-edge PE of its replica's last region has completed it.
+            for b in range(n_blocks):
+                for p in range(n_rep):
+                    lp_took[p] += took[b, p]
+                for e in range(1, done_ev[b, 0] + 1):
+                    lp_done[done_ev[b, e] % n_rep, (done_ev[b, e] // n_rep) % lp_w] += 1
+            for p in range(n_rep):
+                n_last = _n_out(lp_reg, lp_rep[p, 1])
+                while lp_done[p, lp_fin[p] % lp_w] == n_last:
+                    w = lp_fin[p] % lp_w
+                    lp_done[p, w] = 0
+                    series[i, S_CHUNKS_FINISHED] += 1
+                    series[i, S_CHUNK_LATENCY_SUM] += t + 1 - lp_admit_t[p, w]
+                    lp_fin[p] += 1
         for q in range(depth_series.shape[1]):
             v = 0
             for b in range(n_blocks):

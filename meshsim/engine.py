@@ -23,7 +23,7 @@ from . import metrics
 from .errors import InputError
 from .mesh import MeshSim, build_inputs, set_threads
 from .output import ResultWriter
-from .regions import region_figures, regions_of
+from .regions import layers_of, region_figures, regions_of
 from .state import busy_cycles, state_bytes_per_pe
 
 
@@ -106,17 +106,30 @@ class _Totals:
                "measured_latency_sq_sum": K.S_MEAS_LATENCY_SQ_SUM, "measured_injected": K.S_MEAS_INJECTED,
                "measured_source_wait_sum": K.S_MEAS_SOURCE_WAIT_SUM, "measured_hops_sum": K.S_MEAS_HOPS_SUM}
     IN_WINDOW = {"window_offered": K.S_PKT_OFFERED, "window_delivered": K.S_PKT_DELIVERED}
+    # layer_pipeline: chunks finished and their latencies.
+    CHUNKS = {"chunks_finished": K.S_CHUNKS_FINISHED, "chunk_latency_sum": K.S_CHUNK_LATENCY_SUM}
 
     def __init__(self, bins: int, window=(0, 0)):
         self.cycles = 0
-        self.sums = dict.fromkeys([*self.SUMMED, *self.PACKETS, *self.IN_WINDOW], 0)
+        self.sums = dict.fromkeys([*self.SUMMED, *self.PACKETS, *self.IN_WINDOW, *self.CHUNKS], 0)
+        # Cycles at whose end the first and the latest chunks finished (-1: none yet).
+        self.first_finish = -1
+        self.last_finish = -1
+        self.chunks_at_first_finish = 0
         self.latency_max = 0
         self.measured_latency_max = 0
         self.latency_hist = np.zeros(bins, np.int64)
         self.window = window
 
     def add(self, series: np.ndarray, latency_hist: np.ndarray) -> None:
-        for name, col in {**self.SUMMED, **self.PACKETS}.items():
+        finished = np.flatnonzero(series[:, K.S_CHUNKS_FINISHED])
+        if finished.size:
+            if self.first_finish < 0:
+                self.first_finish = self.cycles + int(finished[0])
+                self.chunks_at_first_finish = self.sums["chunks_finished"] + int(series[finished[0],
+                                                                                        K.S_CHUNKS_FINISHED])
+            self.last_finish = self.cycles + int(finished[-1])
+        for name, col in {**self.SUMMED, **self.PACKETS, **self.CHUNKS}.items():
             self.sums[name] += sum(series[:, col].tolist())
         lo = min(max(self.window[0] - self.cycles, 0), len(series))
         hi = min(max(self.window[1] - self.cycles, 0), len(series))
@@ -171,16 +184,22 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
         progress = sys.stderr.isatty()
 
     stop_signals = _StopSignals()
-    regions = regions_of(scenario)
+    pipe = inputs.pipeline
+    regions = regions_of(scenario, pipe)
+    layers = layers_of(pipe) if pipe is not None else None
     try:
         writer = ResultWriter(final, scenario, rows=inputs.rows, cols=inputs.cols,
                               queue_capacity=inputs.queue_capacity, latency_bins=inputs.latency_bins,
                               threads=n_threads, compression_level=out["compression_level"], regions=regions,
-                              traffic=inputs.traffic)
+                              traffic=inputs.traffic, pipeline=pipe is not None, layers=layers)
     except OSError as e:
         raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
+    if pipe is not None:
+        writer.write_pipeline(pipe, scenario.get("machine", "pe_flops_per_cycle"))
     traffic = inputs.traffic
-    if traffic:
+    if pipe is not None:
+        totals = _Totals(inputs.latency_bins, (0, 2**62))
+    elif traffic:
         warm = scenario.get("workload", "warmup_cycles")
         totals = _Totals(inputs.latency_bins, (warm, warm + scenario.get("workload", "measure_cycles")))
     else:
@@ -194,6 +213,8 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
         if traffic:
             s.update(_traffic_summary(sim, totals, scenario))
         _add_clock(s, scenario.get("machine", "clock_ghz"))
+        if pipe is not None:
+            s.update(_pipeline_summary(sim, totals, scenario, regions))
         if scenario.get("workload", "type") == "trace":
             s["trace_events_not_offered"] = sim.unoffered_events(sim.cycle)
         return s
@@ -208,9 +229,10 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     def finish(complete: bool):
         st = sim.state
         _write_totals(writer, sim, inputs, totals)
-        if regions is not None:
-            writer.write_regions(region_figures(regions, busy_cycles(st), sim.cycle, st.tot_injected, st.tot_refused,
-                                                st.tot_completed, st.tot_latency))
+        for group, rg in (("regions", regions), ("layers", layers)):
+            if rg is not None:
+                writer.write_regions(region_figures(rg, busy_cycles(st), sim.cycle, st.tot_injected, st.tot_refused,
+                                                    st.tot_completed, st.tot_latency), group)
         summary = summary_now()
         return writer.finish(summary, sim.cycle, complete=complete), summary
 
@@ -317,6 +339,61 @@ def _traffic_summary(sim, totals: _Totals, scenario) -> dict:
     }
 
 
+def _pipeline_summary(sim, totals: _Totals, scenario, regions) -> dict:
+    """layer_pipeline figures (docs/mesh.md, "Dataflow"): chunks and samples finished, their rate
+    at the machine's clock (over the whole run, and in the steady state after the first chunk
+    finished), the chunk latency, the PEs in regions, the load balance over them, the bottleneck
+    region, and the routed packets' latency."""
+    pipe = sim.inputs.pipeline
+    t = totals.sums
+    st = sim.state
+    cycles = sim.cycle
+    clock = scenario.get("machine", "clock_ghz") * 1e9
+    busy = busy_cycles(st)
+    active = pipe.region_of >= 0
+    lb = metrics.load_balance(busy[active])
+    finished = t["chunks_finished"]
+    per_sample = pipe.chunks_per_sample
+    steady_chunks = finished - totals.chunks_at_first_finish
+    steady_cycles = totals.last_finish - totals.first_finish
+    steady_rate = steady_chunks / steady_cycles if steady_chunks > 0 and steady_cycles > 0 else float("nan")
+    # Per region: utilisation = busy / (PEs x cycles); the bottleneck is the busiest region.
+    g = pipe.region_of[active]
+    n_pes = np.bincount(g, minlength=pipe.n_regions)
+    util = np.bincount(g, weights=busy[active], minlength=pipe.n_regions) / (n_pes * max(cycles, 1))
+    worst = int(np.argmax(util))
+    lat = metrics.latency_stats(np.zeros(1, np.int64), t["measured_delivered"], t["measured_latency_sum"],
+                                t["measured_latency_sq_sum"], totals.measured_latency_max)
+    batch = scenario.get("workload", "batch")
+    samples_steady = steady_rate * clock / per_sample
+    return {
+        "pipeline_regions": pipe.n_regions,
+        "pipeline_replicas": pipe.n_replicas,
+        "active_pes": int(active.sum()),
+        "inactive_pes": int((~active).sum()),
+        "active_fraction": float(active.mean()),
+        "li_active": lb["li"],
+        "utilization_active": metrics.utilization(int(busy[active].sum()), int(active.sum()), cycles),
+        "chunks_finished": finished,
+        "samples_finished": finished // per_sample,
+        "chunk_latency_mean_cycles": t["chunk_latency_sum"] / finished if finished else float("nan"),
+        "first_chunk_finish_cycle": totals.first_finish,
+        "chunks_per_cycle_steady": steady_rate,
+        "samples_per_second_steady": samples_steady,
+        "samples_per_second": finished / per_sample / (cycles / clock) if cycles else float("nan"),
+        "step_seconds_steady": batch / samples_steady if samples_steady > 0 else float("nan"),
+        "bottleneck_region": pipe.names[worst],
+        "bottleneck_utilization": float(util[worst]),
+        "region_utilization_min": float(util.min()),
+        "packets_offered": t["packets_offered"],
+        "packets_delivered": t["packets_delivered"],
+        "packet_latency_mean_cycles": lat["mean"],
+        "packet_latency_var_cycles2": lat["var"],
+        "packet_latency_max_cycles": lat["max"],
+        "packet_hops_mean": t["measured_hops_sum"] / t["measured_injected"] if t["measured_injected"] else float("nan"),
+    }
+
+
 def _add_clock(summary: dict, clock_ghz: float) -> None:
     """Figures at the machine's clock: the simulated time and the task throughput per second."""
     seconds = summary["cycles"] / (clock_ghz * 1e9)
@@ -331,9 +408,10 @@ def _write_totals(writer, sim, inputs, totals: _Totals) -> None:
     units = dict(busy_cycles=busy_cycles(st), injected=st.tot_injected, refused=st.tot_refused,
                  completed=st.tot_completed, migrated_out=st.tot_migrated_out, migrated_in=st.tot_migrated_in,
                  latency_sum=st.tot_latency, injection_rate=rates, queue_depth_end=st.q_len)
-    if inputs.traffic:
+    if inputs.routed:
         units.update(packets_offered=st.tot_pkt_offered, packets_delivered=st.tot_pkt_delivered,
                      link_messages=st.link_total)
+    if inputs.traffic:
         t = totals.sums
         latency = dict(count=t["measured_delivered"], sum=t["measured_latency_sum"],
                        sum_sq=t["measured_latency_sq_sum"], max=totals.measured_latency_max)

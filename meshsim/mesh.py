@@ -23,7 +23,8 @@ from .trace import load_trace
 CFG_FIELDS = ("queue_capacity", "hop_latency_cycles", "link_messages_per_cycle", "link_buffer_messages",
               "credit_delay_cycles", "policy", "threshold", "info_delay_cycles", "max_per_cycle", "work_kind",
               "work_cycles", "work_min_cycles", "work_max_cycles", "is_trace", "history_mask", "is_traffic",
-              "pattern", "hot_threshold", "hot_row", "hot_col", "warmup_cycles", "measure_end", "router_queue_packets")
+              "pattern", "hot_threshold", "hot_row", "hot_col", "warmup_cycles", "measure_end", "router_queue_packets",
+              "is_pipeline", "chunks_in_flight")
 PATTERNS = {"uniform": K.PATTERN_UNIFORM, "transpose": K.PATTERN_TRANSPOSE, "bit_complement": K.PATTERN_BIT_COMPLEMENT,
             "neighbor": K.PATTERN_NEIGHBOR, "hotspot": K.PATTERN_HOTSPOT}
 
@@ -46,6 +47,12 @@ class MeshInputs:
     ev_work: np.ndarray  # uint16[n]
     latency_bins: int
     traffic: bool = False
+    pipeline: object = None  # meshsim.pipeline.Pipeline for layer_pipeline, else None
+
+    @property
+    def routed(self) -> bool:
+        """Whether the run carries routed packets (router queues, per-link totals)."""
+        return self.traffic or self.pipeline is not None
 
 
 def injection_rates(sc) -> np.ndarray:
@@ -73,6 +80,11 @@ def build_inputs(sc) -> MeshInputs:
     history = S.history_length(m["hop_latency_cycles"], m["credit_delay_cycles"], mig["info_delay_cycles"])
     is_trace = wl["type"] == "trace"
     is_traffic = wl["type"] == "traffic"
+    pipe = None
+    if wl["type"] == "layer_pipeline":
+        from .pipeline import build
+
+        pipe = build(sc)
     cfg = dict(
         queue_capacity=m["queue_capacity"],
         hop_latency_cycles=m["hop_latency_cycles"],
@@ -95,14 +107,22 @@ def build_inputs(sc) -> MeshInputs:
         hot_row=rows // 2,
         hot_col=cols // 2,
         warmup_cycles=wl["warmup_cycles"] if is_traffic else 0,
-        measure_end=wl["warmup_cycles"] + wl["measure_cycles"] if is_traffic else 0,
+        # layer_pipeline: every packet is measured.
+        measure_end=wl["warmup_cycles"] + wl["measure_cycles"] if is_traffic else (2**62 if pipe else 0),
         router_queue_packets=m["router_queue_packets"],
+        is_pipeline=int(pipe is not None),
+        chunks_in_flight=pipe.chunks_in_flight if pipe else 1,
     )
     geo_log = 0.0
     if not is_trace and wl["work_distribution"] == "geometric" and wl["work_cycles"] > 1:
         geo_log = math.log(1.0 - 1.0 / float(wl["work_cycles"]))
     if is_trace:
         ev_cycle, ev_unit, ev_work = load_trace(sc.trace_path, rows, cols)
+        rates = None
+    elif pipe is not None:
+        ev_cycle = np.zeros(0, np.int64)
+        ev_unit = np.zeros(0, np.int64)
+        ev_work = np.zeros(0, np.uint16)
         rates = None
     else:
         ev_cycle = np.zeros(0, np.int64)
@@ -113,7 +133,11 @@ def build_inputs(sc) -> MeshInputs:
         rows=rows, cols=cols, queue_capacity=m["queue_capacity"], link_buffer_messages=m["link_buffer_messages"],
         history=history, cfg=np.array([cfg[f] for f in CFG_FIELDS], dtype=np.int64), seed=sc.get("run", "seed"),
         rates=rates, geo_log=geo_log, ev_cycle=ev_cycle, ev_unit=ev_unit, ev_work=ev_work,
-        latency_bins=sc.get("output", "latency_histogram_max_cycles") + 1, traffic=is_traffic)
+        latency_bins=sc.get("output", "latency_histogram_max_cycles") + 1, traffic=is_traffic, pipeline=pipe)
+
+
+def _pipeline_dims(pipe):
+    return None if pipe is None else (pipe.n_regions, pipe.n_replicas, pipe.chunks_in_flight)
 
 
 def check_memory(inputs: MeshInputs, max_chunk: int, n_blocks: int) -> None:
@@ -122,8 +146,8 @@ def check_memory(inputs: MeshInputs, max_chunk: int, n_blocks: int) -> None:
     need a few hundred MiB more, which MemAvailable must also cover; container limits that
     /proc/meminfo does not show are not seen."""
     layout = S.mesh_layout(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
-                           inputs.history, inputs.traffic,
-                           int(inputs.cfg[CFG_FIELDS.index("router_queue_packets")]))
+                           inputs.history, inputs.routed,
+                           int(inputs.cfg[CFG_FIELDS.index("router_queue_packets")]), _pipeline_dims(inputs.pipeline))
     buffers = 8 * (max_chunk * (K.N_SERIES + inputs.queue_capacity + 1) + n_blocks * inputs.latency_bins)
     need = S.layout_bytes(layout) + buffers
     have = S.available_memory_bytes()
@@ -148,8 +172,9 @@ class MeshSim:
         thr = rate_thresholds(np.ascontiguousarray(inputs.rates)) if inputs.rates is not None else \
             np.zeros((inputs.rows, inputs.cols), np.uint32)
         self.state = S.allocate_mesh(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
-                                     inputs.history, thr, inputs.geo_log, traffic=inputs.traffic,
-                                     router_queue_packets=int(inputs.cfg[CFG_FIELDS.index("router_queue_packets")]))
+                                     inputs.history, thr, inputs.geo_log, traffic=inputs.routed,
+                                     router_queue_packets=int(inputs.cfg[CFG_FIELDS.index("router_queue_packets")]),
+                                     pipeline=inputs.pipeline)
         self.blocks = S.row_blocks(inputs.rows)
         self.max_chunk = max_chunk
         self.series = np.zeros((max_chunk, K.N_SERIES), np.int64)

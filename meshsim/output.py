@@ -60,6 +60,13 @@ PACKET_SERIES = {
                              "largest latency of a measured packet delivered (0: none)"),
 }
 
+# layer_pipeline only: name -> (series column, units, description).
+PIPELINE_SERIES = {
+    "chunks_finished": (K.S_CHUNKS_FINISHED, "chunks", "chunks that left the last region of their pipeline"),
+    "chunk_latency_sum": (K.S_CHUNK_LATENCY_SUM, "cycles",
+                          "sum of the latencies (finish minus admission) of the chunks finished in the cycle"),
+}
+
 # name -> (dtype, units, description) of the per-unit totals.
 UNITS = {
     "busy_cycles": (np.int64, "cycles", "cycles in which the PE did work"),
@@ -109,7 +116,8 @@ class ResultWriter:
     leaving it by an exception keeps the file as NAME.incomplete.h5 marked incomplete."""
 
     def __init__(self, final_path, scenario, *, rows: int, cols: int, queue_capacity: int, latency_bins: int,
-                 threads: int, compression_level: int, regions=None, traffic: bool = False):
+                 threads: int, compression_level: int, regions=None, traffic: bool = False,
+                 pipeline: bool = False, layers=None):
         self.final_path = Path(final_path)
         self.path = incomplete_path(self.final_path)
         self.rows, self.cols, self.q = rows, cols, queue_capacity
@@ -143,8 +151,10 @@ class ResultWriter:
         g.attrs["description"] = "one value per cycle, summed over all PEs"
         self.series = {}
         self.series_columns = dict(SERIES)
-        if traffic:
+        if traffic or pipeline:
             self.series_columns.update(PACKET_SERIES)
+        if pipeline:
+            self.series_columns.update(PIPELINE_SERIES)
         for name, (_, units, desc) in self.series_columns.items():
             ds = g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(8192,), **self.comp)
             _describe(ds, units, desc)
@@ -207,6 +217,15 @@ class ResultWriter:
                 ds.dims[0].attach_scale(self.window_start)
                 ds.dims[1].attach_scale(self.region)
                 self.window_regions[name] = ds
+        self.layers = layers
+        if layers is not None:
+            lg = f.create_group("layers")
+            lg.attrs["description"] = "figures per layer of the pipeline (forward and backward separately)"
+            self.layer = self._scale(f, "layer", np.arange(layers.count, dtype=np.int32), "1", "layer index")
+            names = lg.create_dataset("name", data=np.array(layers.names, dtype=h5py.string_dtype()), chunks=True,
+                                      **self.comp)
+            _describe(names, "1", "name of each layer")
+            names.dims[0].attach_scale(self.layer)
         f.create_group("units").attrs["description"] = "per-PE totals over the cycles done"
         f.create_group("latency").attrs["description"] = "latency of completed tasks (completion - birth)"
         f.create_group("summary").attrs["description"] = "the run's figures (DESIGN.md section 5)"
@@ -256,15 +275,49 @@ class ResultWriter:
             self._append(self.window_regions["region_li"], region_figures["li"][None])
             self._append(self.window_regions["region_utilization"], region_figures["utilization"][None])
 
-    def write_regions(self, figures: dict) -> None:
-        """Whole-run figures per region (keys of meshsim.regions.FIGURES), replacing any before."""
+    def write_regions(self, figures: dict, group: str = "regions") -> None:
+        """Whole-run figures per region (keys of meshsim.regions.FIGURES), replacing any before;
+        group "layers" for the per-layer figures."""
         from .regions import FIGURES
 
-        rg = self.f["regions"]
+        rg = self.f[group]
+        scale = self.region if group == "regions" else self.layer
         for name, (dtype, units, desc) in FIGURES.items():
             if name in rg:
                 del rg[name]
             ds = rg.create_dataset(name, data=np.asarray(figures[name], dtype=dtype), chunks=True, **self.comp)
+            _describe(ds, units, desc)
+            ds.dims[0].attach_scale(scale)
+
+    def write_pipeline(self, pipe, pe_flops_per_cycle: float) -> None:
+        """The layer_pipeline's region table (docs/mesh.md, "Dataflow"), one entry per region."""
+        g = self.f.create_group("pipeline")
+        g.attrs["description"] = "the regions of the layer pipeline, in pipeline order per replica"
+        g.attrs["chunks_in_flight"] = pipe.chunks_in_flight
+        g.attrs["tokens_per_chunk"] = pipe.tokens_per_chunk
+        g.attrs["chunks_per_sample"] = pipe.chunks_per_sample
+        g.attrs["pe_flops_per_cycle"] = pe_flops_per_cycle
+        t = pipe.table
+        per_kernel = {k.name: k for k in pipe.kernels}
+        kernel = [per_kernel[n] for n in pipe.names]
+        columns = {
+            "row0": (t[:, K.REG_ROW0], "PE", "first row of the region"),
+            "col0": (t[:, K.REG_COL0], "PE", "first column of the region"),
+            "row1": (t[:, K.REG_ROW0] + t[:, K.REG_HEIGHT], "PE", "row after the region's last"),
+            "col1": (t[:, K.REG_COL0] + t[:, K.REG_WIDTH], "PE", "column after the region's last"),
+            "work_cycles": (t[:, K.REG_WORK], "cycles", "work of one PE's task for one chunk"),
+            "flow": (t[:, K.REG_FLOW], "1", "direction data moves along the region's rows: +1 east, -1 west"),
+            "input": (t[:, K.REG_INPUT], "1", "input edge: 0 the upstream column, 1 the top row"),
+            "output": (t[:, K.REG_OUTPUT], "1", "output edge: 0 the downstream column, 1 the bottom row"),
+            "next_region": (t[:, K.REG_NEXT], "1", "successor region (-1: last of its replica)"),
+            "replica": (t[:, K.REG_REPLICA], "1", "replica of the region"),
+            "flops": (np.array([k.flops for k in kernel], np.int64), "FLOPs",
+                      "FLOPs of the region's kernel over the whole batch"),
+            "weight_bytes": (np.array([k.weight_bytes for k in kernel], np.int64), "bytes",
+                             "weights of the region's kernel"),
+        }
+        for name, (data, units, desc) in columns.items():
+            ds = g.create_dataset(name, data=np.asarray(data, np.int64), chunks=True, **self.comp)
             _describe(ds, units, desc)
             ds.dims[0].attach_scale(self.region)
 

@@ -72,6 +72,10 @@ class Param:
 
 _BERNOULLI = ("workload.type", BERNOULLI_WORKLOADS)
 _TRAFFIC = ("workload.type", ("traffic",))
+_PIPELINE = ("workload.type", ("layer_pipeline",))
+
+#: WSE-2: about 7.5 PFLOP/s (16-bit) over about 850,000 PEs at 1.1 GHz, in FLOPs per PE per cycle.
+WSE2_PE_FLOPS_PER_CYCLE = round(7.5e15 / 850_000 / 1.1e9, 3)
 
 PARAMS: tuple[Param, ...] = (
     # [run]
@@ -108,9 +112,15 @@ PARAMS: tuple[Param, ...] = (
           "Cycles a freed buffer slot takes to return to the sender as a credit.", (1, 8)),
     Param("machine", "router_queue_packets", "int", "packets", 4,
           "Capacity of each router output queue (four directions and ejection), for routed packets.",
-          (1, 48), ("workload.type", ("traffic",))),
+          (1, 48), ("workload.type", ("traffic", "layer_pipeline"))),
     Param("machine", "clock_ghz", "float", "GHz", 1.1,
           "Clock frequency; used only to convert cycles to seconds in reports.", (0.001, 100.0)),
+    Param("machine", "pe_flops_per_cycle", "float", "FLOPs/cycle", WSE2_PE_FLOPS_PER_CYCLE,
+          "Peak FLOPs of one PE per cycle (WSE-2: about 7.5 PFLOP/s over 850,000 PEs at 1.1 GHz).",
+          (0.001, 1e6), _PIPELINE),
+    Param("machine", "sram_kib", "int", "KiB", 48,
+          "SRAM of each PE, which must hold the weights of its region's kernel (48 KiB on the WSE-2).",
+          (1, 1_048_576), _PIPELINE),
     # [migration]
     Param("migration", "policy", "str", "", "least_loaded",
           "How an overfull PE picks the neighbour it moves a task to (none disables migration).",
@@ -126,8 +136,8 @@ PARAMS: tuple[Param, ...] = (
     Param("workload", "type", "str", "", "uniform",
           "Where tasks come from: Bernoulli injection with a uniform, hotspot or lognormal-skewed "
           "rate map, or events read from a trace file; traffic offers routed packets instead "
-          "(network studies).",
-          ("uniform", "hotspot", "skewed", "trace", "traffic")),
+          "(network studies); layer_pipeline runs a transformer's kernels as a pipeline of regions.",
+          ("uniform", "hotspot", "skewed", "trace", "traffic", "layer_pipeline")),
     Param("workload", "injection_rate", "float", "tasks/PE/cycle", 0.05,
           "Probability that a PE is offered a task (a packet for traffic) in a cycle (the mean rate "
           "for skewed, the rate outside the hot regions for hotspot).", (0.0, 1.0),
@@ -167,6 +177,33 @@ PARAMS: tuple[Param, ...] = (
     Param("workload", "measure_cycles", "int", "cycles", 2000,
           "Traffic: length of the measurement window; only packets born in it are measured.",
           (1, 100_000_000), _TRAFFIC),
+    Param("workload", "hidden_size", "int", "elements", 768,
+          "Transformer hidden size H (a multiple of n_heads).", (1, 65536), _PIPELINE),
+    Param("workload", "n_layers", "int", "layers", 12,
+          "Transformer blocks.", (1, 1024), _PIPELINE),
+    Param("workload", "n_heads", "int", "heads", 12,
+          "Attention heads.", (1, 1024), _PIPELINE),
+    Param("workload", "seq_len", "int", "tokens", 1024,
+          "Tokens per sequence (a sample); a multiple of tokens_per_chunk.", (1, 1_048_576), _PIPELINE),
+    Param("workload", "batch", "int", "samples", 8,
+          "Sequences per step; reports give the time per step.", (1, 1_048_576), _PIPELINE),
+    Param("workload", "ffn_multiplier", "int", "", 4,
+          "Feed-forward width as a multiple of the hidden size.", (1, 64), _PIPELINE),
+    Param("workload", "precision", "str", "", "bf16",
+          "Element type of weights and activations.", ("fp32", "tf32", "bf16", "fp16", "fp8"), _PIPELINE),
+    Param("workload", "training", "bool", "", False,
+          "Add the backward kernels (a training step) after the forward ones.", None, _PIPELINE),
+    Param("workload", "replicas", "int", "copies", 1,
+          "Copies of the pipeline side by side (data parallel on one wafer).", (1, 64), _PIPELINE),
+    Param("workload", "fuse_elementwise", "bool", "", True,
+          "Fold each LayerNorm, GeLU and residual add into its neighbouring matrix kernel's region "
+          "(false gives every kernel its own region).", None, _PIPELINE),
+    Param("workload", "tokens_per_chunk", "int", "tokens", 1,
+          "Tokens that move through the pipeline together (one task per PE per region).",
+          (1, 1_048_576), _PIPELINE),
+    Param("workload", "chunks_in_flight", "int", "chunks", 4096,
+          "Most chunks in a replica's pipeline at once (admitted, not finished); a chunk enters when "
+          "the first region has room for it.", (1, 1_048_576), _PIPELINE),
     Param("workload", "trace_file", "str", "", "",
           "Path of a CSV or HDF5 trace of (cycle, row, col, work_cycles) events, relative to the "
           "scenario file.", None, ("workload.type", ("trace",))),

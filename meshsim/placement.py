@@ -8,6 +8,13 @@ group's FLOPs, and inside a band each operator gets a strip of columns in propor
 FLOPs. Both splits give every part one row (column) and share the rest in proportion, rounded by
 largest remainders: a large operator's area is its FLOP share to within a column or two, a small
 one gets at least a column of its band, and `Placement.quantisation` reports the ratios.
+
+Bands alternate direction (a boustrophedon): the first runs west to east, the next east to west,
+so each band's last operator sits above the next band's first and data turns down rather than
+crossing the wafer back. `Region.flow` is +1 for a region whose data moves east, -1 west; a band's
+last region (but the last band's) sends its output from its bottom row (`output = "bottom"`,
+else "side"), and the next band's first region takes its input on its top row (`input = "col"`,
+else "row"): docs/mesh.md, "Dataflow".
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ from .errors import InputError
 
 @dataclass(frozen=True)
 class Region:
-    """One operator's rectangle: rows row0..row1-1, columns col0..col1-1 (half-open)."""
+    """One operator's rectangle: rows row0..row1-1, columns col0..col1-1 (half-open); flow: +1
+    when its band's data moves east (its input is its west column), -1 when it moves west."""
 
     name: str
     group: int
@@ -31,6 +39,9 @@ class Region:
     row1: int
     col1: int
     flops: int
+    flow: int = 1
+    input: str = "row"
+    output: str = "side"
 
     @property
     def n_pes(self) -> int:
@@ -99,10 +110,18 @@ def place(groups, rows: int, cols: int, replicas: int = 1) -> Placement:
     for rep in range(replicas):
         r0 = 0
         for gi, (g, h) in enumerate(zip(groups, heights, strict=True)):
-            c0 = rep * band
-            for (name, f), w in zip(g, split(band, [f for _, f in g]), strict=True):
-                regions.append(Region(name, gi, rep, r0, c0, r0 + h, c0 + w, f))
-                c0 += w
+            flow = 1 if gi % 2 == 0 else -1
+            c0 = rep * band if flow == 1 else (rep + 1) * band
+            widths = split(band, [f for _, f in g])
+            for oi, ((name, f), w) in enumerate(zip(g, widths, strict=True)):
+                io = dict(flow=flow, input="col" if oi == 0 and gi > 0 else "row",
+                          output="bottom" if oi == len(g) - 1 and gi + 1 < len(groups) else "side")
+                if flow == 1:
+                    regions.append(Region(name, gi, rep, r0, c0, r0 + h, c0 + w, f, **io))
+                    c0 += w
+                else:
+                    regions.append(Region(name, gi, rep, r0, c0 - w, r0 + h, c0, f, **io))
+                    c0 -= w
             r0 += h
     used = sum(g.n_pes for g in regions)
     return Placement(rows, cols, tuple(regions), rows * cols - used)

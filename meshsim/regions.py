@@ -2,8 +2,10 @@
 region").
 
 A hotspot workload has one region per hot rectangle plus the background (the PEs in no hot
-rectangle; where rectangles overlap, the later one wins). Other workloads have no regions beyond
-the whole grid, and their result files carry no `regions` group.
+rectangle; where rectangles overlap, the later one wins). A layer_pipeline workload has one region
+per kernel of each replica, plus "idle" for the PEs that hold no kernel, and its layers (every
+replica's regions of one layer and phase together) are a second set. Other workloads have no
+regions beyond the whole grid, and their result files carry no `regions` group.
 """
 
 from __future__ import annotations
@@ -31,8 +33,16 @@ class Regions:
         return len(self.names)
 
 
-def regions_of(scenario) -> Regions | None:
-    """The scenario's regions, or None when the whole grid is the only one."""
+def regions_of(scenario, pipeline=None) -> Regions | None:
+    """The scenario's regions, or None when the whole grid is the only one. `pipeline` is the
+    layer_pipeline's meshsim.pipeline.Pipeline."""
+    if pipeline is not None:
+        labels = pipeline.region_of.astype(np.int32)
+        names = list(pipeline.names)
+        if pipeline.idle_pes:
+            labels = np.where(labels < 0, len(names), labels).astype(np.int32)
+            names.append("idle")
+        return Regions(labels, names)
     if scenario.get("workload", "type") != "hotspot":
         return None
     rows, cols = scenario.get("machine", "rows"), scenario.get("machine", "cols")
@@ -42,6 +52,22 @@ def regions_of(scenario) -> Regions | None:
         labels[r0:r1, c0:c1] = k
     names = ["background"] + [f"hot_{k}" for k in range(1, len(hot) + 1)]
     return Regions(labels, names)
+
+
+def layers_of(pipeline) -> Regions:
+    """A layer_pipeline's layers as regions: "layer<i>" and "layer<i>.backward", over all replicas
+    (the idle PEs belong to none)."""
+    names, index = [], {}
+    per_region = []
+    for name in pipeline.names:
+        head, _, rest = name.partition(".")
+        layer = head + (".backward" if rest.endswith(".backward") else "")
+        if layer not in index:
+            index[layer] = len(names)
+            names.append(layer)
+        per_region.append(index[layer])
+    lut = np.array(per_region + [-1], np.int32)
+    return Regions(lut[pipeline.region_of], names)
 
 
 # name -> (dtype, units, description) of the per-region figures.

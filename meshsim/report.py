@@ -124,6 +124,8 @@ def format_summary(summary: dict, root: dict | None = None, path=None, regions: 
         lines.append(f"{root.get('scenario_name', '')}: {root.get('machine', '')}, {state}")
     if path is not None:
         lines.append(f"result        {path}")
+    if "pipeline_regions" in s:
+        return "\n".join(lines + _pipeline_lines(s))
     if "packets_offered" in s:
         return "\n".join(lines + _traffic_lines(s))
     lines += [
@@ -156,6 +158,30 @@ def format_summary(summary: dict, root: dict | None = None, path=None, regions: 
         lines.append(f"note          {_f(s['trace_events_not_offered'])} trace events lie outside the run's cycles "
                      "and were not offered")
     return "\n".join(lines)
+
+
+def _pipeline_lines(s: dict) -> list:
+    """The summary of a layer_pipeline run: throughput, chunk latency, load balance, bottleneck."""
+    return [
+        f"cycles        {_f(s['cycles'])} on {_f(s['n_units'])} PEs: {_f(s['pipeline_regions'])} regions in "
+        f"{_f(s['pipeline_replicas'])} replica(s) on {_f(s['active_pes'])} PEs "
+        f"({_f(s['active_fraction'], 3)}), {_f(s['inactive_pes'])} inactive",
+        f"throughput    {_f(s['samples_per_second_steady'])} samples/s in the steady state "
+        f"({_f(s['chunks_per_cycle_steady'])} chunks/cycle); {_f(s['step_seconds_steady'])} s per step; "
+        f"{_f(s['samples_finished'])} samples ({_f(s['chunks_finished'])} chunks) finished",
+        f"chunk latency mean {_f(s['chunk_latency_mean_cycles'])} cycles; the first chunk finished at cycle "
+        f"{_f(s['first_chunk_finish_cycle'])}",
+        f"LI            {_f(s['li_active'])} over the active PEs ({_f(s['li'])} over all); utilisation "
+        f"{_f(s['utilization_active'])} of the active PEs",
+        f"bottleneck    {s['bottleneck_region']} (utilisation {_f(s['bottleneck_utilization'], 3)}; the least "
+        f"busy region {_f(s['region_utilization_min'], 3)})",
+        f"tasks         latency mean {_f(s['latency_mean_cycles'])}, p99 {_f(s['latency_p99_cycles'])} cycles; "
+        f"{_f(s['completed'])} completed",
+        f"packets       {_f(s['packets_delivered'])} delivered, latency mean {_f(s['packet_latency_mean_cycles'])}, "
+        f"max {_f(s['packet_latency_max_cycles'])} cycles, {_f(s['packet_hops_mean'])} hops",
+        f"speed         {_f(s['pe_cycles_per_second'] / 1e6, 4)} million PE-cycles/s on {_f(s.get('threads', 0))} "
+        f"threads; {_f(s['wall_seconds'], 3)} s wall",
+    ]
 
 
 def _traffic_lines(s: dict) -> list:

@@ -490,6 +490,17 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
             add(meas, [warm, cyc], f"{warm} + {meas} = {get(warm) + get(meas)} must be at most {cyc} = {shown(cyc)}, "
                                    "so that the measurement window ends inside the run")
 
+    if ok(wtype) and get(wtype) == "layer_pipeline":
+        if ok(pol) and get(pol) != "none":
+            add(pol, [wtype], "must be \"none\" when workload.type is \"layer_pipeline\" (tasks stay "
+                              "in their kernel's region)")
+        seq, tpc = "workload.seq_len", "workload.tokens_per_chunk"
+        if ok(seq, tpc) and get(seq) % get(tpc) != 0:
+            add(tpc, [seq], f"must divide {seq} = {shown(seq)}")
+        hs, nh = "workload.hidden_size", "workload.n_heads"
+        if ok(hs, nh) and get(hs) % get(nh) != 0:
+            add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}")
+
     name = "run.name"
     if ok(name) and (any(c in get(name) for c in "/\\\0") or get(name) in (".", "..")):
         add(name, [], "must be a plain file name, without / or \\")

@@ -49,6 +49,19 @@ class MeshState(NamedTuple):
     oq: np.ndarray  # uint64[R, C, 5, Qo] router output queues (N, E, S, W, ejection), head at slot 0
     oq_len: np.ndarray  # uint8[R, C, 8] packets in each output queue (5 used, 3 padding)
     oq_len64: np.ndarray  # uint64[R, C] view of oq_len: all five lengths in one word
+    # layer_pipeline only (shape 1 x 1 otherwise; docs/mesh.md, "Dataflow"). Inputs:
+    lp_g: np.ndarray  # int32[R, C] region of each PE, -1 for an idle PE
+    lp_reg: np.ndarray  # int64[G, N_REG] region table, columns kernels.mesh.REG_*
+    lp_rep: np.ndarray  # int64[P, 2] first and last region of each replica
+    # ... and state:
+    lp_taken: np.ndarray  # int32[R, C] chunks taken (first regions)
+    out_left: np.ndarray  # int32[R, C] packets left in the output stage
+    out_birth: np.ndarray  # int32[R, C] their birth cycle
+    lp_adm: np.ndarray  # int64[P] chunks admitted per replica
+    lp_fin: np.ndarray  # int64[P] chunks finished per replica
+    lp_done: np.ndarray  # int64[P, W] east-edge PEs of the last region that completed chunk c, at c mod W
+    lp_admit_t: np.ndarray  # int64[P, W] admission cycle of chunk c, at c mod W
+    lp_took: np.ndarray  # int64[P] PEs of the first region that have taken every chunk admitted
 
 
 VIEW_FIELDS = ("sent_h32", "recv_h32", "oq_len64")
@@ -63,11 +76,21 @@ def history_length(*delays: int) -> int:
 
 
 def mesh_layout(rows: int, cols: int, queue_capacity: int, link_buffer_messages: int, history: int,
-                traffic: bool = False, router_queue_packets: int = 1) -> dict:
+                traffic: bool = False, router_queue_packets: int = 1, pipeline=None) -> dict:
     """Shape and dtype of every array a mesh run allocates (the views excluded): name -> (shape, dtype).
-    The routed-traffic arrays are 1 x 1 placeholders unless `traffic`."""
+    The routed-traffic arrays are 1 x 1 placeholders unless `traffic` (or a pipeline); the
+    layer_pipeline arrays unless `pipeline`, a (regions, replicas, chunks_in_flight) triple."""
     r, c, q = rows, cols, queue_capacity
+    traffic = traffic or pipeline is not None
     pr, pc = (r, c) if traffic else (1, 1)
+    n_reg, n_rep, w = pipeline if pipeline is not None else (1, 1, 1)
+    lr, lc = (r, c) if pipeline is not None else (1, 1)
+    lp = {
+        "lp_g": ((lr, lc), np.int32), "lp_reg": ((n_reg, K.N_REG), np.int64), "lp_rep": ((n_rep, 2), np.int64),
+        "lp_taken": ((lr, lc), np.int32), "out_left": ((lr, lc), np.int32), "out_birth": ((lr, lc), np.int32),
+        "lp_adm": ((n_rep,), np.int64), "lp_fin": ((n_rep,), np.int64), "lp_done": ((n_rep, w), np.int64),
+        "lp_admit_t": ((n_rep, w), np.int64), "lp_took": ((n_rep,), np.int64),
+    }
     return {
         "q_work": ((q, r, c), np.uint16), "q_birth": ((q, r, c), np.int32), "q_hops": ((q, r, c), np.uint8),
         "q_len": ((r, c), np.uint8), "s_rem": ((r, c), np.uint16), "s_birth": ((r, c), np.int32),
@@ -81,6 +104,7 @@ def mesh_layout(rows: int, cols: int, queue_capacity: int, link_buffer_messages:
         "tot_pkt_offered": ((pr, pc), np.int32), "tot_pkt_delivered": ((pr, pc), np.int32),
         "link_total": ((pr, pc, 4), np.int64),
         "oq": ((pr, pc, 5, router_queue_packets if traffic else 1), np.uint64), "oq_len": ((pr, pc, 8), np.uint8),
+        **lp,
     }
 
 
@@ -91,11 +115,18 @@ def layout_bytes(layout: dict) -> int:
 
 def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_messages: int, history: int,
                   thresholds: np.ndarray, geo_log: float = 0.0, traffic: bool = False,
-                  router_queue_packets: int = 1) -> MeshState:
-    """Zeroed state for an empty mesh (before cycle 0); `traffic` allocates the routed-traffic arrays."""
-    layout = mesh_layout(rows, cols, queue_capacity, link_buffer_messages, history, traffic, router_queue_packets)
+                  router_queue_packets: int = 1, pipeline=None) -> MeshState:
+    """Zeroed state for an empty mesh (before cycle 0); `traffic` allocates the routed-traffic arrays.
+    `pipeline` (a meshsim.pipeline.Pipeline) allocates the layer_pipeline arrays and fills its tables."""
+    dims = None if pipeline is None else (len(pipeline.table), len(pipeline.replica_ends), pipeline.chunks_in_flight)
+    layout = mesh_layout(rows, cols, queue_capacity, link_buffer_messages, history, traffic, router_queue_packets,
+                         dims)
     a = {name: np.zeros(shape, dtype) for name, (shape, dtype) in layout.items()}
     a["thr"][...] = np.asarray(thresholds, dtype=np.uint32).reshape(rows, cols)
+    if pipeline is not None:
+        a["lp_g"][...] = pipeline.region_of
+        a["lp_reg"][...] = pipeline.table
+        a["lp_rep"][...] = pipeline.replica_ends
     return MeshState(
         **a,
         geo_log=float(geo_log),

@@ -20,7 +20,8 @@ SERIES_KEYS = {"busy": K.S_BUSY, "queued": K.S_QUEUED, "in_service": K.S_IN_SERV
                "measured_delivered": K.S_MEAS_DELIVERED, "measured_latency_sum": K.S_MEAS_LATENCY_SUM,
                "measured_latency_sq_sum": K.S_MEAS_LATENCY_SQ_SUM, "measured_latency_max": K.S_MEAS_LATENCY_MAX,
                "packets_in_router": K.S_PKT_IN_ROUTER, "measured_injected": K.S_MEAS_INJECTED,
-               "measured_source_wait_sum": K.S_MEAS_SOURCE_WAIT_SUM, "measured_hops_sum": K.S_MEAS_HOPS_SUM}
+               "measured_source_wait_sum": K.S_MEAS_SOURCE_WAIT_SUM, "measured_hops_sum": K.S_MEAS_HOPS_SUM,
+               "chunks_finished": K.S_CHUNKS_FINISHED, "chunk_latency_sum": K.S_CHUNK_LATENCY_SUM}
 
 
 def small_scenario(rows, cols, *, workload="uniform", trace_file=None, path=None, **over):
@@ -52,11 +53,15 @@ def reference_for(sc, trace_events=None) -> MeshReference:
     m, mig, wl = sc.values["machine"], sc.values["migration"], sc.values["workload"]
     rates = None
     traffic = {}
-    if wl["type"] == "traffic":
+    pipeline = None
+    if wl["type"] == "layer_pipeline":
+        pipeline = pipeline_for_reference(build_inputs(sc).pipeline)
+        traffic = dict(router_queue_packets=m["router_queue_packets"], pipeline=pipeline)
+    elif wl["type"] == "traffic":
         traffic = dict(pattern=wl["pattern"], hot_fraction=wl["hot_fraction"], warmup_cycles=wl["warmup_cycles"],
                        measure_cycles=wl["measure_cycles"], router_queue_packets=m["router_queue_packets"])
         rates = [wl["injection_rate"]] * (m["rows"] * m["cols"])
-    elif wl["type"] != "trace":
+    elif wl["type"] not in ("trace", "layer_pipeline"):
         rates = rate_map(m["rows"], m["cols"], wl["type"], wl["injection_rate"], hot_rate=wl["hot_rate"],
                          hot_regions=sc.hot_regions(), sigma=wl["sigma"], seed=sc.get("run", "seed"))
     return MeshReference(
@@ -68,6 +73,46 @@ def reference_for(sc, trace_events=None) -> MeshReference:
         work_distribution=wl["work_distribution"], work_cycles=wl["work_cycles"],
         work_min_cycles=wl["work_min_cycles"], work_max_cycles=wl["work_max_cycles"], trace_events=trace_events,
         **traffic)
+
+
+def pipeline_for_reference(pipe) -> dict:
+    """The reference's form of a pipeline's region table."""
+    regions = []
+    for row in pipe.table.tolist():
+        r0, c0, w, h = row[K.REG_ROW0], row[K.REG_COL0], row[K.REG_WIDTH], row[K.REG_HEIGHT]
+        regions.append(dict(row0=r0, col0=c0, row1=r0 + h, col1=c0 + w, work=row[K.REG_WORK], next=row[K.REG_NEXT],
+                            replica=row[K.REG_REPLICA], flow=row[K.REG_FLOW],
+                            input="col" if row[K.REG_INPUT] == K.INPUT_COL else "row",
+                            output="bottom" if row[K.REG_OUTPUT] == K.OUTPUT_BOTTOM else "side"))
+    return {"regions": regions, "chunks_in_flight": pipe.chunks_in_flight}
+
+
+def _pipeline_snapshot(sim: MeshSim, source: list) -> dict:
+    """The kernel's layer_pipeline state in the reference's form; fills `source` with the output
+    stages' packets."""
+    st = sim.state
+    reg = st.lp_reg
+    rows, cols = sim.inputs.rows, sim.inputs.cols
+    w = sim.inputs.pipeline.chunks_in_flight
+    for r in range(rows):
+        for c in range(cols):
+            left = int(st.out_left[r, c])
+            if left == 0:
+                continue
+            g = int(st.lp_g[r, c])
+            nxt = int(reg[g, K.REG_NEXT])
+            k = int(K._out_index(reg, g, r, c))
+            n_out = int(K._n_out(reg, g))
+            fan = int(K._feeds(k, n_out, K._n_in(reg, nxt)))
+            for m in range(fan - left, fan):
+                dr, dc = K._input_pe(reg, nxt, k + m * n_out)
+                source[r * cols + c].append((int(dr), int(dc), int(st.out_birth[r, c])))
+    pending = []
+    for p in range(st.lp_adm.shape[0]):
+        pending.append([(c, int(st.lp_admit_t[p, c % w]), int(st.lp_done[p, c % w]))
+                        for c in range(int(st.lp_fin[p]), int(st.lp_adm[p]))])
+    return {"taken": [int(x) for x in st.lp_taken.ravel()], "admitted": [int(x) for x in st.lp_adm],
+            "finished": [int(x) for x in st.lp_fin], "took": [int(x) for x in st.lp_took], "pending": pending}
 
 
 def kernel_snapshot(sim: MeshSim) -> dict:
@@ -106,12 +151,13 @@ def kernel_snapshot(sim: MeshSim) -> dict:
     source = [[] for _ in range(rows * cols)]
     router = [[[] for _ in range(5)] for _ in range(rows * cols)]
     traffic = inp.traffic
-    if traffic:
+    pipeline = _pipeline_snapshot(sim, source) if inp.pipeline is not None else None
+    if inp.routed:
         cfg = dict(zip(CFG_FIELDS, inp.cfg.tolist(), strict=True))
         for r in range(rows):
             for c in range(cols):
                 tb, u = int(st.src_scan[r, c]), r * cols + c
-                while len(source[u]) < int(st.src_pending[r, c]):
+                while traffic and len(source[u]) < int(st.src_pending[r, c]):
                     dr, dc = K._offered_packet(np.uint64(inp.seed), tb, u, r, c, st.thr[r, c], rows, cols,
                                                cfg["pattern"], cfg["hot_threshold"], cfg["hot_row"], cfg["hot_col"])
                     if dr >= 0:
@@ -125,12 +171,12 @@ def kernel_snapshot(sim: MeshSim) -> dict:
     totals = {"busy": busy, "injected": st.tot_injected.ravel(), "refused": st.tot_refused.ravel(),
               "completed": st.tot_completed.ravel(), "migrated_out": st.tot_migrated_out.ravel(),
               "migrated_in": st.tot_migrated_in.ravel(), "latency_sum": st.tot_latency.ravel()}
-    if traffic:
+    if inp.routed:
         totals.update(packets_offered=st.tot_pkt_offered.ravel(), packets_delivered=st.tot_pkt_delivered.ravel())
     out = {"queue": queue, "server": server, "links": links, "sent": sent, "received": received, "source": source,
-           "router": router,
+           "router": router, "pipeline": pipeline,
            "totals": {k: [int(x) for x in v] for k, v in totals.items()}, "wrap": wrap}
-    if traffic:
+    if inp.routed:
         out["totals"]["link_sent"] = [[int(x) for x in st.link_total[r, c]] for r in range(rows) for c in range(cols)]
     return out
 
@@ -154,6 +200,9 @@ def compare_cycle_by_cycle(sc, cycles, trace_events=None):
         fast = kernel_snapshot(sim)
         slow = ref.snapshot()
         wrap = fast["wrap"]
+        if fast["pipeline"] != slow.get("pipeline"):
+            raise AssertionError(f"cycle {t}: pipeline state: kernel {fast['pipeline']} != "
+                                 f"reference {slow['pipeline']}")
         for key in ("queue", "server", "links", "source", "router"):
             if fast[key] != slow[key]:
                 u = next(i for i in range(len(fast[key])) if fast[key][i] != slow[key][i])

@@ -130,3 +130,40 @@ def test_routed_traffic_is_bit_identical_with_1_2_and_3_threads(tmp_path, patter
     assert first["summary@packets_delivered"] > 0
     for threads, name in ((2, "t2"), (3, "t3")):
         assert_identical(first, contents(run(tmp_path, sc, threads, name)))
+
+
+PIPELINE = """
+[run]
+cycles = 600
+seed = 3
+window_cycles = 100
+[machine]
+rows = 80
+cols = 30
+queue_capacity = 4
+router_queue_packets = 2
+pe_flops_per_cycle = 2.0
+[migration]
+policy = "none"
+[workload]
+type = "layer_pipeline"
+hidden_size = 32
+n_layers = 3
+n_heads = 2
+seq_len = 8
+batch = 1
+replicas = 2
+chunks_in_flight = 40
+[output]
+frame_every_cycles = 100
+flush_every_cycles = 150
+"""
+
+
+def test_layer_pipeline_is_bit_identical_with_1_2_and_3_threads(tmp_path):
+    sc = tmp_path / "p.toml"
+    sc.write_text(PIPELINE)
+    first = contents(run(tmp_path, sc, 1, "t1"))
+    assert first["summary@chunks_finished"] > 0
+    for threads, name in ((2, "t2"), (3, "t3")):
+        assert_identical(first, contents(run(tmp_path, sc, threads, name)))

@@ -119,6 +119,86 @@ Output-queued routers (``router_queue_packets`` = Qo):
    With a task workload the router queues stay empty (except through choice 26's hook).
 31. The router queues are not among the end-of-cycle values other PEs read: a neighbour learns
    nothing about them except through link credits, as the spec's list of readable values says.
+
+Dataflow (the ``layer_pipeline`` workload, ``pipeline`` not None):
+
+32. ``pipeline = {"regions": [region, ...], "chunks_in_flight": W}``; each region is a dict with
+   exactly the keys row0, col0, row1, col1 (a half-open rectangle: h = row1 - row0 rows, w = col1 -
+   col0 columns), work, next, replica, flow, input, output.  Regions are indexed by their position
+   in the list; ``next`` is the successor's index or -1.  Checked (ValueError): at least one
+   region; no missing or unknown key; each rectangle non-empty and inside the grid; rectangles
+   disjoint; work in 1..65535; next -1 or another region's index; every replica's regions form
+   exactly one chain (one first region, one last region, every region reached by walking from the
+   first, successors in the same replica); flow the integer +1 or -1; input "row" or "col";
+   output "side" or "bottom"; W in 1..1_048_576.  Whether edges actually touch is NOT checked:
+   the rules give every destination whatever the geometry (a feed is routed by XY like any
+   packet; a next PE is always a neighbour, as it lies in the same row or column).  Replica ids
+   are any integers; the per-replica lists of snapshot()["pipeline"] follow increasing replica id.
+   Pipeline mode takes neither rates nor trace_events nor a pattern, and needs policy "none";
+   the work-distribution arguments are ignored.  ``router_queue_packets`` is Qo as for traffic.
+33. Geometry, literally: upstream column col0 (flow +1) or col1 - 1 (flow -1), downstream the other
+   end (the same column when w = 1).  Input "row": input edge = upstream column, index r - row0,
+   next PE (r, c + flow); input "col": input edge = row0, index |c - upstream|, next PE (r + 1, c);
+   a next PE exists only inside the region.  Output "side": downstream column, index r - row0;
+   "bottom": row1 - 1, index |c - downstream|.  The output-edge PE of index k feeds the
+   successor's input-edge PEs of index k, k + n_out, ... < n_in, its output stage listing them in
+   that (increasing) order; ``self.feeds[u]`` holds their (row, col) (empty for a PE that is not
+   an output-edge PE, for one of a last region, and for k >= n_in), ``self.next_pe[u]`` the unit
+   index of the next PE or None, ``self.region_of[u]`` the region index or None (idle).
+34. The output stage is kept in the PE's source queue (``pe.source``): its packets "count as in
+   source queues", leave it by the traffic rule (at most B per cycle, in order, stopping at the
+   first head whose XY output queue holds Qo packets; this B is the stage's own, independent of
+   the links' B) and count as ``packets_injected`` (and ``measured_injected``, with wait = cycle
+   of leaving - birth and hops = XY distance) when they leave.  A stage packet's destination is
+   never its own PE (regions are disjoint and a region is not its own successor).
+35. Tasks, servers and packets keep the representations of the other workloads: tasks ``(work,
+   birth, hops)``, server ``(remaining, birth, hops)``, packets on links ``("p", dest_row,
+   dest_col, birth)``, in router queues and output stages ``(dest_row, dest_col, birth)``.  hops
+   is always 0 (no migration).  The packets of a task completed at t are born t + 1.
+36. Multicast (step 1): only a packet whose destination is this PE, arriving on a link, is copied,
+   and only if this PE has a next PE.  The packet moves iff the ejection queue AND the output
+   queue of the copy's direction (the XY direction to the adjacent next PE) each hold fewer than
+   Qo packets; otherwise it stays at the head of its link and its port stops, like any blocked
+   message.  The oracle has no cut-through (Send comes in step 2), so "packets cut through this
+   cycle count" holds by construction: nothing leaves an output queue in step 1.  The original
+   goes to the ejection queue's tail and the copy, ``(next_row, next_col, birth)`` with the
+   original's birth, to the tail of its output queue (behind whatever arrived earlier this
+   cycle; step 2's stage packets come after it).  The original counts as received on its port
+   once; the copy counts at this PE as packets offered and injected (per cycle and per PE), and
+   as measured injected with wait 0 (even though birth < t) and 1 hop.  A copy arriving at the
+   next PE is a packet for that PE like any other, so it is copied again there if that PE has a
+   next PE.  Its latency at delivery is delivery cycle - its (original) birth.
+37. Ejection: a packet leaves the ejection queue only if the task queue holds fewer than Q tasks;
+   a blocked head does not count towards the B deliveries and stops ejection for the cycle (the
+   deliveries already made stand).  Every delivered packet makes one task (work of the receiving
+   PE's region, birth t, hops 0), counted as injected; several deliveries in one cycle are each
+   checked against the queue length at that moment.  A packet is only ever delivered at a PE of a
+   region that is not a first region (asserted).  Neither a delivered task nor a first-region
+   task is ever refused (they wait instead), so ``refused`` stays 0.
+38. Admit runs in step() before any PE's cycle (so every PE sees the same A during a cycle) and
+   reads ``took``, which at that point is the end-of-(t - 1) value; it admits at most one chunk
+   per replica per cycle.  ``took`` counts the PEs of the first region with taken == A; at the
+   start it equals the region's size (A = 0: "always true"); admitting chunk A sets it to 0 (no
+   PE can have taken the new chunk), and step 2.1 raises it when a PE's taken reaches A.  Only
+   the take itself is gated by the task queue (``while taken < A and len(queue) < Q``), the same
+   task queue that holds delivered tasks (a first region has none).
+39. Step 5: a completed task at a PE that is not an output-edge PE does nothing more.  At an
+   output-edge PE of a region with a successor the output stage (empty, since Start needs an
+   empty stage and only Work fills it) takes one packet per fed PE, counted as packets offered;
+   with no fed PE (k >= n_in) it stays empty.  At an output-edge PE of a last region the task is
+   chunk n - 1, n the PE's completed count including this task (asserted to lie in D..A-1), and
+   that chunk's completion count grows by 1.
+40. Finish runs in step() after every PE's cycle, per replica: while the oldest unfinished chunk
+   D (D < A) has been completed by all n_out output-edge PEs of the last region, it finishes with
+   latency t + 1 - its admission cycle (``chunks_finished`` and ``chunk_latency_sum`` of cycle
+   t) and D grows by 1; several chunks may finish in one cycle.  Chunks are kept per replica as a
+   FIFO of [chunk, admission cycle, completions] for chunks D..A-1 (snapshot "pending").
+41. Every packet is measured (``_is_measured`` is True in pipeline mode, whatever warmup_cycles
+   and measure_cycles say).  ``chunks_finished`` and ``chunk_latency_sum`` are per-cycle
+   observables of every workload (0 without a pipeline).  The private hook of choice 26 is
+   refused in pipeline mode.
+42. Start's extra condition (an empty output stage) applies in pipeline mode only; a traffic
+   source queue never blocks Start.
 """
 
 import math
@@ -233,7 +313,9 @@ class _Pe:
     def __init__(self):
         self.queue = deque()          # (work, birth, hops), head at the left
         self.server = None            # None or [remaining_work, birth, hops]
-        self.source = deque()         # packets waiting to enter the network: (dest_row, dest_col, birth)
+        # packets waiting to enter the network: (dest_row, dest_col, birth); in pipeline mode the
+        # output stage (choice 34).
+        self.source = deque()
         # router[o]: the router's output queues, head at the left, each packet (dest_row, dest_col,
         # birth): o = 0..3 the queue of output direction o, o = EJECT (4) the ejection queue.
         self.router = [deque() for _ in range(5)]
@@ -253,6 +335,26 @@ class _Pe:
         self.packets_offered = 0
         self.packets_injected = 0
         self.packets_delivered = 0
+        # layer_pipeline only: chunks taken (a PE of a first region).  The output stage is
+        # ``source`` (choice 34).
+        self.taken = 0
+
+
+class _Replica:
+    """Per-replica chunk book-keeping of the layer_pipeline workload."""
+
+    def __init__(self, replica_id, first, last, first_pes, last_out_pes):
+        self.replica_id = replica_id
+        self.first = first              # index of the first region
+        self.last = last                # index of the last region
+        self.first_pes = first_pes      # unit indices of the first region's PEs
+        self.last_out_pes = last_out_pes    # unit indices of the last region's output edge
+        self.admitted = 0               # A
+        self.finished = 0               # D
+        self.took = len(first_pes)      # PEs of the first region with taken == A (A = 0: all)
+        # Chunks D..A-1, oldest first: [chunk, admission cycle, output-edge PEs of the last
+        # region that completed it].
+        self.pending = deque()
 
 
 def _check_range(name, value, low, high):
@@ -267,7 +369,7 @@ class MeshReference:
                  link_buffer_messages, credit_delay_cycles, policy, threshold, info_delay_cycles,
                  max_per_cycle, seed, rates, work_distribution, work_cycles, work_min_cycles,
                  work_max_cycles, trace_events, pattern=None, hot_fraction=0.0, warmup_cycles=0,
-                 measure_cycles=0, router_queue_packets=4):
+                 measure_cycles=0, router_queue_packets=4, pipeline=None):
         _check_range("rows", rows, 1, 1 << 30)
         _check_range("cols", cols, 1, 1 << 30)
         _check_range("queue_capacity", queue_capacity, 1, 255)
@@ -311,14 +413,23 @@ class MeshReference:
         self.policy = policy
         self.seed = seed & MASK64
 
-        # Exactly one workload source: per-PE rates (Bernoulli) or a trace.
-        if (rates is None) == (trace_events is None):
+        # Exactly one workload source: per-PE rates (Bernoulli or traffic), a trace, or a pipeline.
+        self.pipeline_mode = pipeline is not None
+        if self.pipeline_mode:
+            if rates is not None or trace_events is not None or pattern is not None:
+                raise ValueError("a pipeline takes no rates, trace_events or pattern")
+            if policy != "none":
+                raise ValueError("policy = %r: the layer_pipeline workload needs policy 'none'"
+                                 % (policy,))
+        elif (rates is None) == (trace_events is None):
             raise ValueError("give exactly one of rates (Bernoulli workloads) and trace_events")
         self.trace_mode = trace_events is not None
         self.thresholds = None
         self.trace_by_cycle = {}
         self.trace_events = None
-        if self.trace_mode:
+        if self.pipeline_mode:
+            pass                    # the pipeline table is read below, once the PEs exist
+        elif self.trace_mode:
             self.trace_events = [tuple(ev) for ev in trace_events]
             for (cycle, r, c, work) in self.trace_events:
                 _check_range("trace row", r, 0, rows - 1)
@@ -364,6 +475,147 @@ class MeshReference:
         self.cum_packets_delivered = 0
         # Only for the order-independence test: visit PEs in decreasing u.
         self._visit_reversed = False
+
+        # layer_pipeline tables (choices 32-33); empty without a pipeline.
+        self.W = 0
+        self.regions = []           # per region: dict of its fields, see _setup_pipeline
+        self.region_of = [None] * self.n_pe     # region index of each PE, None if idle
+        self.next_pe = [None] * self.n_pe       # unit index of the next PE (multicast), or None
+        self.output_index = [None] * self.n_pe  # output index of an output-edge PE, else None
+        self.feeds = [[] for _ in range(self.n_pe)]     # (row, col) of the fed PEs, in order
+        self.replicas = []          # _Replica objects in increasing replica id
+        if self.pipeline_mode:
+            self._setup_pipeline(pipeline)
+
+    REGION_KEYS = ("row0", "col0", "row1", "col1", "work", "next", "replica", "flow", "input",
+                   "output")
+
+    def _setup_pipeline(self, pipeline):
+        """Read and check the region table; compute edges, next PEs, feeds and replicas."""
+        if not isinstance(pipeline, dict) or set(pipeline) != {"regions", "chunks_in_flight"}:
+            raise ValueError("pipeline must be a dict with exactly the keys 'regions' and "
+                             "'chunks_in_flight'")
+        _check_range("chunks_in_flight", pipeline["chunks_in_flight"], 1, 1_048_576)
+        self.W = pipeline["chunks_in_flight"]
+        table = list(pipeline["regions"])
+        if not table:
+            raise ValueError("a pipeline needs at least one region")
+
+        for g, spec in enumerate(table):
+            if not isinstance(spec, dict) or set(spec) != set(self.REGION_KEYS):
+                raise ValueError("region %d: expected a dict with exactly the keys %s, got %r"
+                                 % (g, ", ".join(self.REGION_KEYS), spec))
+            row0, col0, row1, col1 = spec["row0"], spec["col0"], spec["row1"], spec["col1"]
+            for name in ("row0", "col0", "row1", "col1", "replica"):
+                _check_range("region %d %s" % (g, name), spec[name], -(1 << 62), 1 << 62)
+            if not (0 <= row0 < row1 <= self.rows and 0 <= col0 < col1 <= self.cols):
+                raise ValueError("region %d: rectangle rows %d..%d, cols %d..%d is empty or not "
+                                 "inside the %d x %d grid" % (g, row0, row1 - 1, col0, col1 - 1,
+                                                               self.rows, self.cols))
+            _check_range("region %d work" % g, spec["work"], 1, 65535)
+            _check_range("region %d next" % g, spec["next"], -1, len(table) - 1)
+            if spec["next"] == g:
+                raise ValueError("region %d names itself as its successor" % g)
+            flow = spec["flow"]
+            if isinstance(flow, bool) or flow not in (1, -1) or not isinstance(flow, int):
+                raise ValueError("region %d flow = %r: must be +1 or -1" % (g, flow))
+            if spec["input"] not in ("row", "col"):
+                raise ValueError("region %d input = %r: must be 'row' or 'col'"
+                                 % (g, spec["input"]))
+            if spec["output"] not in ("side", "bottom"):
+                raise ValueError("region %d output = %r: must be 'side' or 'bottom'"
+                                 % (g, spec["output"]))
+            pes = []            # unit indices of the region's PEs, row-major
+            for r in range(row0, row1):
+                for c in range(col0, col1):
+                    u = r * self.cols + c
+                    if self.region_of[u] is not None:
+                        raise ValueError("regions %d and %d overlap at PE (%d, %d)"
+                                         % (self.region_of[u], g, r, c))
+                    self.region_of[u] = g
+                    pes.append(u)
+            h, w = row1 - row0, col1 - col0
+            upstream = col0 if flow == 1 else col1 - 1
+            downstream = col1 - 1 if flow == 1 else col0
+            # Input edge, indexed by input index k: the upstream column (row) or the top row (col).
+            if spec["input"] == "row":
+                input_edge = [(row0 + k) * self.cols + upstream for k in range(h)]
+            else:
+                input_edge = [row0 * self.cols + (upstream + k * flow) for k in range(w)]
+            # Output edge, indexed by output index k: the downstream column (side) or the bottom
+            # row (bottom), k = |c - downstream|.
+            if spec["output"] == "side":
+                output_edge = [(row0 + k) * self.cols + downstream for k in range(h)]
+            else:
+                output_edge = [(row1 - 1) * self.cols + (downstream - k * flow) for k in range(w)]
+            for k, u in enumerate(input_edge):
+                r, c = divmod(u, self.cols)
+                assert self.region_of[u] == g and k == (
+                    r - row0 if spec["input"] == "row" else abs(c - upstream))
+            for k, u in enumerate(output_edge):
+                r, c = divmod(u, self.cols)
+                assert self.region_of[u] == g and k == (
+                    r - row0 if spec["output"] == "side" else abs(c - downstream))
+                self.output_index[u] = k
+            # Next PE of every PE, while it is in the region.
+            for u in pes:
+                r, c = divmod(u, self.cols)
+                if spec["input"] == "row":
+                    nr, nc = r, c + flow
+                else:
+                    nr, nc = r + 1, c
+                if row0 <= nr < row1 and col0 <= nc < col1:
+                    self.next_pe[u] = nr * self.cols + nc
+            self.regions.append({"row0": row0, "col0": col0, "row1": row1, "col1": col1,
+                                 "h": h, "w": w, "pes": pes, "work": spec["work"],
+                                 "next": spec["next"], "replica": spec["replica"], "flow": flow,
+                                 "input": spec["input"], "output": spec["output"],
+                                 "upstream": upstream, "downstream": downstream,
+                                 "input_edge": input_edge, "output_edge": output_edge,
+                                 "first": True})
+
+        # Chains: successors in the same replica; per replica one first, one last, and walking
+        # from the first reaches every region of the replica (so there is no cycle).
+        for g, region in enumerate(self.regions):
+            nxt = region["next"]
+            if nxt >= 0:
+                if self.regions[nxt]["replica"] != region["replica"]:
+                    raise ValueError("region %d (replica %d) names region %d of replica %d as "
+                                     "successor" % (g, region["replica"], nxt,
+                                                    self.regions[nxt]["replica"]))
+                self.regions[nxt]["first"] = False
+        for replica_id in sorted(set(region["replica"] for region in self.regions)):
+            members = [g for g, region in enumerate(self.regions)
+                       if region["replica"] == replica_id]
+            firsts = [g for g in members if self.regions[g]["first"]]
+            lasts = [g for g in members if self.regions[g]["next"] < 0]
+            if len(firsts) != 1 or len(lasts) != 1:
+                raise ValueError("replica %d: its regions must form one chain, but it has first "
+                                 "regions %s and last regions %s" % (replica_id, firsts, lasts))
+            walk = [firsts[0]]
+            while self.regions[walk[-1]]["next"] >= 0 and len(walk) <= len(members):
+                walk.append(self.regions[walk[-1]]["next"])
+            if sorted(walk) != members:
+                raise ValueError("replica %d: walking from first region %d gives %s, which is not "
+                                 "every region of the replica once (a cycle or a second chain)"
+                                 % (replica_id, firsts[0], walk))
+            first, last = firsts[0], lasts[0]
+            self.replicas.append(_Replica(replica_id, first, last,
+                                          list(self.regions[first]["pes"]),
+                                          list(self.regions[last]["output_edge"])))
+        replica_index = {rep.replica_id: i for i, rep in enumerate(self.replicas)}
+        for region in self.regions:
+            region["replica_index"] = replica_index[region["replica"]]
+
+        # Feeds: output index k feeds the successor's input indices k, k + n_out, ... < n_in.
+        for region in self.regions:
+            if region["next"] < 0:
+                continue
+            succ = self.regions[region["next"]]
+            n_out, n_in = len(region["output_edge"]), len(succ["input_edge"])
+            for k, u in enumerate(region["output_edge"]):
+                self.feeds[u] = [divmod(succ["input_edge"][kk], self.cols)
+                                 for kk in range(k, n_in, n_out)]
 
     # --- geometry ------------------------------------------------------------------------------
 
@@ -445,6 +697,8 @@ class MeshReference:
         """Works of the tasks offered to PE u in cycle t, in order."""
         if self.pattern is not None:
             return []               # a traffic workload offers packets instead
+        if self.pipeline_mode:
+            return []               # a pipeline's tasks come from _inject_pipeline_tasks
         if self.trace_mode:
             return [work for (v, work) in self.trace_by_cycle.get(t, ()) if v == u]
         if (draw(self.seed, STREAM_INJECTION, t, u, 0) >> 32) < self.thresholds[u]:
@@ -491,12 +745,15 @@ class MeshReference:
 
     def _schedule_packet(self, t, row, col, dest_row, dest_col):
         """Test hook: offer PE (row, col) one extra packet to (dest_row, dest_col) in cycle t."""
+        assert not self.pipeline_mode, "no extra packets in pipeline mode (choice 38)"
         assert (row, col) != (dest_row, dest_col), "a packet for the PE itself is never offered"
         assert 0 <= dest_row < self.rows and 0 <= dest_col < self.cols
         self._scheduled_packets.setdefault(t, []).append((row * self.cols + col, dest_row,
                                                            dest_col))
 
     def _is_measured(self, birth):
+        if self.pipeline_mode:
+            return True             # every packet is measured (choice 38)
         return self.warmup_cycles <= birth < self.warmup_cycles + self.measure_cycles
 
     def unoffered_trace_events(self):
@@ -516,10 +773,15 @@ class MeshReference:
                "packets_in_source": 0, "packets_in_router": 0, "measured_delivered": 0,
                "measured_latency_sum": 0,
                "measured_latency_sq_sum": 0, "measured_latency_max": 0,
-               "measured_injected": 0, "measured_source_wait_sum": 0, "measured_hops_sum": 0}
+               "measured_injected": 0, "measured_source_wait_sum": 0, "measured_hops_sum": 0,
+               "chunks_finished": 0, "chunk_latency_sum": 0}
+        if self.pipeline_mode:
+            self._admit(t)
         order = range(self.n_pe - 1, -1, -1) if self._visit_reversed else range(self.n_pe)
         for u in order:
             self._step_pe(t, u, obs)
+        if self.pipeline_mode:
+            self._finish(t, obs)
 
         # Record the end-of-cycle values other PEs may read in later cycles.
         self.depth_history.append([len(pe.queue) for pe in self.pes])
@@ -540,6 +802,67 @@ class MeshReference:
                 obs["in_flight"] += len(pe.links[d])
         self._check_conservation(obs)
         return obs
+
+    def _admit(self, t):
+        """Admit (before step 1, once per replica): at most one chunk, if A < D + W and every PE
+        of the first region had taken all A chunks by the end of cycle t - 1."""
+        for rep in self.replicas:
+            if rep.admitted < rep.finished + self.W and rep.took == len(rep.first_pes):
+                rep.pending.append([rep.admitted, t, 0])
+                rep.admitted += 1
+                rep.took = 0            # no PE has taken the new chunk yet
+
+    def _finish(self, t, obs):
+        """Finish (after every PE's cycle, once per replica): while every output-edge PE of the
+        last region has completed chunk D, chunk D finishes."""
+        for rep in self.replicas:
+            while rep.pending and rep.pending[0][2] == len(rep.last_out_pes):
+                chunk, admitted_at, _count = rep.pending.popleft()
+                assert chunk == rep.finished
+                obs["chunks_finished"] += 1
+                obs["chunk_latency_sum"] += t + 1 - admitted_at
+                rep.finished += 1
+
+    def _inject_pipeline_tasks(self, t, u, obs):
+        """Step 2.1: a PE of a first region takes admitted chunks while its queue has room."""
+        g = self.region_of[u]
+        if g is None or not self.regions[g]["first"]:
+            return
+        region = self.regions[g]
+        rep = self.replicas[region["replica_index"]]
+        pe = self.pes[u]
+        while pe.taken < rep.admitted and len(pe.queue) < self.Q:
+            pe.queue.append((region["work"], t, 0))
+            pe.taken += 1
+            pe.injected += 1
+            obs["injected"] += 1
+            self.cum_injected += 1
+            if pe.taken == rep.admitted:
+                rep.took += 1
+
+    def _complete_pipeline_task(self, t, u, obs):
+        """Step 5 for a completed pipeline task (after pe.completed counted it): fill the output
+        stage of an output-edge PE, or count the chunk at an output-edge PE of a last region."""
+        g = self.region_of[u]
+        assert g is not None, "a task completed at an idle PE"
+        if self.output_index[u] is None:
+            return                  # not an output-edge PE: nothing more
+        region = self.regions[g]
+        pe = self.pes[u]
+        if region["next"] >= 0:
+            assert not pe.source, "output stage not empty when a task completed"
+            for (dest_row, dest_col) in self.feeds[u]:
+                pe.source.append((dest_row, dest_col, t + 1))
+                pe.packets_offered += 1
+                obs["packets_offered"] += 1
+                self.cum_packets_offered += 1
+        else:
+            rep = self.replicas[region["replica_index"]]
+            chunk = pe.completed - 1
+            assert rep.finished <= chunk < rep.admitted, "completed a chunk not in flight"
+            entry = rep.pending[chunk - rep.finished]
+            assert entry[0] == chunk
+            entry[2] += 1
 
     def _has_room(self, t, u, d, sent_now):
         """Step 4's "link d has room": fewer than B sent on d this cycle, and a credit."""
@@ -586,16 +909,43 @@ class MeshReference:
                 else:
                     # A packet: to the tail of its output queue (ejection if it is for this PE,
                     # else its XY direction) if that queue holds fewer than Qo packets.
-                    _p, dest_row, dest_col, birth = message
-                    queue = pe.router[self.output_queue(u, dest_row, dest_col)]
+                    packet = message[1:]    # (dest_row, dest_col, birth)
+                    o = self.output_queue(u, packet[0], packet[1])
+                    queue = pe.router[o]
                     if len(queue) >= self.Qo:
                         break
+                    # Multicast (pipeline mode, choice 36): a packet for this PE also sends a
+                    # copy to the next PE, and moves only if the copy's queue has room too.
+                    copy_queue = copy = None
+                    if o == EJECT and self.pipeline_mode:
+                        g = self.region_of[u]
+                        assert g is not None and not self.regions[g]["first"], (
+                            "a packet for PE %d, which is idle or in a first region" % u)
+                        if self.next_pe[u] is not None:
+                            next_row, next_col = divmod(self.next_pe[u], self.cols)
+                            copy = (next_row, next_col, packet[2])
+                            copy_queue = pe.router[self.xy_output(u, next_row, next_col)]
+                            if len(copy_queue) >= self.Qo:
+                                break
                     link.popleft()
-                    queue.append((dest_row, dest_col, birth))
+                    queue.append(packet)
+                    if copy is not None:
+                        # The copy enters the network here: offered and injected, measured,
+                        # with no wait and one hop.
+                        copy_queue.append(copy)
+                        pe.packets_offered += 1
+                        pe.packets_injected += 1
+                        self.cum_packets_offered += 1
+                        obs["packets_offered"] += 1
+                        obs["packets_injected"] += 1
+                        obs["measured_injected"] += 1
+                        obs["measured_hops_sum"] += 1
                 pe.received_total[d] += 1
                 taken += 1
 
         # 2. Inject.
+        if self.pipeline_mode:
+            self._inject_pipeline_tasks(t, u, obs)
         for work in self._offers(t, u):
             pe.injected += 1
             obs["injected"] += 1
@@ -611,6 +961,8 @@ class MeshReference:
             pe.packets_offered += 1
             obs["packets_offered"] += 1
             self.cum_packets_offered += 1
+        # Up to B packets leave the source queue (in pipeline mode: the output stage, in the
+        # order of increasing input index) for their XY output queue.
         left = 0
         while left < self.B and pe.source:
             dest_row, dest_col, birth = pe.source[0]
@@ -630,12 +982,21 @@ class MeshReference:
         for o in range(4):
             queue = pe.router[o]
             while queue and self._has_room(t, u, o, sent_now):
-                dest_row, dest_col, birth = queue.popleft()
-                self._send(t, u, o, ("p", dest_row, dest_col, birth), sent_now)
+                self._send(t, u, o, ("p",) + queue.popleft(), sent_now)
         delivered_now = 0
         ejection = pe.router[EJECT]
         while delivered_now < self.B and ejection:
-            _dest_row, _dest_col, birth = ejection.popleft()
+            birth = ejection[0][2]
+            if self.pipeline_mode:
+                # Every delivered packet makes one task; it leaves only if the task queue has
+                # room (choice 37).
+                if len(pe.queue) >= self.Q:
+                    break
+                pe.queue.append((self.regions[self.region_of[u]]["work"], t, 0))
+                pe.injected += 1
+                obs["injected"] += 1
+                self.cum_injected += 1
+            ejection.popleft()
             delivered_now += 1
             pe.packets_delivered += 1
             self.cum_packets_delivered += 1
@@ -647,10 +1008,9 @@ class MeshReference:
                 obs["measured_latency_sq_sum"] += latency * latency
                 obs["measured_latency_max"] = max(obs["measured_latency_max"], latency)
 
-        # 3. Start.
-        if pe.server is None and pe.queue:
-            work, birth, hops = pe.queue.popleft()
-            pe.server = [work, birth, hops]
+        # 3. Start (in pipeline mode also only with an empty output stage).
+        if pe.server is None and pe.queue and not (self.pipeline_mode and pe.source):
+            pe.server = list(pe.queue.popleft())    # [remaining, birth, hops]
 
         # 4. Migrate.  sent_now (packets of step 2, tasks of step 4) limits B and is already in
         # sent_total; tasks_now (tasks sent here only) is what the known depth adds.
@@ -692,10 +1052,12 @@ class MeshReference:
             obs["busy"] += 1
             pe.server[0] -= 1
             if pe.server[0] == 0:
-                _rem, birth, hops = pe.server
+                birth, hops = pe.server[1], pe.server[2]
                 latency = t + 1 - birth
                 pe.server = None
                 pe.completed += 1
+                if self.pipeline_mode:
+                    self._complete_pipeline_task(t, u, obs)
                 pe.latency_sum += latency
                 obs["completed"] += 1
                 obs["latency_sum"] += latency
@@ -741,7 +1103,8 @@ class MeshReference:
                 if len(queue) > self.Qo:
                     raise AssertionError("cycle %d: PE %d output queue %d holds %d > Qo = %d"
                                          % (cycle, u, o, len(queue), self.Qo))
-                for (dest_row, dest_col, _birth) in queue:
+                for packet in queue:
+                    dest_row, dest_col = packet[0], packet[1]
                     if self.output_queue(u, dest_row, dest_col) != o:
                         raise AssertionError("cycle %d: packet for (%d, %d) in PE %d's output "
                                              "queue %d" % (cycle, dest_row, dest_col, u, o))
@@ -756,11 +1119,97 @@ class MeshReference:
                 self.cum_packets_offered, self.cum_packets_delivered):
             raise AssertionError("cycle %d: per-PE totals disagree with cumulative observables"
                                  % cycle)
+        if self.pipeline_mode:
+            self._check_pipeline(cycle)
         if (queued, in_service, in_flight, in_source, in_router) != (
                 obs["queued"], obs["in_service"], obs["in_flight"], obs["packets_in_source"],
                 obs["packets_in_router"]):
             raise AssertionError("cycle %d: end-of-cycle observables disagree with the state"
                                  % cycle)
+
+    def _check_pipeline(self, cycle):
+        """Invariants of the layer_pipeline book-keeping (beyond the spec's conservation)."""
+        for rep in self.replicas:
+            A, D = rep.admitted, rep.finished
+            if not D <= A <= D + self.W:
+                raise AssertionError("cycle %d: replica %d has A = %d, D = %d, W = %d"
+                                     % (cycle, rep.replica_id, A, D, self.W))
+            if [entry[0] for entry in rep.pending] != list(range(D, A)):
+                raise AssertionError("cycle %d: replica %d pending chunks %r, A = %d, D = %d"
+                                     % (cycle, rep.replica_id, list(rep.pending), A, D))
+            admissions = [entry[1] for entry in rep.pending]
+            if admissions != sorted(set(admissions)) or any(a > cycle for a in admissions):
+                raise AssertionError("cycle %d: replica %d admission cycles %r"
+                                     % (cycle, rep.replica_id, admissions))
+            # A chunk's completion count is the number of last-region output-edge PEs whose
+            # completed count exceeds it; the oldest one is not yet complete (Finish ran).
+            completed = [self.pes[v].completed for v in rep.last_out_pes]
+            if any(not D <= n <= A for n in completed):
+                raise AssertionError("cycle %d: replica %d last-region output edge completed %r, "
+                                     "A = %d, D = %d" % (cycle, rep.replica_id, completed, A, D))
+            for (chunk, _admitted_at, count) in rep.pending:
+                if count != sum(1 for n in completed if n > chunk):
+                    raise AssertionError("cycle %d: replica %d chunk %d counted %d completions"
+                                         % (cycle, rep.replica_id, chunk, count))
+            if rep.pending and rep.pending[0][2] == len(rep.last_out_pes):
+                raise AssertionError("cycle %d: replica %d chunk %d complete but not finished"
+                                     % (cycle, rep.replica_id, D))
+            if rep.took != sum(1 for v in rep.first_pes if self.pes[v].taken == A):
+                raise AssertionError("cycle %d: replica %d took = %d is not the count of PEs "
+                                     "that have taken all %d chunks" % (cycle, rep.replica_id,
+                                                                        rep.took, A))
+        for u, pe in enumerate(self.pes):
+            g = self.region_of[u]
+            if g is None:
+                if (pe.queue or pe.server is not None or pe.source or pe.taken or pe.injected
+                        or pe.packets_delivered or pe.packets_offered):
+                    raise AssertionError("cycle %d: idle PE %d holds pipeline work" % (cycle, u))
+                continue
+            region = self.regions[g]
+            A = self.replicas[region["replica_index"]].admitted
+            if region["first"]:
+                if not pe.taken == pe.injected <= A or pe.packets_delivered:
+                    raise AssertionError("cycle %d: first-region PE %d taken %d, injected %d, "
+                                         "delivered %d, A = %d" % (cycle, u, pe.taken,
+                                                                    pe.injected,
+                                                                    pe.packets_delivered, A))
+            elif pe.taken or not pe.injected == pe.packets_delivered <= A:
+                raise AssertionError("cycle %d: PE %d taken %d, injected %d, delivered %d, A = %d"
+                                     % (cycle, u, pe.taken, pe.injected, pe.packets_delivered, A))
+            in_service = 0 if pe.server is None else 1
+            if pe.injected != len(pe.queue) + in_service + pe.completed:
+                raise AssertionError("cycle %d: PE %d tasks do not add up" % (cycle, u))
+            if pe.server is not None and pe.source:
+                raise AssertionError("cycle %d: PE %d serves a task with a non-empty output "
+                                     "stage" % (cycle, u))
+            # The stage holds the last packets of the PE's feed list, all with one birth.
+            feeds = self.feeds[u]
+            stage = list(pe.source)
+            if (len(stage) > len(feeds)
+                    or [p[:2] for p in stage] != feeds[len(feeds) - len(stage):]
+                    or len(set(p[2] for p in stage)) > 1):
+                raise AssertionError("cycle %d: PE %d output stage %r, feeds %r"
+                                     % (cycle, u, stage, feeds))
+        # Every PE receives exactly one packet per admitted chunk: the packets ever sent to a PE
+        # (delivered, or still in the network or a stage) number at most its replica's A.
+        towards = [0] * self.n_pe
+        for pe in self.pes:
+            packets = [packet for queue in pe.router for packet in queue] + list(pe.source)
+            packets += [msg[1:] for link in pe.links for (_sent_at, msg) in link if msg[0] == "p"]
+            for (dest_row, dest_col, _birth) in packets:
+                towards[dest_row * self.cols + dest_col] += 1
+        for v, count in enumerate(towards):
+            if not count:
+                continue
+            g = self.region_of[v]
+            if g is None or self.regions[g]["first"]:
+                raise AssertionError("cycle %d: a packet for PE %d, idle or in a first region"
+                                     % (cycle, v))
+            A = self.replicas[self.regions[g]["replica_index"]].admitted
+            if count + self.pes[v].packets_delivered > A:
+                raise AssertionError("cycle %d: PE %d has %d packets delivered and %d on the way "
+                                     "with A = %d" % (cycle, v, self.pes[v].packets_delivered,
+                                                      count, A))
 
     # --- driving and inspection ----------------------------------------------------------------
 
@@ -791,6 +1240,13 @@ class MeshReference:
                 "packets_offered": [pe.packets_offered for pe in self.pes],
                 "packets_delivered": [pe.packets_delivered for pe in self.pes],
                 "link_sent": [list(pe.sent_total) for pe in self.pes],
+            },
+            "pipeline": None if not self.pipeline_mode else {
+                "taken": [pe.taken for pe in self.pes],
+                "admitted": [rep.admitted for rep in self.replicas],
+                "finished": [rep.finished for rep in self.replicas],
+                "took": [rep.took for rep in self.replicas],
+                "pending": [[tuple(entry) for entry in rep.pending] for rep in self.replicas],
             },
         }
 

@@ -1,0 +1,175 @@
+"""The `layer_pipeline` workload's set-up: a transformer becomes a table of regions for the mesh
+kernel (DESIGN.md section 2.1; the kernel's side is docs/mesh.md, "Dataflow").
+
+The model's operators (`meshsim.transformer`) become kernels: with `fuse_elementwise` each
+LayerNorm, GeLU and residual add is folded into the matrix kernel next to it, as a dataflow
+compiler does (a LayerNorm into the projection it feeds, GeLU and a residual add into the
+projection that produces their input); without it every operator is a kernel of its own. Each
+kernel gets a rectangle of PEs in proportion to its FLOPs (`meshsim.placement`), and a PE's task
+for one chunk of `tokens_per_chunk` tokens takes
+
+    work_g = ceil(FLOPs_g x tokens_per_chunk / (batch x seq_len) / (n_g x pe_flops_per_cycle))
+
+cycles (FLOPs_g counts the whole batch; computed in double precision). The weights of a kernel
+must fit the SRAM of its region's PEs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernels import mesh as K
+
+from .errors import InputError
+from .placement import place
+from .transformer import Model, operators
+
+# Where each elementwise or norm operator goes when fused: the matrix operator of its layer it
+# joins (a LayerNorm feeds the projection after it; GeLU and residual adds follow the one before).
+FUSE_INTO = {"ln1": "qkv_proj", "residual1": "out_proj", "ln2": "ffn_up", "gelu": "ffn_up", "residual2": "ffn_down"}
+
+MAX_WORK = 65535
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One region's work: a name ("layer0.ln1+qkv_proj", ".backward" for the backward phase), its
+    layer and phase, FLOPs and weight bytes over the whole batch, and the operators it holds."""
+
+    name: str
+    layer: int
+    phase: str
+    flops: int
+    weight_bytes: int
+    members: tuple
+
+
+@dataclass
+class Pipeline:
+    """The regions of a layer-pipelined run, as the kernel and the reports need them.
+
+    table: int64[G, kernels.mesh.N_REG], one row per region in pipeline order per replica;
+    replica_ends: int64[P, 2], first and last region of each replica; region_of: int32[rows, cols]
+    region of each PE (-1: idle); names: per region; kernels: the Kernels of one replica in
+    pipeline order.
+    """
+
+    table: np.ndarray
+    replica_ends: np.ndarray
+    region_of: np.ndarray
+    chunks_in_flight: int
+    tokens_per_chunk: int
+    chunks_per_sample: int
+    names: list
+    kernels: list
+    idle_pes: int
+    quantisation: np.ndarray
+
+    @property
+    def n_regions(self) -> int:
+        return int(self.table.shape[0])
+
+    @property
+    def n_replicas(self) -> int:
+        return int(self.replica_ends.shape[0])
+
+
+def model_of(wl: dict) -> Model:
+    """The transformer of a layer_pipeline workload section."""
+    return Model(hidden_size=wl["hidden_size"], n_layers=wl["n_layers"], n_heads=wl["n_heads"], seq_len=wl["seq_len"],
+                 batch=wl["batch"], ffn_multiplier=wl["ffn_multiplier"], precision=wl["precision"])
+
+
+def kernels(model: Model, training: bool, fuse: bool) -> list:
+    """The model's kernels grouped by (phase, layer) in execution order: a list of lists of Kernel."""
+    groups, key = [], None
+    for op in operators(model, training):
+        k = (op.phase, op.layer)
+        if k != key:
+            groups.append([])
+            key = k
+        groups[-1].append(op)
+    out = []
+    for ops in groups:
+        base = {op.name.split(".")[1]: op for op in ops}
+        order = [op.name.split(".")[1] for op in ops]
+        members = {}  # host operator -> the operators it holds
+        for name in order:
+            host = FUSE_INTO.get(name, name) if fuse else name
+            members.setdefault(host, []).append(name)
+        kept = []
+        for host in order:
+            if host not in members:
+                continue
+            # Named in forward order in both phases (the backward runs its members last to first).
+            names = members[host] if ops[0].phase == "forward" else members[host][::-1]
+            first = base[host]
+            suffix = ".backward" if first.phase == "backward" else ""
+            kept.append(Kernel(name=f"layer{first.layer}.{'+'.join(names)}{suffix}", layer=first.layer,
+                               phase=first.phase, flops=sum(base[n].flops for n in names),
+                               weight_bytes=sum(base[n].weight_bytes for n in names), members=tuple(names)))
+        out.append(kept)
+    return out
+
+
+def build(sc) -> Pipeline:
+    """The pipeline of a validated layer_pipeline scenario. InputError when the model does not fit
+    the grid (a band per layer, a column per kernel), a task would exceed 65,535 cycles, or a
+    kernel's weights do not fit its region's SRAM."""
+    m, wl = sc.values["machine"], sc.values["workload"]
+    rows, cols = m["rows"], m["cols"]
+    model = model_of(wl)
+    groups = kernels(model, wl["training"], wl["fuse_elementwise"])
+    placement = place([[(k.name, k.flops) for k in g] for g in groups], rows, cols, wl["replicas"])
+    by_name = {k.name: k for g in groups for k in g}
+    regions = placement.regions
+    n_reg = len(regions)
+    tpc = wl["tokens_per_chunk"]
+    chunk_share = tpc / (model.batch * model.seq_len)
+    rate = float(m["pe_flops_per_cycle"])
+    table = np.zeros((n_reg, K.N_REG), np.int64)
+    region_of = np.full((rows, cols), -1, np.int32)
+    replica_ends = np.zeros((wl["replicas"], 2), np.int64)
+    too_long, no_fit = [], []
+    sram = m["sram_kib"] * 1024
+    for i, g in enumerate(regions):
+        k = by_name[g.name]
+        n = g.n_pes
+        work = math.ceil(k.flops * chunk_share / (n * rate))
+        if work > MAX_WORK:
+            too_long.append((g.name, work))
+        if k.weight_bytes > n * sram:
+            no_fit.append((g.name, k.weight_bytes, n * sram))
+        last = i + 1 == n_reg or regions[i + 1].replica != g.replica
+        first = i == 0 or regions[i - 1].replica != g.replica
+        table[i] = (g.row0, g.col0, g.col1 - g.col0, g.row1 - g.row0, max(work, 1), -1 if last else i + 1, g.replica,
+                    int(first), g.flow, K.INPUT_COL if g.input == "col" else K.INPUT_ROW,
+                    K.OUTPUT_BOTTOM if g.output == "bottom" else K.OUTPUT_SIDE)
+        region_of[g.row0:g.row1, g.col0:g.col1] = i
+        if first:
+            replica_ends[g.replica, 0] = i
+        if last:
+            replica_ends[g.replica, 1] = i
+    if too_long:
+        name, work = max(too_long, key=lambda x: x[1])
+        raise InputError(
+            f"workload.tokens_per_chunk = {tpc}: a task of region {name} would take {work:,} cycles, more than "
+            f"{MAX_WORK:,}; use fewer tokens per chunk, or a larger grid or machine.pe_flops_per_cycle")
+    if no_fit:
+        total = sum(k.weight_bytes for g in groups for k in g)
+        worst = sorted(no_fit, key=lambda x: x[2] / x[1])[:3]
+        listed = "; ".join(f"{name} needs {need_b:,} bytes, its PEs hold {have:,}" for name, need_b, have in worst)
+        raise InputError(
+            f"workload: the weights do not fit the PEs' SRAM (machine.sram_kib = {m['sram_kib']}) in "
+            f"{len(no_fit)} of {n_reg} regions ({listed}); the model's weights are {total:,} bytes for "
+            f"{rows * cols * sram:,} bytes of SRAM on the grid. Layer-pipelined execution keeps every weight on "
+            "the wafer: use a smaller model (workload.hidden_size, workload.n_layers), fewer "
+            "workload.replicas or a larger grid; models this large run on the WSE-2 in weight streaming mode")
+    kernels_one = [by_name[g.name] for g in regions if g.replica == 0]
+    return Pipeline(table=table, replica_ends=replica_ends, region_of=region_of,
+                    chunks_in_flight=wl["chunks_in_flight"], tokens_per_chunk=tpc,
+                    chunks_per_sample=model.seq_len // tpc, names=[g.name for g in regions], kernels=kernels_one,
+                    idle_pes=placement.idle_pes, quantisation=placement.quantisation())

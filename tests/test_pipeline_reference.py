@@ -1,0 +1,556 @@
+"""Tests of the plain mesh reference's ``layer_pipeline`` workload (docs/mesh.md, "Dataflow").
+
+The oracle alone: every expected number below was worked out by hand from docs/mesh.md; the
+docstrings show the working.  Unless a test says otherwise: L = B = Lc = 1, K = 8, Q = 8, Qo = 4,
+so a packet that never waits moves one hop per cycle and is delivered the cycle it arrives.
+"""
+
+import pathlib
+import sys
+
+import pytest
+
+_ROOT = str(pathlib.Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from kernels.reference.mesh_ref import MeshReference  # noqa: E402
+
+N, E, S, W = 0, 1, 2, 3
+EJECT = 4
+
+
+def region(row0, col0, row1, col1, work, next=-1, replica=0, flow=1, input="row",  # noqa: A002
+           output="side"):
+    return {"row0": row0, "col0": col0, "row1": row1, "col1": col1, "work": work, "next": next,
+            "replica": replica, "flow": flow, "input": input, "output": output}
+
+
+def make(rows, cols, regions, chunks_in_flight, **overrides):
+    """A pipeline reference with small explicit defaults (L = B = Lc = 1, K = 8, Q = 8, Qo = 4)."""
+    params = dict(rows=rows, cols=cols, queue_capacity=8, hop_latency_cycles=1,
+                  link_messages_per_cycle=1, link_buffer_messages=8, credit_delay_cycles=1,
+                  policy="none", threshold=0, info_delay_cycles=1, max_per_cycle=1, seed=1,
+                  rates=None, work_distribution="fixed", work_cycles=1, work_min_cycles=1,
+                  work_max_cycles=100, trace_events=None, router_queue_packets=4,
+                  pipeline={"regions": regions, "chunks_in_flight": chunks_in_flight})
+    params.update(overrides)
+    return MeshReference(**params)
+
+
+def finishes(observables):
+    """(cycle, chunks finished, sum of their latencies) for every cycle that finished a chunk."""
+    return [(t, o["chunks_finished"], o["chunk_latency_sum"])
+            for t, o in enumerate(observables) if o["chunks_finished"]]
+
+
+def per_cycle(observables, *keys):
+    return [tuple(o[key] for key in keys) for o in observables]
+
+
+# ------------------------------------------------------------------------------------------------
+# A single region: first and last at once.
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("queue_capacity, chunks_in_flight, admissions, finish_list, task_latencies, "
+                         "end_pending, end_took", [
+    (8, 2, [0, 1, 3, 6, 9], [(2, 1, 3), (5, 1, 5), (8, 1, 6), (11, 1, 6)], [3, 5, 6, 6],
+     [(4, 9, 0)], 6),
+    (1, 4, [0, 1, 2, 5, 8, 11], [(2, 1, 3), (5, 1, 5), (8, 1, 7), (11, 1, 7)], [3, 5, 5, 5],
+     [(4, 8, 0), (5, 11, 0)], 0),
+    (8, 8, list(range(11)), [(2, 1, 3), (5, 1, 5), (8, 1, 7), (11, 1, 9)], [3, 5, 7, 9],
+     [(c, c, 0) for c in range(4, 11)], 6),
+])
+def test_single_region_admits_one_chunk_a_cycle_once_every_pe_took_them_all(
+        queue_capacity, chunks_in_flight, admissions, finish_list, task_latencies, end_pending,
+        end_took):
+    """One region (first = last), rows 0-1 x cols 0-2, work 3, input row, output side, flow +1:
+    the output edge is column 2, (0, 2) and (1, 2).  Every PE takes chunks itself (no packets);
+    all six behave alike, a chunk finishes when its tasks complete at (0, 2) and (1, 2).
+
+    Admit at t needs A < D + W and took = 6 at the end of t - 1; at most one chunk a cycle.
+    Each PE's server runs back to back when it has work; chunk j's task runs 3 cycles.
+
+    Q = 8, W = 2.  c0: admit 0 (took starts at 6 for A = 0), taken, runs 0..2.  c1: admit 1
+    (taken at 1, queued).  c2: A = 2 = D + W, no admission; chunk 0 completes: finish (2, lat 3).
+    c3: admit 2 (taken at 3; chunk 1 runs 3..5).  c5: chunk 1 done, latency 5 + 1 - 1 = 5 (task
+    born 1: 5).  c6: admit 3; chunk 2 runs 6..8: latency 8 + 1 - 3 = 6 (task born 3: 6).  c9:
+    admit 4, taken at once (took 6); chunk 3 (admitted 6) finishes at 11: latency 6.
+    End of c11: A = 5, D = 4, pending [(4, 9, 0)].
+
+    Q = 1, W = 4.  c0: admit 0, taken, started (queue empty again).  c1: admit 1, taken (queue
+    full).  c2: admit 2 (took was 6), but the queue is full: not taken, took 0; chunk 0 finishes
+    (lat 3).  c3: no admission (took 0); still full at step 2; Start moves chunk 1 (runs 3..5).
+    c4: chunk 2 taken (born 4), took 6.  c5: admit 3, not taken (full); chunk 1 finishes, latency
+    5 + 1 - 1 = 5 (task 5).  c6: Start chunk 2 (6..8).  c7: chunk 3 taken (born 7).  c8: admit 4
+    (A = 4 < 2 + 4), not taken; chunk 2 finishes: latency 8 + 1 - 2 = 7 (task 8 + 1 - 4 = 5).
+    c9: Start chunk 3; c10: chunk 4 taken; c11: admit 5, not taken; chunk 3 finishes: 11 + 1 - 5
+    = 7 (task 11 + 1 - 7 = 5).  W never binds: the first region's queue sets the pace.
+    End of c11: A = 6, D = 4, pending [(4, 8, 0), (5, 11, 0)], took 0.
+
+    Q = 8, W = 8: chunk k is admitted at k while k < D(k) + 8, D(k) = floor(k / 3) chunks
+    finished by the end of k - 1 (chunk j finishes at 3j + 2): k = 0..10; at 11, 11 < 3 + 8 fails.
+    The queue never fills (at step 2 of cycle k it holds k - floor((k - 1) / 3) - 1 <= 6).  Chunk j
+    runs 3j..3j+2: latency 3j + 3 - j = 2j + 3 (its task was born at j too).
+    End of c11: A = 11, D = 4, chunks 4..10 pending with admission cycles 4..10, took 6.
+    """
+    ref = make(2, 3, [region(0, 0, 2, 3, 3)], chunks_in_flight, queue_capacity=queue_capacity)
+    obs = [ref.step()]
+    pipe = ref.snapshot()["pipeline"]
+    assert pipe["admitted"] == [1] and pipe["finished"] == [0]     # one chunk, not W
+    assert pipe["pending"] == [[(0, 0, 0)]] and pipe["took"] == [6] and pipe["taken"] == [1] * 6
+    assert ref.snapshot()["server"] == [(2, 0, 0)] * 6
+
+    admitted_at = [0]
+    for _ in range(11):
+        obs.append(ref.step())
+        pending = ref.snapshot()["pipeline"]["pending"][0]
+        admitted_at += [a for (c, a, _n) in pending if c == len(admitted_at)]
+    assert admitted_at == admissions
+    assert finishes(obs) == finish_list
+    completions = [(t, o["completed"], o["latency_sum"]) for t, o in enumerate(obs)
+                   if o["completed"]]
+    assert completions == [(3 * j + 2, 6, 6 * lat) for j, lat in enumerate(task_latencies)]
+    assert all(o["refused"] == 0 and o["packets_offered"] == 0 for o in obs)
+    pipe = ref.snapshot()["pipeline"]
+    assert pipe["admitted"] == [len(admissions)] and pipe["finished"] == [4]
+    assert pipe["pending"] == [end_pending] and pipe["took"] == [end_took]
+
+
+# ------------------------------------------------------------------------------------------------
+# Multicast along a row.
+# ------------------------------------------------------------------------------------------------
+
+def two_region_row(W, flow=1):
+    """1 x 5 grid: region 0 = columns 0-1, work 2 -> region 1 = columns 2-4, work 1, both input
+    row and output side; flow -1 mirrors it (region 0 = columns 3-4, region 1 = columns 0-2)."""
+    if flow == 1:
+        regions = [region(0, 0, 1, 2, 2, next=1), region(0, 2, 1, 5, 1)]
+    else:
+        regions = [region(0, 3, 1, 5, 2, next=1, flow=-1), region(0, 0, 1, 3, 1, flow=-1)]
+    return make(1, 5, regions, W)
+
+
+@pytest.mark.parametrize("flow", [1, -1])
+def test_two_region_row_multicasts_copies_one_hop_at_a_time(flow):
+    """Written for flow +1; with flow -1 everything is mirrored: column c below is column 4 - c,
+    E is W (the upstream column is col0 + w - 1, the next PE of (r, c) is (r, c - 1)).
+
+    Region 0: upstream col 0, output side at col 1 (n_out = 1, index 0); region 1: input edge
+    col 2 (n_in = 1), next PEs (0, 2) -> (0, 3) -> (0, 4), output edge (0, 4).  W = 1.
+
+    c0: chunk 0 admitted; (0, 0) and (0, 1) take it (no packets) and run it 0..1.
+    c1: both complete (latency 2); only (0, 1), the output edge, fills its stage: [(0, 2, 2)]
+        (offered 1).  (0, 0) is not an output-edge PE: nothing.
+    c2: the stage packet leaves (injected 1, wait 0, hops 1) and is sent on E at 2.
+    c3: (0, 2) receives it: for itself, so ejection AND a copy (0, 3, 2) to its E queue (offered
+        1, injected 1, measured, wait 0, hops 1); the copy is sent at 3; the packet is delivered
+        (latency 3 - 2 = 1), its task (1, 3, 0) completes at 3.
+    c4: (0, 3) does the same: delivered (latency 2), copy (0, 4, 2) sent at 4, task done at 4.
+    c5: (0, 4) has no next PE: delivered (latency 3), no copy; its task completes at 5 and it is
+        the only output-edge PE of the last region: chunk 0 finishes, latency 5 + 1 - 0 = 6.
+    c6: chunk 1 admitted; the same six cycles repeat.
+    """
+    def u(c):
+        return c if flow == 1 else 4 - c
+
+    def by_u(values):       # a per-PE list written for flow +1, in unit order for this flow
+        return [values[u(v)] for v in range(5)]
+
+    east, west = (E, W) if flow == 1 else (W, E)
+    ref = two_region_row(1, flow)
+    assert ref.next_pe == by_u([u(1), None, u(3), u(4), None])
+    assert ref.feeds == by_u([[], [(0, u(2))], [], [], []])
+    obs = ref.run(2)
+    snap = ref.snapshot()
+    assert snap["source"] == by_u([[], [(0, u(2), 2)], [], [], []])
+    obs.append(ref.step())
+    snap = ref.snapshot()
+    assert snap["source"][u(1)] == [] and snap["links"][u(1)][east] == [("p", 0, u(2), 2)]
+    obs.append(ref.step())
+    snap = ref.snapshot()          # end of cycle 3
+    assert snap["links"][u(2)][east] == [("p", 0, u(3), 2)]
+    assert snap["router"][u(2)] == [[], [], [], [], []]
+    assert snap["queue"][u(2)] == [] and snap["server"][u(2)] is None
+    assert snap["totals"]["completed"] == by_u([1, 1, 1, 0, 0])
+    # The original counts once as received, on the port facing upstream.
+    assert snap["received"][u(2)] == [1 if d == west else 0 for d in range(4)]
+    obs += ref.run(14)
+    one_chunk = [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 1), (1, 1, 1), (0, 0, 1)]
+    assert per_cycle(obs, "packets_offered", "packets_injected", "packets_delivered") == (
+        one_chunk * 3)
+    assert per_cycle(obs[:6], "measured_injected", "measured_hops_sum",
+                     "measured_source_wait_sum") == [(0, 0, 0), (0, 0, 0), (1, 1, 0), (1, 1, 0),
+                                                     (1, 1, 0), (0, 0, 0)]
+    assert [o["measured_latency_sum"] for o in obs[:6]] == [0, 0, 0, 1, 2, 3]
+    assert [o["completed"] for o in obs[:6]] == [0, 2, 0, 1, 1, 1]
+    assert finishes(obs) == [(5, 1, 6), (11, 1, 6), (17, 1, 6)]
+    totals = ref.snapshot()["totals"]
+    assert totals["packets_offered"] == by_u([0, 3, 3, 3, 0])   # stage at col 1, copies at 2, 3
+    assert totals["packets_delivered"] == by_u([0, 0, 3, 3, 3])
+    assert totals["injected"] == [3] * 5
+    assert ref.snapshot()["pipeline"]["taken"] == by_u([3, 3, 0, 0, 0])
+
+
+def test_two_region_row_with_three_chunks_in_flight():
+    """The same chain with W = 3.  Region 0 runs chunk j in 2j..2j+1 while it has chunks; the stage
+    of a task completed at t leaves at t + 1, before Start, so it never delays region 0.  Chunk j
+    completed at t reaches (0, 4) at t + 4.
+
+    c0, c1, c2: chunks 0, 1, 2 admitted (each cycle took = 2 from the cycle before); at c3
+    A = 3 = D + W.  Region 0 completes chunks 0, 1, 2 at 1, 3, 5, so (0, 4) completes them at 5,
+    7, 9: latencies 6, 7 - 1 + 1 = 7, 9 + 1 - 2 = 8.  c6: admit 3 (D = 1); region 0 idle since 5,
+    runs it 6..7; finish at 11: 11 + 1 - 6 = 6.  c8: admit 4 (D = 2), finish 13 (6).  c10: admit
+    5 (D = 3), finish 15 (6).  c12: admit 6 (D = 4); c13: A = 7 = 4 + 3, none; c14: admit 7 (D =
+    5); c15: none (A = 8 = 5 + 3).  End of c15: A = 8, D = 6; chunk 6 was completed by region 0 at
+    13, its packet is at (0, 2) at 15 and (0, 3) at 16, (0, 4) not yet: pending [(6, 12, 0),
+    (7, 14, 0)].
+    """
+    ref = two_region_row(3)
+    obs = ref.run(16)
+    assert finishes(obs) == [(5, 1, 6), (7, 1, 7), (9, 1, 8), (11, 1, 6), (13, 1, 6), (15, 1, 6)]
+    pipe = ref.snapshot()["pipeline"]
+    assert pipe["admitted"] == [8] and pipe["finished"] == [6]
+    assert pipe["pending"] == [[(6, 12, 0), (7, 14, 0)]]
+
+
+# ------------------------------------------------------------------------------------------------
+# A band's turn.
+# ------------------------------------------------------------------------------------------------
+
+TURN = [region(0, 0, 2, 3, 2, next=1, flow=1, input="row", output="bottom"),
+        region(2, 0, 4, 3, 1, flow=-1, input="col", output="side")]
+
+
+def test_band_turn_feeds_index_for_index_one_hop_down():
+    """4 x 3 grid.  Band 0: region 0 = rows 0-1, flow +1, input row, output bottom, work 2: its
+    output edge is row 1 with index k = |c - 2| (downstream column 2): (1, 2) k 0, (1, 1) k 1,
+    (1, 0) k 2; n_out = 3.  Band 1: region 1 = rows 2-3, flow -1 (upstream column 2), input col:
+    input edge row 2 with k = |c - 2|: (2, 2) k 0, (2, 1) k 1, (2, 0) k 2; n_in = 3; next PE of
+    (2, c) is (3, c); output side = downstream column 0: (2, 0) and (3, 0).  Output k feeds input
+    k only (k + 3 >= 3): (1, c) -> (2, c), one hop S.  W = 1.
+
+    c0: admit; the six PEs of region 0 take chunk 0 directly and run it 0..1.
+    c1: six tasks complete; the three of row 1 fill their stages with one packet each, born 2.
+    c2: the three leave (hops 1 each, wait 0) and are sent S at 2.
+    c3: each (2, c) receives its own: delivered (latency 1), copy to (3, c) via S (3 copies
+        offered/injected, 1 hop each); three tasks complete at 3 ((2, 0): 1 of 2 output PEs).
+    c4: (3, c) receive the copies: delivered (latency 2); tasks complete at 4; (3, 0) is the
+        second output-edge PE: chunk 0 finishes, latency 4 + 1 - 0 = 5.  c5: chunk 1 admitted.
+    """
+    ref = make(4, 3, TURN, 1)
+    assert ref.regions[0]["output_edge"] == [5, 4, 3]
+    assert ref.regions[1]["input_edge"] == [8, 7, 6]
+    assert ref.regions[1]["output_edge"] == [6, 9]
+    assert ref.feeds[3:6] == [[(2, 0)], [(2, 1)], [(2, 2)]]
+    assert ref.feeds[:3] == [[], [], []] and ref.feeds[6:] == [[]] * 6
+    assert ref.next_pe == [1, 2, None, 4, 5, None, 9, 10, 11, None, None, None]
+    obs = ref.run(3)
+    snap = ref.snapshot()          # end of cycle 2
+    assert [snap["links"][u][S] for u in (3, 4, 5)] == [[("p", 2, c, 2)] for c in range(3)]
+    obs.append(ref.step())
+    snap = ref.snapshot()          # end of cycle 3
+    assert [snap["links"][u][S] for u in (6, 7, 8)] == [[("p", 3, c, 2)] for c in range(3)]
+    assert snap["pipeline"]["pending"] == [[(0, 0, 1)]]
+    obs += ref.run(11)
+    one_chunk = [(0, 0, 0, 0), (3, 0, 0, 6), (0, 3, 0, 0), (3, 3, 3, 3), (0, 0, 3, 3)]
+    assert per_cycle(obs, "packets_offered", "packets_injected", "packets_delivered",
+                     "completed") == one_chunk * 3
+    assert [o["measured_hops_sum"] for o in obs[:5]] == [0, 0, 3, 3, 0]
+    assert [o["measured_latency_sum"] for o in obs[:5]] == [0, 0, 0, 3, 6]
+    assert finishes(obs) == [(4, 1, 5), (9, 1, 5), (14, 1, 5)]
+
+
+# ------------------------------------------------------------------------------------------------
+# Fan-out (n_in > n_out) and outputs that feed nothing (k >= n_in).
+# ------------------------------------------------------------------------------------------------
+
+def test_fan_out_two_outputs_to_three_inputs():
+    """3 x 3 grid.  Region 0 = rows 0-1 of column 0, work 1, output side: (0, 0) k 0, (1, 0) k 1,
+    n_out = 2.  Region 1 = rows 0-2 x cols 1-2, work 1, flow +1, input row: (0, 1) k 0,
+    (1, 1) k 1, (2, 1) k 2 (n_in = 3), output side column 2.  Input k' takes output k' mod 2:
+    (0, 0) feeds inputs 0 and 2, in that order; (1, 0) feeds input 1.  W = 1, B = 1.
+
+    c0: both complete chunk 0 at once: stages [(0, 1, 1), (2, 1, 1)] and [(1, 1, 1)] (offered 3).
+    c1: (0, 1, 1) and (1, 1, 1) leave (hops 1 + 1) and are sent E at 1; (2, 1, 1) waits (B = 1).
+    c2: (2, 1, 1) leaves (E: column first; wait 1, hops 1 + 2 = 3), sent at 2.  (0, 1) and (1, 1)
+        each receive their own: delivered (latency 1), copies to (0, 2) and (1, 2).
+    c3: copies delivered (latency 2).  (0, 1) routes (2, 1, 1) S (transit through region 1).
+    c4: (1, 1) routes it S.
+    c5: (2, 1) receives it: delivered (latency 4), copy to (2, 2).
+    c6: (2, 2) delivered (latency 5); with (0, 2), (1, 2) done at 3, chunk 0 finishes: 7.
+    c7: chunk 1 admitted; all repeats every 7 cycles.
+    """
+    ref = make(3, 3, [region(0, 0, 2, 1, 1, next=1), region(0, 1, 3, 3, 1)], 1)
+    assert ref.feeds[0] == [(0, 1), (2, 1)] and ref.feeds[3] == [(1, 1)]
+    obs = ref.run(2)
+    snap = ref.snapshot()           # end of cycle 1
+    assert snap["source"][0] == [(2, 1, 1)] and snap["source"][3] == []
+    assert snap["links"][0][E] == [("p", 0, 1, 1)] and snap["links"][3][E] == [("p", 1, 1, 1)]
+    obs += ref.run(12)
+    assert [o["packets_offered"] for o in obs[:7]] == [3, 0, 2, 0, 0, 1, 0]
+    assert per_cycle(obs[:7], "measured_injected", "measured_hops_sum",
+                     "measured_source_wait_sum") == [(0, 0, 0), (2, 2, 0), (3, 5, 1), (0, 0, 0),
+                                                     (0, 0, 0), (1, 1, 0), (0, 0, 0)]
+    assert per_cycle(obs[:7], "packets_delivered", "measured_latency_sum") == [
+        (0, 0), (0, 0), (2, 2), (2, 4), (0, 0), (1, 4), (1, 5)]
+    assert max(o["measured_latency_max"] for o in obs) == 5
+    assert [o["completed"] for o in obs[:7]] == [2, 0, 2, 2, 0, 1, 1]
+    assert finishes(obs) == [(6, 1, 7), (13, 1, 7)]
+    totals = ref.snapshot()["totals"]
+    assert totals["packets_offered"] == [4, 2, 0, 2, 2, 0, 0, 2, 0]
+    assert totals["packets_delivered"] == [0, 2, 2, 0, 2, 2, 0, 2, 2]
+
+
+def test_outputs_beyond_the_successors_inputs_feed_nothing():
+    """3 x 3 grid.  Region 0 = column 0, rows 0-2, work 1, output side: n_out = 3, (r, 0) has
+    index r.  Region 1 = row 0 x cols 1-2, input row: n_in = 1.  Only output 0 feeds (input 0 =
+    (0, 1)); (1, 0) and (2, 0) have k >= n_in: empty stages, so Start never waits for them.
+    W = 2.
+
+    c0: admit 0; region 0 runs it; (0, 0)'s stage gets (0, 1, 1).  c1: admit 1 (took 3), taken
+    and run by all three (the stage left before Start); (0, 0)'s stage gets (0, 1, 2).  Chunk 0:
+    (0, 1) at 2, (0, 2) at 3: finish (3, latency 4).  Chunk 1: (0, 1) at 3, (0, 2) at 4: finish
+    (4, 4 + 1 - 1 = 4).  c2, c3: A = 2 = D + W.  c4: admit 2 (D = 1): finish at 7 (4).  c5: admit
+    3: finish at 8 (4).  c8, c9: admit 4, 5: finish at 11, 12.  c12: admit 6 (A = 6 < D + W =
+    5 + 2): region 0 completes it at 12, so (0, 0) has offered 7 packets (one per completed
+    task, counted at completion), (0, 1) 6 copies; (0, 2) received 6.
+    """
+    ref = make(3, 3, [region(0, 0, 3, 1, 1, next=1), region(0, 1, 1, 3, 1)], 2)
+    assert ref.feeds == [[(0, 1)], [], [], [], [], [], [], [], []]
+    obs = ref.run(13)
+    assert finishes(obs) == [(3, 1, 4), (4, 1, 4), (7, 1, 4), (8, 1, 4), (11, 1, 4), (12, 1, 4)]
+    totals = ref.snapshot()["totals"]
+    assert totals["packets_offered"] == [7, 6, 0, 0, 0, 0, 0, 0, 0]
+    assert totals["packets_delivered"] == [0, 6, 6, 0, 0, 0, 0, 0, 0]
+    assert totals["completed"] == [7, 6, 6, 7, 0, 0, 7, 0, 0]
+
+
+def test_finish_waits_for_the_output_edge_only():
+    """3 x 3 grid, L = 2.  Region 0 = (2, 0) alone (n_out = 1), work 1.  Region 1 = rows 0-1 x
+    cols 1-2, flow +1, input row ((0, 1) k 0, (1, 1) k 1), output bottom: row 1, (1, 2) k 0 and
+    (1, 1) k 1.  (2, 0) feeds (0, 1) then (1, 1).  W = 1.
+
+    c0: (2, 0) completes chunk 0: stage [(0, 1, 1), (1, 1, 1)].
+    c1: (0, 1, 1) sent E (to idle (2, 1)); c2: (1, 1, 1) sent E (wait 1).
+    c3: (2, 1) receives (0, 1, 1) (sent 1 = 3 - L), sends it N at 3; c4: the same for (1, 1, 1).
+    c5: (1, 1) receives (0, 1, 1) from S, passes it N at 5.
+    c6: (1, 1) receives (1, 1, 1): delivered (latency 5), copy E; task done: output k 1.
+    c7: (0, 1) receives (0, 1, 1): delivered (latency 6), copy E; task done (not an output PE).
+    c8: (1, 2) gets its copy (latency 7), done: both output-edge PEs have completed chunk 0:
+        it finishes at 8, latency 9, although (0, 2), whose copy arrives at 9, is still to come.
+    c9: chunk 1 admitted; the same 9 cycles repeat.
+    """
+    ref = make(3, 3, [region(2, 0, 3, 1, 1, next=1), region(0, 1, 2, 3, 1, output="bottom")], 1,
+               hop_latency_cycles=2)
+    assert ref.feeds[6] == [(0, 1), (1, 1)]
+    assert ref.regions[1]["output_edge"] == [5, 4]
+    obs = ref.run(8)
+    assert ref.snapshot()["pipeline"]["pending"] == [[(0, 0, 1)]]
+    obs += ref.run(10)
+    assert finishes(obs) == [(8, 1, 9), (17, 1, 9)]
+    assert [(t, o["measured_latency_sum"]) for t, o in enumerate(obs[:10])
+            if o["packets_delivered"]] == [(6, 5), (7, 6), (8, 7), (9, 8)]
+
+
+def test_a_packet_for_this_pe_waits_while_its_copys_queue_is_full():
+    """1 x 5 grid, Q = 1, Qo = 1, K = 1 (one message per L + Lc = 2 cycles on a link), W = 64
+    (so that enough chunks are in flight to fill every buffer down the line).
+    Region 0 = (0, 0), work 1 -> region 1 = (0, 1)-(0, 3), work 1 -> region 2 = (0, 4), work 9.
+
+    The slow last region backs the line up: (0, 4)'s queue fills, then its ejection queue, the
+    link (0, 3) -> (0, 4), (0, 3)'s E queue, so (0, 3)'s stage cannot drain, it cannot Start, its
+    queue and ejection queue fill, the link (0, 2) -> (0, 3) fills, and (0, 2)'s E queue, where its
+    copies go, stays full.  From then on a packet for (0, 2) waits at the head of its link although
+    (0, 2)'s ejection queue has room: the copy needs room too.  (Without that rule the E queue
+    would exceed Qo.)  Checked: it happens, and every time a packet for (0, 2) available on the
+    link at cycle t is still there after t while the ejection queue was empty at the end of t - 1,
+    the E queue held Qo packets at the end of t - 1.
+    """
+    regions = [region(0, 0, 1, 1, 1, next=1), region(0, 1, 1, 4, 1, next=2),
+               region(0, 4, 1, 5, 9)]
+    ref = make(1, 5, regions, 64, queue_capacity=1, router_queue_packets=1,
+               link_buffer_messages=1)
+    blocked_by_copy = 0
+    before = ref.snapshot()
+    obs = []
+    for t in range(120):
+        obs.append(ref.step())
+        after = ref.snapshot()
+        head_before = before["links"][1][E][:1]
+        if (head_before and head_before[0][1:3] == (0, 2) and not before["router"][2][EJECT]
+                and after["links"][1][E][:1] == head_before
+                and after["received"][2][W] == before["received"][2][W]):
+            # Sent at <= t - 1 (it was on the link at the end of t - 1), so available at t.
+            assert len(before["router"][2][E]) == 1, t
+            blocked_by_copy += 1
+        before = after
+    assert blocked_by_copy > 0
+    assert sum(o["chunks_finished"] for o in obs) >= 10
+
+
+# ------------------------------------------------------------------------------------------------
+# Validation.
+# ------------------------------------------------------------------------------------------------
+
+GOOD_1X4 = [region(0, 0, 1, 1, 2, next=1), region(0, 1, 1, 4, 1)]
+
+
+def _with(index, **changes):
+    table = [dict(r) for r in GOOD_1X4]
+    table[index].update(changes)
+    return table
+
+
+@pytest.mark.parametrize("regions, message", [
+    # Overlapping rectangles: (0, 1) is in both.
+    ([region(0, 0, 1, 2, 1, next=1), region(0, 1, 1, 4, 1)], "overlap"),
+    # Two chains in one replica: regions 0 and 1 are both first (and both last).
+    ([region(0, 0, 1, 1, 1), region(0, 1, 1, 2, 1)], "one chain"),
+    # A cycle beside a chain: 0 -> 1 is a chain, 2 -> 3 -> 2 loops; one first and one last.
+    ([region(0, 0, 1, 1, 1, next=1), region(0, 1, 1, 2, 1), region(0, 2, 1, 3, 1, next=3),
+      region(0, 3, 1, 4, 1, next=2)], "cycle"),
+    # Successor in another replica.
+    (_with(1, replica=1), "successor"),
+    # A region naming itself.
+    ([region(0, 0, 1, 1, 1, next=0)], "itself"),
+    # Successor index out of range.
+    (_with(0, next=5), "next"),
+    # Outside the grid, and empty.
+    ([region(0, 2, 1, 5, 1)], "inside"),
+    ([region(0, 2, 1, 2, 1)], "inside"),
+    # Work out of 1..65535.
+    (_with(1, work=0), "work"),
+    (_with(1, work=65536), "work"),
+    ([], "at least one region"),
+    # The new keys.
+    (_with(0, flow=0), "flow"),
+    (_with(0, flow=2), "flow"),
+    (_with(0, flow=True), "flow"),
+    (_with(0, flow=1.0), "flow"),
+    (_with(1, input="column"), "input"),
+    (_with(1, output="top"), "output"),
+    (_with(1, output=None), "output"),
+    ([{k: v for k, v in GOOD_1X4[0].items() if k != "flow"}, GOOD_1X4[1]], "keys"),
+    (_with(0, name="embed"), "keys"),
+    ([(0, 0, 1, 1, 2, 1, 0), GOOD_1X4[1]], "keys"),
+])
+def test_invalid_region_tables_are_rejected(regions, message):
+    with pytest.raises(ValueError, match=message):
+        make(1, 4, regions, 1)
+
+
+def test_invalid_pipeline_settings_are_rejected():
+    make(1, 4, GOOD_1X4, 1_048_576)     # the good table itself is accepted, W = 2^20 included
+    # Edges need not touch: a region fed from afar, or flowing "west" from the east end, is fine.
+    make(1, 4, [region(0, 3, 1, 4, 1, next=1, flow=-1, output="bottom"),
+                region(0, 0, 1, 2, 1, flow=1, input="col")], 1)
+    for w in (0, 1_048_577):
+        with pytest.raises(ValueError, match="chunks_in_flight"):
+            make(1, 4, GOOD_1X4, w)
+    with pytest.raises(ValueError, match="policy"):
+        make(1, 4, GOOD_1X4, 1, policy="least_loaded")
+    with pytest.raises(ValueError, match="no rates"):
+        make(1, 4, GOOD_1X4, 1, rates=[0.1] * 4)
+    with pytest.raises(ValueError, match="no rates"):
+        make(1, 4, GOOD_1X4, 1, trace_events=[(0, 0, 0, 1)])
+    with pytest.raises(ValueError, match="no rates"):
+        make(1, 4, GOOD_1X4, 1, rates=[0.1] * 4, pattern="uniform")
+    with pytest.raises(ValueError, match="exactly one of rates"):
+        make(1, 4, GOOD_1X4, 1, pipeline=None)
+    with pytest.raises(ValueError, match="exactly the keys"):
+        make(1, 4, GOOD_1X4, 1, pipeline={"regions": GOOD_1X4})
+
+
+# ------------------------------------------------------------------------------------------------
+# Longer runs: conservation, identities, order independence.
+# ------------------------------------------------------------------------------------------------
+
+# Two replicas on a 5 x 5 grid, listed out of order, replica ids 7 and 3:
+#   replica 7: a band turn: rows 0-1 x cols 0-2 (flow +1, row, bottom, work 2, index 0) ->
+#              rows 2-3 x cols 0-2 (flow -1, col, side, work 1, index 3);
+#   replica 3: row 0 x cols 3-4 (flow -1, row, side, n_out = 1, work 1, index 1) ->
+#              rows 1-3 x cols 3-4 (flow -1, col, bottom, n_in = 2: fan-out 2, work 3, index 4)
+#              -> row 4 x cols 0-4 (flow +1, row, side, n_in = 1, work 2, index 2); its feed
+#              travels from (3, 3) or (3, 4) to (4, 0) through idle and busy PEs alike.
+TWO_REPLICAS = [region(0, 0, 2, 3, 2, next=3, replica=7, output="bottom"),
+                region(0, 3, 1, 5, 1, next=4, replica=3, flow=-1),
+                region(4, 0, 5, 5, 2, replica=3),
+                region(2, 0, 4, 3, 1, replica=7, flow=-1, input="col"),
+                region(1, 3, 4, 5, 3, next=2, replica=3, flow=-1, input="col", output="bottom")]
+TIGHT = dict(queue_capacity=2, router_queue_packets=1, hop_latency_cycles=2,
+             link_buffer_messages=2, credit_delay_cycles=2)
+
+
+def test_two_replicas_conserve_and_make_progress_over_300_cycles():
+    """Conservation (docs/mesh.md) recomputed here from the cumulative per-cycle observables,
+    independent of the oracle's own check, on a tight machine (Q = 2, Qo = 1, K = 2, L = Lc = 2).
+
+    Plus identities of the dataflow rules, per PE at the end: a first-region PE injected exactly
+    the chunks it took and received nothing; any other region PE injected one task per delivered
+    packet; packets offered = one copy per packet that entered its ejection queue (delivered, or
+    still there) if it has a next PE, plus len(feeds) per completed task at an output-edge PE;
+    and the last regions' output-edge PEs completed at least D chunks.
+    """
+    ref = make(5, 5, TWO_REPLICAS, 3, **TIGHT)
+    assert [ref.feeds[u] for u in (5, 6, 7)] == [[(2, 0)], [(2, 1)], [(2, 2)]]   # turn
+    assert ref.feeds[3] == [(1, 4), (1, 3)] and ref.feeds[4] == []    # fan-out 2, in order
+    assert ref.feeds[3 * 5 + 3] == [(4, 0)] and ref.feeds[3 * 5 + 4] == []    # n_in = 1
+    cum = {}
+    for t in range(300):
+        o = ref.step()
+        for key, value in o.items():
+            if key != "depth_hist":
+                cum[key] = cum.get(key, 0) + value
+        lhs = cum["injected"] + cum["packets_offered"]
+        rhs = (cum["refused"] + o["queued"] + o["in_service"] + o["packets_in_source"]
+               + o["packets_in_router"] + o["in_flight"] + cum["completed"]
+               + cum["packets_delivered"])
+        assert lhs == rhs, "cycle %d" % t
+        assert cum["measured_delivered"] == cum["packets_delivered"]
+        assert cum["measured_injected"] == cum["packets_injected"]
+    snap = ref.snapshot()
+    pipe, totals = snap["pipeline"], snap["totals"]
+    assert cum["refused"] == 0
+    # Per-replica lists follow increasing replica id: [replica 3, replica 7].
+    assert all(f >= 5 for f in pipe["finished"])
+    assert cum["chunks_finished"] == sum(pipe["finished"])
+    for i in range(2):
+        assert [c for (c, _a, _n) in pipe["pending"][i]] == list(
+            range(pipe["finished"][i], pipe["admitted"][i]))
+    firsts = {u for g in (0, 1) for u in ref.regions[g]["pes"]}
+    for u in range(25):
+        if u in firsts:
+            assert totals["injected"][u] == pipe["taken"][u] and not totals["packets_delivered"][u]
+        elif ref.region_of[u] is not None:
+            assert totals["injected"][u] == totals["packets_delivered"][u] and not pipe["taken"][u]
+        copies = 0 if ref.next_pe[u] is None else (totals["packets_delivered"][u]
+                                                   + len(snap["router"][u][EJECT]))
+        assert totals["packets_offered"][u] == copies + len(ref.feeds[u]) * totals["completed"][u]
+    for i, last in enumerate((2, 3)):
+        assert all(totals["completed"][u] >= pipe["finished"][i]
+                   for u in ref.regions[last]["output_edge"])
+    # Output stages count as source queues and hold (dest_row, dest_col, birth).
+    for u, stage in enumerate(snap["source"]):
+        assert all(len(p) == 3 for p in stage) and len(stage) <= len(ref.feeds[u])
+
+
+def test_pipeline_result_does_not_depend_on_pe_order():
+    a = make(5, 5, TWO_REPLICAS, 2, **TIGHT)
+    b = make(5, 5, TWO_REPLICAS, 2, **TIGHT)
+    b._visit_reversed = True
+    assert a.run(200) == b.run(200)
+    assert a.snapshot() == b.snapshot()
+    assert sum(a.snapshot()["pipeline"]["finished"]) > 0
+
+
+def test_other_workloads_report_zero_chunks_and_no_pipeline_snapshot():
+    ref = MeshReference(rows=2, cols=2, queue_capacity=4, hop_latency_cycles=1,
+                        link_messages_per_cycle=1, link_buffer_messages=4, credit_delay_cycles=1,
+                        policy="none", threshold=0, info_delay_cycles=1, max_per_cycle=1, seed=3,
+                        rates=[0.5] * 4, work_distribution="fixed", work_cycles=2,
+                        work_min_cycles=1, work_max_cycles=9, trace_events=None)
+    obs = ref.run(20)
+    assert sum(o["injected"] for o in obs) > 0
+    assert all(o["chunks_finished"] == 0 and o["chunk_latency_sum"] == 0 for o in obs)
+    assert ref.snapshot()["pipeline"] is None
