@@ -75,7 +75,17 @@ S_MEAS_SOURCE_WAIT_SUM = 25
 S_MEAS_HOPS_SUM = 26
 S_CHUNKS_FINISHED = 27  # layer_pipeline: chunks finished in the cycle
 S_CHUNK_LATENCY_SUM = 28  # and the sum of their latencies
-N_SERIES = 29
+S_WEIGHT_WAIT = 29  # 1 if the cycle waited for weights (weight streaming)
+N_SERIES = 30
+
+# The pipeline's control words (lp_ctl): weight streaming, and what the fast-forward needs.
+CTL_LOADED = 0  # passes whose weights are in
+CTL_LOADING = 1  # 1 while a load is under way
+CTL_LOAD_END = 2  # the cycle it ends
+CTL_WAIT = 3  # cycles that waited for weights
+CTL_IN_ROUTER = 4  # packets in router queues at the end of the last cycle
+CTL_IN_SOURCE = 5  # packets in output stages at the end of the last cycle
+N_CTL = 8
 
 # Columns of the layer_pipeline region table (docs/mesh.md, "Dataflow").
 REG_ROW0 = 0
@@ -366,7 +376,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     (q_work, q_birth, q_hops, q_len, s_rem, s_birth, s_hops, link, sent_h, recv_h, depth_h, tot_started,
      tot_injected, tot_refused, tot_completed, tot_out, tot_in, tot_latency, thr, geo_log, sent_h32, recv_h32,
      src_pending, src_scan, tot_pkt_offered, tot_pkt_delivered, link_total, oq, oq_len, oq_len64,
-     lp_g, lp_reg, lp_rep, lp_taken, out_left, out_birth, lp_adm, lp_fin, lp_done, lp_admit_t, lp_took) = st
+     lp_g, lp_reg, lp_rep, lp_taken, out_left, out_birth, lp_adm, lp_fin, lp_done, lp_admit_t, lp_took, lp_ctl) = st
     rows = q_len.shape[0]
     cols = q_len.shape[1]
     cap = cfg[0]
@@ -874,8 +884,12 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
     arrivals = np.zeros((n_blocks, cols), np.uint32)
     is_lp = cfg[23]
     lp_w = cfg[24]
-    lp_reg, lp_rep, lp_adm, lp_fin, lp_done, lp_admit_t, lp_took = st[31], st[32], st[36], st[37], st[38], st[39], \
-        st[40]
+    lp_reg, lp_rep, lp_adm, lp_fin, lp_done, lp_admit_t, lp_took, lp_ctl = st[31], st[32], st[36], st[37], st[38], \
+        st[39], st[40], st[41]
+    is_stream = cfg[25]
+    per_pass = cfg[26]
+    load_cycles = cfg[27]
+    fast_forward = cfg[28]
     n_rep = lp_adm.shape[0]
     took = np.zeros((n_blocks, n_rep), np.int64)
     # Per block: how many output-edge PEs of last regions it holds at most (one per row and replica).
@@ -883,24 +897,56 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
     for b in range(n_blocks):
         most_rows = max(most_rows, block_rows[b + 1] - block_rows[b])
     done_ev = np.zeros((n_blocks, 1 + (most_rows * n_rep if is_lp else 0)), np.int64)
-    for i in range(n_cycles):
+    i = 0
+    while i < n_cycles:
         t = t0 + i
         key_inject = cycle_key(seed, STREAM_INJECT, t)
         key_migrate = cycle_key(seed, STREAM_MIGRATE, t)
         key_dest = cycle_key(seed, STREAM_DEST, t)
         acc[:, :] = 0
         dh[:, :, :] = 0
+        waiting = 0
         if is_lp:
+            if is_stream:
+                # Weights: one layer loads at a time, into one of two buffers.
+                if lp_ctl[CTL_LOADING] == 1 and t >= lp_ctl[CTL_LOAD_END]:
+                    lp_ctl[CTL_LOADED] += 1
+                    lp_ctl[CTL_LOADING] = 0
+                if lp_ctl[CTL_LOADING] == 0 and lp_ctl[CTL_LOADED] <= lp_fin[0] // per_pass + 1:
+                    lp_ctl[CTL_LOADING] = 1
+                    lp_ctl[CTL_LOAD_END] = t + load_cycles
             # Admit a chunk once the first region has taken the last (at most W in flight).
+            all_took = True
             for p in range(n_rep):
                 first = lp_rep[p, 0]
                 n_first = lp_reg[first, REG_HEIGHT] * lp_reg[first, REG_WIDTH]
-                if lp_adm[p] < lp_fin[p] + lp_w and (lp_adm[p] == 0 or lp_took[p] == n_first):
+                ok = lp_adm[p] < lp_fin[p] + lp_w and lp_took[p] == n_first
+                if ok and is_stream and lp_adm[p] % per_pass == 0:
+                    ok = lp_fin[p] == lp_adm[p] and lp_adm[p] // per_pass < lp_ctl[CTL_LOADED]
+                if ok:
                     lp_admit_t[p, lp_adm[p] % lp_w] = t
                     lp_adm[p] += 1
                     lp_took[p] = 0
+                if lp_took[p] != n_first:
+                    all_took = False
+            if is_stream and lp_fin[0] == lp_adm[0] and lp_adm[0] % per_pass == 0 and \
+                    lp_adm[0] // per_pass >= lp_ctl[CTL_LOADED]:
+                waiting = 1
+                lp_ctl[CTL_WAIT] += 1
             done_ev[:, 0] = 0
             took[:, :] = 0
+            # Fast-forward: with nothing on the move and every chunk taken, nothing happens but
+            # countdown until the first task completes or a load ends; do those cycles at once.
+            if fast_forward and all_took and cum[3] == 0 and lp_ctl[CTL_IN_ROUTER] == 0 and \
+                    lp_ctl[CTL_IN_SOURCE] == 0:
+                k = _quiet_cycles(st, block_rows, n_cycles - i)
+                if is_stream and lp_ctl[CTL_LOADING] == 1:
+                    k = min(k, lp_ctl[CTL_LOAD_END] - t)
+                if k > 0:
+                    _fast_forward(st, block_rows, t, k, cfg[14], series, depth_series, i, waiting)
+                    lp_ctl[CTL_WAIT] += waiting * (k - 1)
+                    i += k
+                    continue
         lo = ev_cycle_lo[i]
         hi = ev_cycle_lo[i + 1]
         for b in prange(n_blocks):
@@ -936,6 +982,9 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
                     series[i, S_CHUNKS_FINISHED] += 1
                     series[i, S_CHUNK_LATENCY_SUM] += t + 1 - lp_admit_t[p, w]
                     lp_fin[p] += 1
+            series[i, S_WEIGHT_WAIT] = waiting
+            lp_ctl[CTL_IN_ROUTER] = series[i, S_PKT_IN_ROUTER]
+            lp_ctl[CTL_IN_SOURCE] = series[i, S_PKT_IN_SOURCE]
         for q in range(depth_series.shape[1]):
             v = 0
             for b in range(n_blocks):
@@ -951,7 +1000,74 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
         if cum[0] != (cum[1] + series[i, S_QUEUED] + series[i, S_IN_SERVICE] + series[i, S_PKT_IN_SOURCE]
                       + series[i, S_PKT_IN_ROUTER] + cum[3] + cum[2] + cum[4]):
             return t
+        i += 1
     return -1
+
+
+@njit(**JIT_PARALLEL)
+def _quiet_cycles(st, block_rows, most):
+    """Cycles from now in which no task starts or completes (the least remaining work of a busy
+    server, less 1), at most `most`; `most` when no server is busy, 0 when an idle server has a
+    task queued (it starts now)."""
+    q_len, s_rem = st[3], st[4]
+    cols = s_rem.shape[1]
+    n_blocks = block_rows.shape[0] - 1
+    least = np.full(n_blocks, most + 1, np.int64)
+    for b in prange(n_blocks):
+        m = most + 1
+        for r in range(block_rows[b], block_rows[b + 1]):
+            for c in range(cols):
+                v = np.int64(s_rem[r, c])
+                if v == 0 and q_len[r, c] > 0:
+                    m = 1
+                elif 0 < v < m:
+                    m = v
+        least[b] = m
+    return min(least.min() - 1, most)
+
+
+@njit(**JIT_PARALLEL)
+def _fast_forward(st, block_rows, t, k, hmask, series, depth_series, i, waiting):
+    """Cycles t .. t+k-1 at once, when in each of them nothing moves and nothing completes: busy
+    servers count down k, the history rings carry the last values forward, and the series rows
+    and depth histograms are those such a cycle gives (docs/mesh.md, implementation notes)."""
+    q_len, s_rem, depth_h, sent_h32, recv_h32 = st[3], st[4], st[10], st[20], st[21]
+    cols = q_len.shape[1]
+    n_blocks = block_rows.shape[0] - 1
+    busy_b = np.zeros(n_blocks, np.int64)
+    queued_b = np.zeros(n_blocks, np.int64)
+    hist_b = np.zeros((n_blocks, depth_series.shape[1]), np.int64)
+    s_last = (t - 1) & hmask
+    j0 = max(0, k - (hmask + 1))  # only the last H cycles' slots survive
+    for b in prange(n_blocks):
+        for r in range(block_rows[b], block_rows[b + 1]):
+            for c in range(cols):
+                v = np.int64(s_rem[r, c])
+                if v > 0:
+                    busy_b[b] += 1
+                    s_rem[r, c] = v - k
+                ql = np.int64(q_len[r, c])
+                queued_b[b] += ql
+                hist_b[b, ql] += 1
+                for j in range(j0, k):
+                    s = (t + j) & hmask
+                    sent_h32[s, r, c] = sent_h32[s_last, r, c]
+                    recv_h32[s, r, c] = recv_h32[s_last, r, c]
+                    depth_h[s, r, c] = ql
+    busy = busy_b.sum()
+    queued = queued_b.sum()
+    for j in range(k):
+        for col in range(N_SERIES):
+            series[i + j, col] = 0
+        series[i + j, S_BUSY] = busy
+        series[i + j, S_QUEUED] = queued
+        series[i + j, S_IN_SERVICE] = busy
+        series[i + j, S_WEIGHT_WAIT] = waiting
+        for q in range(depth_series.shape[1]):
+            v = 0
+            for b in range(n_blocks):
+                v += hist_b[b, q]
+            depth_series[i + j, q] = v
 
 
 @njit(**JIT)

@@ -107,7 +107,8 @@ class _Totals:
                "measured_source_wait_sum": K.S_MEAS_SOURCE_WAIT_SUM, "measured_hops_sum": K.S_MEAS_HOPS_SUM}
     IN_WINDOW = {"window_offered": K.S_PKT_OFFERED, "window_delivered": K.S_PKT_DELIVERED}
     # layer_pipeline: chunks finished and their latencies.
-    CHUNKS = {"chunks_finished": K.S_CHUNKS_FINISHED, "chunk_latency_sum": K.S_CHUNK_LATENCY_SUM}
+    CHUNKS = {"chunks_finished": K.S_CHUNKS_FINISHED, "chunk_latency_sum": K.S_CHUNK_LATENCY_SUM,
+              "weight_wait_cycles": K.S_WEIGHT_WAIT}
 
     def __init__(self, bins: int, window=(0, 0)):
         self.cycles = 0
@@ -116,6 +117,9 @@ class _Totals:
         self.first_finish = -1
         self.last_finish = -1
         self.chunks_at_first_finish = 0
+        # Weight streaming: the cycles at whose end a pass's last chunk finished.
+        self.per_pass = 0
+        self.pass_ends = []
         self.latency_max = 0
         self.measured_latency_max = 0
         self.latency_hist = np.zeros(bins, np.int64)
@@ -129,6 +133,11 @@ class _Totals:
                 self.chunks_at_first_finish = self.sums["chunks_finished"] + int(series[finished[0],
                                                                                         K.S_CHUNKS_FINISHED])
             self.last_finish = self.cycles + int(finished[-1])
+            if self.per_pass:
+                before = self.sums["chunks_finished"]
+                cum = before + np.cumsum(series[:, K.S_CHUNKS_FINISHED])
+                for p in range(before // self.per_pass + 1, int(cum[-1]) // self.per_pass + 1):
+                    self.pass_ends.append(self.cycles + int(np.searchsorted(cum, p * self.per_pass)))
         for name, col in {**self.SUMMED, **self.PACKETS, **self.CHUNKS}.items():
             self.sums[name] += sum(series[:, col].tolist())
         lo = min(max(self.window[0] - self.cycles, 0), len(series))
@@ -199,6 +208,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     traffic = inputs.traffic
     if pipe is not None:
         totals = _Totals(inputs.latency_bins, (0, 2**62))
+        totals.per_pass = pipe.chunks_per_pass if pipe.streaming else 0
     elif traffic:
         warm = scenario.get("workload", "warmup_cycles")
         totals = _Totals(inputs.latency_bins, (warm, warm + scenario.get("workload", "measure_cycles")))
@@ -366,6 +376,26 @@ def _pipeline_summary(sim, totals: _Totals, scenario, regions) -> dict:
                                 t["measured_latency_sq_sum"], totals.measured_latency_max)
     batch = scenario.get("workload", "batch")
     samples_steady = steady_rate * clock / per_sample
+    streaming = {}
+    if pipe.streaming:
+        # A sample is done after every layer's pass; a step is n_layers passes of the batch.
+        ends = totals.pass_ends
+        pass_cycles = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else float("nan")
+        step_seconds = pipe.n_layers * pass_cycles / clock
+        samples_steady = batch / step_seconds if step_seconds > 0 else float("nan")
+        streaming = {
+            "weight_streaming": True,
+            "weight_load_cycles": pipe.load_cycles,
+            "layer_weight_bytes": pipe.layer_weight_bytes,
+            "weight_wait_cycles": t["weight_wait_cycles"],
+            "weight_wait_fraction": t["weight_wait_cycles"] / cycles if cycles else float("nan"),
+            "passes_finished": finished // pipe.chunks_per_pass,
+            "steps_finished": finished // pipe.chunks_per_pass // pipe.n_layers,
+            "pass_cycles_steady": pass_cycles,
+        }
+        finished_samples = finished // pipe.chunks_per_pass // pipe.n_layers * batch
+    else:
+        finished_samples = finished // per_sample
     return {
         "pipeline_regions": pipe.n_regions,
         "pipeline_replicas": pipe.n_replicas,
@@ -375,12 +405,12 @@ def _pipeline_summary(sim, totals: _Totals, scenario, regions) -> dict:
         "li_active": lb["li"],
         "utilization_active": metrics.utilization(int(busy[active].sum()), int(active.sum()), cycles),
         "chunks_finished": finished,
-        "samples_finished": finished // per_sample,
+        "samples_finished": finished_samples,
         "chunk_latency_mean_cycles": t["chunk_latency_sum"] / finished if finished else float("nan"),
         "first_chunk_finish_cycle": totals.first_finish,
         "chunks_per_cycle_steady": steady_rate,
         "samples_per_second_steady": samples_steady,
-        "samples_per_second": finished / per_sample / (cycles / clock) if cycles else float("nan"),
+        "samples_per_second": finished_samples / (cycles / clock) if cycles else float("nan"),
         "step_seconds_steady": batch / samples_steady if samples_steady > 0 else float("nan"),
         "bottleneck_region": pipe.names[worst],
         "bottleneck_utilization": float(util[worst]),
@@ -391,6 +421,7 @@ def _pipeline_summary(sim, totals: _Totals, scenario, regions) -> dict:
         "packet_latency_var_cycles2": lat["var"],
         "packet_latency_max_cycles": lat["max"],
         "packet_hops_mean": t["measured_hops_sum"] / t["measured_injected"] if t["measured_injected"] else float("nan"),
+        **streaming,
     }
 
 

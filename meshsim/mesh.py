@@ -24,7 +24,8 @@ CFG_FIELDS = ("queue_capacity", "hop_latency_cycles", "link_messages_per_cycle",
               "credit_delay_cycles", "policy", "threshold", "info_delay_cycles", "max_per_cycle", "work_kind",
               "work_cycles", "work_min_cycles", "work_max_cycles", "is_trace", "history_mask", "is_traffic",
               "pattern", "hot_threshold", "hot_row", "hot_col", "warmup_cycles", "measure_end", "router_queue_packets",
-              "is_pipeline", "chunks_in_flight")
+              "is_pipeline", "chunks_in_flight", "weight_streaming", "chunks_per_pass", "load_cycles",
+              "fast_forward")
 PATTERNS = {"uniform": K.PATTERN_UNIFORM, "transpose": K.PATTERN_TRANSPOSE, "bit_complement": K.PATTERN_BIT_COMPLEMENT,
             "neighbor": K.PATTERN_NEIGHBOR, "hotspot": K.PATTERN_HOTSPOT}
 
@@ -112,6 +113,10 @@ def build_inputs(sc) -> MeshInputs:
         router_queue_packets=m["router_queue_packets"],
         is_pipeline=int(pipe is not None),
         chunks_in_flight=pipe.chunks_in_flight if pipe else 1,
+        weight_streaming=int(bool(pipe and pipe.streaming)),
+        chunks_per_pass=pipe.chunks_per_pass if pipe and pipe.streaming else 1,
+        load_cycles=pipe.load_cycles if pipe and pipe.streaming else 1,
+        fast_forward=1,
     )
     geo_log = 0.0
     if not is_trace and wl["work_distribution"] == "geometric" and wl["work_cycles"] > 1:

@@ -65,6 +65,7 @@ PIPELINE_SERIES = {
     "chunks_finished": (K.S_CHUNKS_FINISHED, "chunks", "chunks that left the last region of their pipeline"),
     "chunk_latency_sum": (K.S_CHUNK_LATENCY_SUM, "cycles",
                           "sum of the latencies (finish minus admission) of the chunks finished in the cycle"),
+    "weight_wait": (K.S_WEIGHT_WAIT, "cycles", "1 if the wafer waited for weights in the cycle (weight streaming)"),
 }
 
 # name -> (dtype, units, description) of the per-unit totals.

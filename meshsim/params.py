@@ -204,6 +204,13 @@ PARAMS: tuple[Param, ...] = (
     Param("workload", "chunks_in_flight", "int", "chunks", 4096,
           "Most chunks in a replica's pipeline at once (admitted, not finished); a chunk enters when "
           "the first region has room for it.", (1, 1_048_576), _PIPELINE),
+    Param("workload", "weight_streaming", "bool", "", False,
+          "Hold one layer at a time on the wafer and stream the weights in layer by layer (for models "
+          "whose weights do not fit); the chunks pass through the layer's kernels once per layer.",
+          None, _PIPELINE),
+    Param("workload", "weight_bandwidth_gbps", "float", "GB/s", 150.0,
+          "Bandwidth the weights stream in at (a CS-2's external I/O is 12 x 100 Gb Ethernet, "
+          "150 GB/s).", (0.001, 1e9), ("workload.weight_streaming", (True,))),
     Param("workload", "trace_file", "str", "", "",
           "Path of a CSV or HDF5 trace of (cycle, row, col, work_cycles) events, relative to the "
           "scenario file.", None, ("workload.type", ("trace",))),
@@ -268,7 +275,7 @@ def format_choices(values) -> str:
 def format_condition(condition: tuple[str, tuple]) -> str:
     """An applies_when condition in words: workload.type is "uniform", "hotspot" or "skewed"."""
     key, values = condition
-    quoted = [f'"{v}"' for v in values]
+    quoted = [format_number(v) if isinstance(v, bool) else f'"{v}"' for v in values]
     if len(quoted) == 1:
         return f"{key} is {quoted[0]}"
     return f"{key} is {', '.join(quoted[:-1])} or {quoted[-1]}"

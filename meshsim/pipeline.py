@@ -12,6 +12,13 @@ for one chunk of `tokens_per_chunk` tokens takes
 
 cycles (FLOPs_g counts the whole batch; computed in double precision). The weights of a kernel
 must fit the SRAM of its region's PEs.
+
+With weight streaming the regions are one layer's kernels over the whole grid, and each pass of
+the chunks through them runs the next layer; a layer's weights take
+
+    load_cycles = max(1, ceil(layer weight bytes x clock_ghz / weight_bandwidth_gbps))
+
+cycles to stream in, and two layers' weights must fit the region's SRAM (one in use, one loading).
 """
 
 from __future__ import annotations
@@ -67,6 +74,11 @@ class Pipeline:
     kernels: list
     idle_pes: int
     quantisation: np.ndarray
+    streaming: bool = False
+    chunks_per_pass: int = 0  # weight streaming: chunks of one pass (batch x seq_len / tokens_per_chunk)
+    load_cycles: int = 0  # weight streaming: cycles one layer's weights take to stream in
+    layer_weight_bytes: int = 0
+    n_layers: int = 0
 
     @property
     def n_regions(self) -> int:
@@ -123,6 +135,10 @@ def build(sc) -> Pipeline:
     rows, cols = m["rows"], m["cols"]
     model = model_of(wl)
     groups = kernels(model, wl["training"], wl["fuse_elementwise"])
+    streaming = bool(wl["weight_streaming"])
+    if streaming:
+        groups = groups[:1]  # every layer is the same: one layer's kernels, loaded layer by layer
+    buffers = 2 if streaming else 1
     placement = place([[(k.name, k.flops) for k in g] for g in groups], rows, cols, wl["replicas"])
     by_name = {k.name: k for g in groups for k in g}
     regions = placement.regions
@@ -141,8 +157,8 @@ def build(sc) -> Pipeline:
         work = math.ceil(k.flops * chunk_share / (n * rate))
         if work > MAX_WORK:
             too_long.append((g.name, work))
-        if k.weight_bytes > n * sram:
-            no_fit.append((g.name, k.weight_bytes, n * sram))
+        if buffers * k.weight_bytes > n * sram:
+            no_fit.append((g.name, buffers * k.weight_bytes, n * sram))
         last = i + 1 == n_reg or regions[i + 1].replica != g.replica
         first = i == 0 or regions[i - 1].replica != g.replica
         table[i] = (g.row0, g.col0, g.col1 - g.col0, g.row1 - g.row0, max(work, 1), -1 if last else i + 1, g.replica,
@@ -158,6 +174,12 @@ def build(sc) -> Pipeline:
         raise InputError(
             f"workload.tokens_per_chunk = {tpc}: a task of region {name} would take {work:,} cycles, more than "
             f"{MAX_WORK:,}; use fewer tokens per chunk, or a larger grid or machine.pe_flops_per_cycle")
+    if no_fit and streaming:
+        name, need_b, have = max(no_fit, key=lambda x: x[1] / x[2])
+        raise InputError(
+            f"workload: with weight streaming two layers' weights must fit the PEs' SRAM (machine.sram_kib = "
+            f"{m['sram_kib']}), but region {name} needs {need_b:,} bytes and its PEs hold {have:,}; use a larger "
+            "machine.sram_kib or a smaller model")
     if no_fit:
         total = sum(k.weight_bytes for g in groups for k in g)
         worst = sorted(no_fit, key=lambda x: x[2] / x[1])[:3]
@@ -167,9 +189,16 @@ def build(sc) -> Pipeline:
             f"{len(no_fit)} of {n_reg} regions ({listed}); the model's weights are {total:,} bytes for "
             f"{rows * cols * sram:,} bytes of SRAM on the grid. Layer-pipelined execution keeps every weight on "
             "the wafer: use a smaller model (workload.hidden_size, workload.n_layers), fewer "
-            "workload.replicas or a larger grid; models this large run on the WSE-2 in weight streaming mode")
+            "workload.replicas or a larger grid, or stream the weights in layer by layer "
+            "(workload.weight_streaming = true)")
     kernels_one = [by_name[g.name] for g in regions if g.replica == 0]
+    stream = {}
+    if streaming:
+        layer_bytes = sum(k.weight_bytes for k in groups[0])
+        stream = dict(streaming=True, chunks_per_pass=model.batch * (model.seq_len // tpc),
+                      load_cycles=max(1, math.ceil(layer_bytes * m["clock_ghz"] / wl["weight_bandwidth_gbps"])),
+                      layer_weight_bytes=layer_bytes, n_layers=model.n_layers)
     return Pipeline(table=table, replica_ends=replica_ends, region_of=region_of,
                     chunks_in_flight=wl["chunks_in_flight"], tokens_per_chunk=tpc,
                     chunks_per_sample=model.seq_len // tpc, names=[g.name for g in regions], kernels=kernels_one,
-                    idle_pes=placement.idle_pes, quantisation=placement.quantisation())
+                    idle_pes=placement.idle_pes, quantisation=placement.quantisation(), **stream)

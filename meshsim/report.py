@@ -171,6 +171,10 @@ def _pipeline_lines(s: dict) -> list:
         f"{_f(s['samples_finished'])} samples ({_f(s['chunks_finished'])} chunks) finished",
         f"chunk latency mean {_f(s['chunk_latency_mean_cycles'])} cycles; the first chunk finished at cycle "
         f"{_f(s['first_chunk_finish_cycle'])}",
+        *([f"weights       streamed: {_f(s['weight_load_cycles'])} cycles per layer; waited "
+           f"{_f(s['weight_wait_fraction'], 3)} of the time; {_f(s['passes_finished'])} layer passes "
+           f"({_f(s['pass_cycles_steady'])} cycles each), {_f(s['steps_finished'])} steps"]
+          if s.get("weight_streaming") else []),
         f"LI            {_f(s['li_active'])} over the active PEs ({_f(s['li'])} over all); utilisation "
         f"{_f(s['utilization_active'])} of the active PEs",
         f"bottleneck    {s['bottleneck_region']} (utilisation {_f(s['bottleneck_utilization'], 3)}; the least "

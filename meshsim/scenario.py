@@ -500,6 +500,12 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
         hs, nh = "workload.hidden_size", "workload.n_heads"
         if ok(hs, nh) and get(hs) % get(nh) != 0:
             add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}")
+        ws, reps, tr = "workload.weight_streaming", "workload.replicas", "workload.training"
+        if ok(ws, reps) and get(ws) and get(reps) != 1:
+            add(reps, [ws], "must be 1 with weight streaming (the whole wafer holds one layer)")
+        if ok(ws, tr) and get(ws) and get(tr):
+            add(tr, [ws], "must be false with weight streaming: a training step is modelled only in "
+                          "layer-pipelined mode")
 
     name = "run.name"
     if ok(name) and (any(c in get(name) for c in "/\\\0") or get(name) in (".", "..")):

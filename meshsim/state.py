@@ -62,6 +62,7 @@ class MeshState(NamedTuple):
     lp_done: np.ndarray  # int64[P, W] east-edge PEs of the last region that completed chunk c, at c mod W
     lp_admit_t: np.ndarray  # int64[P, W] admission cycle of chunk c, at c mod W
     lp_took: np.ndarray  # int64[P] PEs of the first region that have taken every chunk admitted
+    lp_ctl: np.ndarray  # int64[N_CTL] control words, kernels.mesh.CTL_* (weight streaming, fast-forward)
 
 
 VIEW_FIELDS = ("sent_h32", "recv_h32", "oq_len64")
@@ -89,7 +90,7 @@ def mesh_layout(rows: int, cols: int, queue_capacity: int, link_buffer_messages:
         "lp_g": ((lr, lc), np.int32), "lp_reg": ((n_reg, K.N_REG), np.int64), "lp_rep": ((n_rep, 2), np.int64),
         "lp_taken": ((lr, lc), np.int32), "out_left": ((lr, lc), np.int32), "out_birth": ((lr, lc), np.int32),
         "lp_adm": ((n_rep,), np.int64), "lp_fin": ((n_rep,), np.int64), "lp_done": ((n_rep, w), np.int64),
-        "lp_admit_t": ((n_rep, w), np.int64), "lp_took": ((n_rep,), np.int64),
+        "lp_admit_t": ((n_rep, w), np.int64), "lp_took": ((n_rep,), np.int64), "lp_ctl": ((K.N_CTL,), np.int64),
     }
     return {
         "q_work": ((q, r, c), np.uint16), "q_birth": ((q, r, c), np.int32), "q_hops": ((q, r, c), np.uint8),
@@ -127,6 +128,9 @@ def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_message
         a["lp_g"][...] = pipeline.region_of
         a["lp_reg"][...] = pipeline.table
         a["lp_rep"][...] = pipeline.replica_ends
+        # Before the first admission every PE of a first region has taken all (none) of the chunks.
+        first = pipeline.table[pipeline.replica_ends[:, 0]]
+        a["lp_took"][...] = first[:, K.REG_WIDTH] * first[:, K.REG_HEIGHT]
     return MeshState(
         **a,
         geo_log=float(geo_log),

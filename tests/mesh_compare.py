@@ -21,7 +21,8 @@ SERIES_KEYS = {"busy": K.S_BUSY, "queued": K.S_QUEUED, "in_service": K.S_IN_SERV
                "measured_latency_sq_sum": K.S_MEAS_LATENCY_SQ_SUM, "measured_latency_max": K.S_MEAS_LATENCY_MAX,
                "packets_in_router": K.S_PKT_IN_ROUTER, "measured_injected": K.S_MEAS_INJECTED,
                "measured_source_wait_sum": K.S_MEAS_SOURCE_WAIT_SUM, "measured_hops_sum": K.S_MEAS_HOPS_SUM,
-               "chunks_finished": K.S_CHUNKS_FINISHED, "chunk_latency_sum": K.S_CHUNK_LATENCY_SUM}
+               "chunks_finished": K.S_CHUNKS_FINISHED, "chunk_latency_sum": K.S_CHUNK_LATENCY_SUM,
+               "weight_wait": K.S_WEIGHT_WAIT}
 
 
 def small_scenario(rows, cols, *, workload="uniform", trace_file=None, path=None, **over):
@@ -56,6 +57,9 @@ def reference_for(sc, trace_events=None) -> MeshReference:
     pipeline = None
     if wl["type"] == "layer_pipeline":
         pipeline = pipeline_for_reference(build_inputs(sc).pipeline)
+        pipe = build_inputs(sc).pipeline
+        if pipe.streaming:
+            pipeline["streaming"] = {"chunks_per_pass": pipe.chunks_per_pass, "load_cycles": pipe.load_cycles}
         traffic = dict(router_queue_packets=m["router_queue_packets"], pipeline=pipeline)
     elif wl["type"] == "traffic":
         traffic = dict(pattern=wl["pattern"], hot_fraction=wl["hot_fraction"], warmup_cycles=wl["warmup_cycles"],
@@ -111,8 +115,14 @@ def _pipeline_snapshot(sim: MeshSim, source: list) -> dict:
     for p in range(st.lp_adm.shape[0]):
         pending.append([(c, int(st.lp_admit_t[p, c % w]), int(st.lp_done[p, c % w]))
                         for c in range(int(st.lp_fin[p]), int(st.lp_adm[p]))])
+    streaming = None
+    if sim.inputs.pipeline.streaming:
+        ctl = st.lp_ctl
+        streaming = {"loaded": int(ctl[K.CTL_LOADED]), "loading": bool(ctl[K.CTL_LOADING]),
+                     "load_end": int(ctl[K.CTL_LOAD_END]), "wait_cycles": int(ctl[K.CTL_WAIT])}
     return {"taken": [int(x) for x in st.lp_taken.ravel()], "admitted": [int(x) for x in st.lp_adm],
-            "finished": [int(x) for x in st.lp_fin], "took": [int(x) for x in st.lp_took], "pending": pending}
+            "finished": [int(x) for x in st.lp_fin], "took": [int(x) for x in st.lp_took], "pending": pending,
+            "streaming": streaming}
 
 
 def kernel_snapshot(sim: MeshSim) -> dict:

@@ -1,13 +1,14 @@
 """The layer_pipeline workload in the fast kernel against the plain reference, cycle by cycle
 (docs/mesh.md, "Dataflow"), and its set-up (meshsim/pipeline.py)."""
 
+import h5py
 import numpy as np
 import pytest
 from mesh_compare import compare_cycle_by_cycle
 
 from kernels import mesh as K
 from meshsim.errors import InputError
-from meshsim.mesh import build_inputs
+from meshsim.mesh import CFG_FIELDS, MeshSim, build_inputs
 from meshsim.pipeline import build
 from meshsim.scenario import scenario_from_dict
 
@@ -38,6 +39,12 @@ CASES = {
     # Slow links (a message per L + Lc = 6 cycles): output stages back up and hold their PE's next task.
     "slow_links": dict(machine__hop_latency_cycles=2, machine__credit_delay_cycles=4, machine__link_buffer_messages=1,
                        machine__router_queue_packets=2, machine__queue_capacity=6),
+    # Weight streaming: loads longer than a pass (waits), and shorter with long tasks (buffer rule).
+    "streaming_load_bound": dict(rows=6, cols=12, workload__weight_streaming=True, workload__n_layers=3,
+                                 workload__weight_bandwidth_gbps=400.0),
+    "streaming_compute_bound": dict(rows=6, cols=12, workload__weight_streaming=True, workload__n_layers=4,
+                                    workload__tokens_per_chunk=4, workload__weight_bandwidth_gbps=3000.0,
+                                    workload__chunks_in_flight=3),
     "wide_links": dict(machine__link_messages_per_cycle=2, machine__link_buffer_messages=4,
                        machine__credit_delay_cycles=2),
     "three_layers_uneven": dict(rows=11, cols=13, workload__n_layers=3, workload__tokens_per_chunk=2),
@@ -91,7 +98,7 @@ def test_fused_kernels_hold_the_elementwise_operators():
 
 def test_weights_that_do_not_fit_fail_with_a_clear_message():
     sc = pipeline_scenario(workload__hidden_size=512, machine__sram_kib=1)
-    with pytest.raises(InputError, match="do not fit the PEs' SRAM.*weight streaming"):
+    with pytest.raises(InputError, match="do not fit the PEs' SRAM.*weight_streaming = true"):
         build_inputs(sc)
 
 
@@ -99,3 +106,93 @@ def test_a_task_longer_than_the_work_field_is_refused():
     sc = pipeline_scenario(machine__pe_flops_per_cycle=0.001)
     with pytest.raises(InputError, match="workload.tokens_per_chunk = 1: a task of region .* more than 65,535"):
         build_inputs(sc)
+
+
+def _run(sc, cycles, chunk, fast_forward=True):
+    inputs = build_inputs(sc)
+    inputs.cfg[CFG_FIELDS.index("fast_forward")] = int(fast_forward)
+    sim = MeshSim(inputs, chunk)
+    series, depth = [], []
+    for _ in range(cycles // chunk):
+        sim.advance(chunk)
+        series.append(sim.series[:chunk].copy())
+        depth.append(sim.depth_series[:chunk].copy())
+    return sim, np.concatenate(series), np.concatenate(depth)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_fast_forward_gives_the_same_run_cycle_for_cycle(streaming):
+    """Quiet stretches done at once equal the same cycles run one by one: every series row, depth
+    histogram and state array (docs/mesh.md, implementation notes). Long tasks make the stretches."""
+    over = dict(machine__pe_flops_per_cycle=5.0, workload__chunks_in_flight=6, workload__tokens_per_chunk=2)
+    if streaming:
+        over.update(workload__weight_streaming=True, workload__weight_bandwidth_gbps=70.0)
+    sc = pipeline_scenario(12, 14, **over)
+    slow, s_series, s_depth = _run(sc, 3000, 1000, fast_forward=False)
+    fast, f_series, f_depth = _run(sc, 3000, 1000)
+    assert s_series[:, K.S_CHUNKS_FINISHED].sum() > 0
+    if streaming:
+        assert 0 < s_series[:, K.S_WEIGHT_WAIT].sum() < 3000
+    assert np.array_equal(s_series, f_series)
+    assert np.array_equal(s_depth, f_depth)
+    for name in slow.state._fields:
+        a, b = getattr(slow.state, name), getattr(fast.state, name)
+        if isinstance(a, np.ndarray):
+            assert np.array_equal(a, b), name
+
+
+def test_a_run_writes_regions_layers_and_the_pipeline_figures(tmp_path):
+    from meshsim.engine import run_scenario
+
+    sc = pipeline_scenario(10, 14, run__cycles=1500, run__window_cycles=500)
+    res = run_scenario(sc, tmp_path / "p.h5", progress=False)
+    s = res.summary
+    with h5py.File(res.path) as f:
+        finished = int(f["series/chunks_finished"][()].sum())
+        busy = f["units/busy_cycles"][()]
+        names = [n.decode() for n in f["regions/name"][()]]
+        layers = [n.decode() for n in f["layers/name"][()]]
+        util = f["regions/utilization"][()]
+        table = {k: f["pipeline"][k][()] for k in ("row0", "row1", "col0", "col1", "work_cycles")}
+    assert s["chunks_finished"] == finished > 0
+    assert s["samples_finished"] == finished // 8  # seq_len 8, one token a chunk
+    assert names == [k.name for k in build(sc).kernels] and layers == ["layer0", "layer1"]
+    # The bottleneck is the busiest region, recomputed from the per-PE busy cycles.
+    per_region = [busy[r0:r1, c0:c1].sum() / ((r1 - r0) * (c1 - c0) * 1500)
+                  for r0, r1, c0, c1 in zip(table["row0"], table["row1"], table["col0"], table["col1"], strict=True)]
+    assert np.allclose(per_region, util)
+    assert s["bottleneck_region"] == names[int(np.argmax(per_region))]
+    assert s["active_pes"] == 140 and s["inactive_pes"] == 0
+    # Steady state: after the first chunk, at most one chunk per cycle of the slowest region's work.
+    assert 0 < s["chunks_per_cycle_steady"] <= 1 / table["work_cycles"].max() + 1e-9
+
+
+def test_weight_streaming_reports_the_time_spent_waiting(tmp_path):
+    from meshsim.engine import run_scenario
+
+    sc = pipeline_scenario(12, 14, run__cycles=3000, machine__pe_flops_per_cycle=5.0,
+                           workload__tokens_per_chunk=2, workload__weight_streaming=True,
+                           workload__weight_bandwidth_gbps=70.0, workload__n_layers=4)
+    res = run_scenario(sc, tmp_path / "w.h5", progress=False)
+    s = res.summary
+    with h5py.File(res.path) as f:
+        wait = int(f["series/weight_wait"][()].sum())
+    p = build(sc)
+    assert s["weight_load_cycles"] == p.load_cycles == 400
+    assert s["weight_wait_cycles"] == wait and s["weight_wait_fraction"] == wait / 3000
+    assert wait >= p.load_cycles  # the first layer's weights, at least
+    assert s["passes_finished"] == s["chunks_finished"] // p.chunks_per_pass >= 2
+    assert s["steps_finished"] == s["passes_finished"] // 4
+
+
+@pytest.mark.parametrize("over, message", [
+    (dict(migration__policy="least_loaded"), 'migration.policy = "least_loaded": must be "none"'),
+    (dict(workload__seq_len=10, workload__tokens_per_chunk=4), "workload.tokens_per_chunk = 4: must divide"),
+    (dict(workload__weight_streaming=True, workload__replicas=2), "workload.replicas = 2: must be 1"),
+    (dict(workload__weight_streaming=True, workload__training=True), "workload.training = true: must be false"),
+    (dict(workload__weight_bandwidth_gbps=10.0), "applies only when workload.weight_streaming is true (it is false)"),
+])
+def test_pipeline_scenarios_that_cannot_run_are_refused(over, message):
+    with pytest.raises(InputError) as e:
+        pipeline_scenario(**over)
+    assert message in str(e.value)

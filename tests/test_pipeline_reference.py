@@ -38,6 +38,14 @@ def make(rows, cols, regions, chunks_in_flight, **overrides):
     return MeshReference(**params)
 
 
+def make_streaming(rows, cols, regions, chunks_in_flight, chunks_per_pass, load_cycles,
+                   **overrides):
+    """``make`` with weight streaming: N = chunks_per_pass, Lw = load_cycles."""
+    pipeline = {"regions": regions, "chunks_in_flight": chunks_in_flight,
+                "streaming": {"chunks_per_pass": chunks_per_pass, "load_cycles": load_cycles}}
+    return make(rows, cols, regions, chunks_in_flight, pipeline=pipeline, **overrides)
+
+
 def finishes(observables):
     """(cycle, chunks finished, sum of their latencies) for every cycle that finished a chunk."""
     return [(t, o["chunks_finished"], o["chunk_latency_sum"])
@@ -390,6 +398,238 @@ def test_a_packet_for_this_pe_waits_while_its_copys_queue_is_full():
 
 
 # ------------------------------------------------------------------------------------------------
+# Weight streaming.
+# ------------------------------------------------------------------------------------------------
+
+ONE_REGION_1X2 = [region(0, 0, 1, 2, 2)]
+
+
+def stream_trace(ref, cycles):
+    """Run ``cycles`` cycles and read off, from the snapshots and observables: the cycles at whose
+    start a load began (load_end moved while loading), the cycles at whose start one ended (loaded
+    grew), chunk admission cycles, finishes (cycle, latency), and the cycles with weight_wait."""
+    starts, ends, admissions, done, waits = [], [], [], [], []
+    prev = {"loaded": 0, "loading": False, "load_end": 0, "wait_cycles": 0}
+    obs = []
+    for t in range(cycles):
+        o = ref.step()
+        obs.append(o)
+        pipe = ref.snapshot()["pipeline"]
+        st = pipe["streaming"]
+        if st["loaded"] > prev["loaded"]:
+            assert st["loaded"] == prev["loaded"] + 1
+            ends.append(t)
+        if st["loading"] and st["load_end"] != prev["load_end"]:
+            starts.append(t)
+            assert st["load_end"] > t
+        admissions += [a for (_c, a, _n) in pipe["pending"][0] if a == t]
+        done += [(t, o["chunk_latency_sum"])] * o["chunks_finished"]
+        if o["weight_wait"]:
+            assert o["weight_wait"] == 1
+            waits.append(t)
+        assert st["wait_cycles"] == len(waits)
+        prev = st
+    return starts, ends, admissions, done, waits, obs
+
+
+def test_streaming_load_bound_one_region():
+    """1 x 2 grid, one region (both PEs, work 2; output edge (0, 1)), W = 8, Q = 8: without
+    streaming chunk k would be admitted at k, both PEs take it at once, and chunk j of a run of
+    back-to-back admissions s, s + 1, s + 2 runs s + 2j .. s + 2j + 1 (one server each), so it
+    finishes at s + 2j + 1 with latency j + 2.  Streaming: N = 3 chunks a pass, Lw = 8.
+
+    c0: no load under way, loaded 0 < D div N + 2 = 2: load of pass 0 starts, E = 8.  Admit:
+        A = 0 is a pass's first chunk, D = A but A div N = 0 >= loaded 0: not admitted; the cycle
+        waits (D = A, A mod N = 0, 0 >= 0).  c1..c7: the same (load under way, t < E): 8 waits.
+    c8: the load ends (loaded 1); none under way and 1 < 0 + 2: pass 1's load starts, E = 16.
+        Chunk 0 admitted (0 < 1).  c9, c10: chunks 1, 2 admitted (not a pass's first).
+        Finishes: 9 (lat 2), 11 (3), 13 (4); D = 3 at the end of 13.
+    c11..c13: A = 3 is pass 1's first chunk, D < A: not admitted and not waiting (the pipeline
+        is still busy with pass 0).
+    c14, c15: D = A = 3, 3 div 3 = 1 >= loaded 1: wait.
+    c16: load ends (loaded 2); 2 < 3 div 3 + 2 = 3: pass 2's load starts, E = 24 (its buffer
+        was freed when pass 0 finished at 13, so it does not hold anything up).  Chunk 3
+        admitted; chunks 4, 5 at 17, 18; finishes 17, 19, 21.  c22, c23 wait.
+    c24: loaded 3, pass 3's load (3 < 6 div 3 + 2) starts, E = 32, chunk 6 admitted...
+    So the loads run back to back (ends 8, 16, 24), a pass every Lw = 8 cycles, waiting 8 cycles
+    first and then Lw - 6 = 2 a pass.  End of c27: loaded 3, loading (E = 32), 12 waits.
+    """
+    ref = make_streaming(1, 2, ONE_REGION_1X2, 8, 3, 8)
+    o = ref.step()
+    pipe = ref.snapshot()["pipeline"]
+    assert pipe["streaming"] == {"loaded": 0, "loading": True, "load_end": 8, "wait_cycles": 1}
+    assert pipe["admitted"] == [0] and o["injected"] == 0 and o["weight_wait"] == 1
+
+    ref = make_streaming(1, 2, ONE_REGION_1X2, 8, 3, 8)
+    starts, ends, admissions, done, waits, obs = stream_trace(ref, 28)
+    assert starts == [0, 8, 16, 24] and ends == [8, 16, 24]
+    assert admissions == [8, 9, 10, 16, 17, 18, 24, 25, 26]
+    assert done == [(9, 2), (11, 3), (13, 4), (17, 2), (19, 3), (21, 4), (25, 2), (27, 3)]
+    assert waits == [0, 1, 2, 3, 4, 5, 6, 7, 14, 15, 22, 23]
+    pipe = ref.snapshot()["pipeline"]
+    assert pipe["streaming"] == {"loaded": 3, "loading": True, "load_end": 32, "wait_cycles": 12}
+    assert pipe["admitted"] == [9] and pipe["finished"] == [8]
+
+
+@pytest.mark.parametrize("load_cycles, starts, ends, admissions, waits", [
+    # Lw = 2: pass 0's load 0..1, pass 1's 2..3; pass 2's waits (no load under way, loaded 2 =
+    # D div N + 2) until pass 0 finishes at 7: starts at 8, ends 10; pass 3's starts at 14.
+    (2, [0, 2, 8, 14, 20], [2, 4, 10, 16, 22], [2, 3, 4, 8, 9, 10, 14, 15, 16, 20, 21, 22],
+     [0, 1]),
+    # Lw = 5: loads 0..4 and 5..9; pass 2's load must wait for pass 0 (finished at 10): starts
+    # at 11, not 10, ends 16, before pass 1 finishes (16): pass 2 admitted at 17 with no wait.
+    (5, [0, 5, 11, 17, 23], [5, 10, 16, 22], [5, 6, 7, 11, 12, 13, 17, 18, 19, 23],
+     [0, 1, 2, 3, 4]),
+    # Lw = 6, the limit: pass 1 finishes at 15 (admitted 10, 11, 12); pass 2's load starts at 12
+    # (pass 0 finished at 11) and ends at 18 = the cycle pass 2 could start anyway: no wait.
+    (6, [0, 6, 12, 18], [6, 12, 18], [6, 7, 8, 12, 13, 14, 18, 19, 20], [0, 1, 2, 3, 4, 5]),
+])
+def test_streaming_compute_bound_waits_only_for_the_first_load(load_cycles, starts, ends,
+                                                               admissions, waits):
+    """The 1 x 2 region of the test above, now with Lw <= 6, 24 cycles.  A pass whose chunks
+    are admitted at s, s + 1, s + 2 finishes at s + 5, so the next could be admitted at s + 6.
+
+    The first pass waits Lw cycles (0 .. Lw - 1) for its load and is admitted from s_0 = Lw;
+    pass 1's load starts the cycle pass 0's ends (loaded 1 < 0 div 3 + 2) and is in at 2 Lw <=
+    Lw + 6, so s_1 = s_0 + 6.  From pass 2 on, the load for pass q waits, not for a load, but for
+    its buffer: pass q - 2 finishes at s_(q-2) + 5, so the load starts at s_(q-2) + 6 = s_(q-1)
+    (the previous load has ended by then) and ends at s_(q-1) + Lw <= s_(q-1) + 6: compute
+    dominates and nothing waits after the first load; s_q = Lw + 6 q.  Lw = 2: s = 2, 8, 14, 20,
+    loads start 0, 2 (back to back) then 8, 14, 20.  Lw = 5: s = 5, 11, 17, 23, loads 0, 5, then
+    11, 17, 23 (pass 2's not at 10, when pass 1's ended: pass 0 finishes only at 10).  Lw = 6:
+    each load ends exactly when its pass can start.  (With one buffer, the step-2 formula as
+    printed, each pass q >= 1 would instead wait Lw cycles after pass q - 1 finished.)
+    """
+    ref = make_streaming(1, 2, ONE_REGION_1X2, 8, 3, load_cycles)
+    got_starts, got_ends, got_admissions, done, got_waits, obs = stream_trace(ref, 24)
+    assert got_starts == starts
+    assert got_ends == ends
+    assert got_admissions == admissions
+    assert got_waits == waits
+    # Chunk k of a pass finishes 2k + 1 cycles after the pass's first admission, latency k + 2.
+    firsts = admissions[::3]
+    assert done == [(s + 2 * k + 1, k + 2) for s in firsts for k in range(3) if s + 2 * k + 1 < 24]
+
+
+def test_streaming_two_layer_buffer_holds_the_third_load():
+    """The 1 x 2 region, N = 3, Lw = 2 (W = 8).  Snapshots at the end of each cycle:
+    c0: pass 0's load starts (E = 2): loaded 0, loading, load_end 2, 1 wait.
+    c1: still loading; 2 waits.
+    c2: it ends (loaded 1) and pass 1's load starts at once (1 < 0 div 3 + 2), E = 4; chunk 0
+        admitted.  Chunks 0, 1, 2 admitted 2, 3, 4, finish 3, 5, 7.
+    c4: pass 1's load ends: loaded 2.  Pass 2's load may not start: 2 < D div N + 2 needs D >= 3
+        (pass 0 finished); D = 1 (end of c3), then 1, 2, 2 (ends of c4..c6), 3 at the end of c7.
+        So at the end of c4..c7: loaded 2, not loading, load_end 4.
+    c8: 2 < 3 div 3 + 2: pass 2's load starts, E = 10.  Chunk 3 (pass 1) admitted at 8.
+    With one buffer (load q after pass q - 1) pass 1's load would have had to wait until 7.
+    """
+    ref = make_streaming(1, 2, ONE_REGION_1X2, 8, 3, 2)
+    states = []
+    for _ in range(11):
+        ref.step()
+        st = ref.snapshot()["pipeline"]["streaming"]
+        states.append((st["loaded"], st["loading"], st["load_end"], st["wait_cycles"]))
+    assert states == [(0, True, 2, 1), (0, True, 2, 2), (1, True, 4, 2), (1, True, 4, 2),
+                      (2, False, 4, 2), (2, False, 4, 2), (2, False, 4, 2), (2, False, 4, 2),
+                      (2, True, 10, 2), (2, True, 10, 2), (3, False, 10, 2)]
+    # c10: pass 2's load ended (loaded 3) and pass 3's may not start: pass 1 (chunks 3..5,
+    # admitted 8, 9, 10) has not finished (D = 4 at the end of c9).
+    pipe = ref.snapshot()["pipeline"]
+    assert pipe["admitted"] == [6] and pipe["finished"] == [4]
+
+
+def test_streaming_next_pass_waits_for_the_pipeline_to_drain():
+    """1 x 5 grid, region 0 = columns 0-1 (work 2) -> region 1 = columns 2-4 (work 1), W = 3,
+    N = 2, Lw = 4.  Without streaming (test_two_region_row_with_three_chunks_in_flight) a chunk
+    admitted at s with region 0 free runs there s, s + 1 and finishes at s + 5 (latency 6); one
+    admitted at s + 1 waits for region 0 (s + 2, s + 3) and finishes at s + 7 (latency 7).
+
+    c0: pass 0's load starts (E = 4); c0..c3 wait.  c4: loaded 1, pass 1's load starts (E = 8);
+    chunk 0 admitted; c5: chunk 1.  Finishes 9 (6) and 11 (7).  c6..c11: A = 2 is pass 1's first
+    chunk and D < A: no admission although W = 3 allows one and, from c8 (loaded 2), its weights
+    are in; no wait is counted (D != A).  c8: pass 1's load ended; pass 2's needs pass 0 finished
+    (D >= 2, end of c11).  c12: pass 2's load starts (E = 16) and chunk 2 is admitted (D = A = 2,
+    1 < 2); chunk 3 at 13; finishes 17 (6), 19 (7).  c16: loaded 3.  c20: pass 3's load starts
+    (pass 1 finished at 19) and chunk 4 is admitted.  The pipeline is empty between passes.
+    """
+    regions = [region(0, 0, 1, 2, 2, next=1), region(0, 2, 1, 5, 1)]
+    ref = make_streaming(1, 5, regions, 3, 2, 4)
+    starts, ends, admissions, done, waits, obs = stream_trace(ref, 28)
+    assert starts == [0, 4, 12, 20] and ends == [4, 8, 16, 24]
+    assert admissions == [4, 5, 12, 13, 20, 21]
+    assert done == [(9, 6), (11, 7), (17, 6), (19, 7), (25, 6), (27, 7)]
+    assert waits == [0, 1, 2, 3]
+    # Between passes nothing is in the machine.
+    assert all(o["queued"] == o["in_service"] == o["in_flight"] == o["packets_in_router"] == 0
+               for o in obs[11:12] + obs[19:20])
+
+
+def test_streaming_with_one_chunk_in_flight():
+    """W = 1 limits admissions inside a pass as usual.  1 x 2 region (work 2), N = 2, Lw = 3.
+    c0..c2 wait; c3: loaded 1, pass 1's load starts (E = 6); chunk 0 admitted, runs 3, 4,
+    finishes 4 (latency 2).  c5: chunk 1 (A = 1 < D + W = 2), finishes 6.  c6: pass 1's load ends
+    (loaded 2); pass 2's needs pass 0 done (D = 2 at the end of c6): no.  c7: it starts (E = 10);
+    chunk 2 admitted (loaded 2 > 1), finishes 8; chunk 3 at 9, finishes 10.  c10: loaded 3; c11:
+    pass 3's load starts (E = 14), chunk 4 admitted...  Only c0..c2 wait.
+    """
+    ref = make_streaming(1, 2, ONE_REGION_1X2, 1, 2, 3)
+    starts, ends, admissions, done, waits, obs = stream_trace(ref, 16)
+    assert starts == [0, 3, 7, 11, 15] and ends == [3, 6, 10, 14]
+    assert admissions == [3, 5, 7, 9, 11, 13, 15]
+    assert done == [(4, 2), (6, 2), (8, 2), (10, 2), (12, 2), (14, 2)]
+    assert waits == [0, 1, 2]
+
+
+def test_streaming_absent_or_none_changes_nothing():
+    plain = make(1, 5, [region(0, 0, 1, 2, 2, next=1), region(0, 2, 1, 5, 1)], 3)
+    none = make(1, 5, [region(0, 0, 1, 2, 2, next=1), region(0, 2, 1, 5, 1)], 3,
+                pipeline={"regions": [region(0, 0, 1, 2, 2, next=1), region(0, 2, 1, 5, 1)],
+                          "chunks_in_flight": 3, "streaming": None})
+    a, b = plain.run(40), none.run(40)
+    assert a == b and plain.snapshot() == none.snapshot()
+    assert all(o["weight_wait"] == 0 for o in a)
+    assert plain.snapshot()["pipeline"]["streaming"] is None
+
+
+def test_streaming_turn_conserves_and_keeps_passes_apart():
+    """A band turn (TURN, one replica) on the tight machine, N = 4, Lw = 7, W = 3, 300 cycles.
+    Checked from outside each cycle: the chunks in flight (pending) all belong to one pass;
+    every admitted chunk's pass is loaded; at most two layers are held (loaded minus passes
+    finished, plus one while loading); weight_wait is exactly the rule D = A, A mod N = 0,
+    A div N >= loaded as at the start of the cycle after the load steps (reconstructed: the load
+    state before the cycle plus this cycle's end-of-load, if t >= E); and wait_cycles sums it.
+    The oracle's own conservation checks run every cycle too.  Visiting the PEs in reverse gives
+    the same run.
+    """
+    n_pass, lw = 4, 7
+    ref = make_streaming(4, 3, TURN, 3, n_pass, lw, **TIGHT)
+    rev = make_streaming(4, 3, TURN, 3, n_pass, lw, **TIGHT)
+    rev._visit_reversed = True
+    before = ref.snapshot()["pipeline"]
+    prev = {"loaded": 0, "loading": False, "load_end": 0}
+    total_wait = 0
+    for t in range(300):
+        o = ref.step()
+        assert o == rev.step()
+        pipe = ref.snapshot()["pipeline"]
+        st = pipe["streaming"]
+        A, D = pipe["admitted"][0], pipe["finished"][0]
+        assert all(c // n_pass == D // n_pass for (c, _a, _n) in pipe["pending"][0])
+        assert A == 0 or (A - 1) // n_pass < st["loaded"]
+        assert st["loaded"] - D // n_pass + (1 if st["loading"] else 0) <= 2
+        loaded = prev["loaded"] + (1 if prev["loading"] and t >= prev["load_end"] else 0)
+        A0, D0 = before["admitted"][0], before["finished"][0]
+        expect = int(D0 == A0 and A0 % n_pass == 0 and A0 // n_pass >= loaded)
+        assert o["weight_wait"] == expect, t
+        total_wait += o["weight_wait"]
+        assert st["wait_cycles"] == total_wait
+        before, prev = pipe, st
+    assert ref.snapshot() == rev.snapshot()
+    assert ref.snapshot()["pipeline"]["finished"][0] >= 3 * n_pass
+    assert lw <= total_wait < 300
+
+
+# ------------------------------------------------------------------------------------------------
 # Validation.
 # ------------------------------------------------------------------------------------------------
 
@@ -460,6 +700,34 @@ def test_invalid_pipeline_settings_are_rejected():
         make(1, 4, GOOD_1X4, 1, pipeline=None)
     with pytest.raises(ValueError, match="exactly the keys"):
         make(1, 4, GOOD_1X4, 1, pipeline={"regions": GOOD_1X4})
+
+
+@pytest.mark.parametrize("streaming, message", [
+    ({"chunks_per_pass": 0, "load_cycles": 1}, "chunks_per_pass"),
+    ({"chunks_per_pass": 1, "load_cycles": 0}, "load_cycles"),
+    ({"chunks_per_pass": True, "load_cycles": 1}, "chunks_per_pass"),
+    ({"chunks_per_pass": 2, "load_cycles": 1.5}, "load_cycles"),
+    ({"chunks_per_pass": 2}, "exactly the keys"),
+    ({"chunks_per_pass": 2, "load_cycles": 1, "bytes": 9}, "exactly the keys"),
+    ((2, 1), "exactly the keys"),
+])
+def test_invalid_streaming_settings_are_rejected(streaming, message):
+    make_streaming(1, 4, GOOD_1X4, 1, 1, 1)        # the smallest good values are accepted
+    with pytest.raises(ValueError, match=message):
+        make(1, 4, GOOD_1X4, 1, pipeline={"regions": GOOD_1X4, "chunks_in_flight": 1,
+                                           "streaming": streaming})
+
+
+def test_streaming_needs_exactly_one_replica():
+    """Two one-region replicas (ids 0 and 1) on a 1 x 4 grid: valid without streaming, refused
+    with it; likewise TWO_REPLICAS."""
+    two = [region(0, 0, 1, 2, 1, replica=0), region(0, 2, 1, 4, 1, replica=1)]
+    make(1, 4, two, 2)
+    with pytest.raises(ValueError, match="exactly one replica"):
+        make_streaming(1, 4, two, 2, 3, 5)
+    make(5, 5, TWO_REPLICAS, 2)
+    with pytest.raises(ValueError, match="exactly one replica"):
+        make_streaming(5, 5, TWO_REPLICAS, 2, 3, 5)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -553,4 +821,5 @@ def test_other_workloads_report_zero_chunks_and_no_pipeline_snapshot():
     obs = ref.run(20)
     assert sum(o["injected"] for o in obs) > 0
     assert all(o["chunks_finished"] == 0 and o["chunk_latency_sum"] == 0 for o in obs)
+    assert all(o["weight_wait"] == 0 for o in obs)
     assert ref.snapshot()["pipeline"] is None

@@ -548,7 +548,8 @@ def test_every_parameter_is_well_formed_and_its_default_is_valid():
         if p.applies_when is not None:
             key, values = p.applies_when
             other = param(*key.split("."))
-            assert set(values) <= set(other.choices)
+            allowed = (True, False) if other.type == "bool" else other.choices
+            assert set(values) <= set(allowed)
     # Defaults alone must make a valid scenario.
     scenario_from_dict({})
 

@@ -199,6 +199,42 @@ Dataflow (the ``layer_pipeline`` workload, ``pipeline`` not None):
    refused in pipeline mode.
 42. Start's extra condition (an empty output stage) applies in pipeline mode only; a traffic
    source queue never blocks Start.
+
+Weight streaming (docs/mesh.md "Weight streaming", ``pipeline["streaming"]`` not None):
+
+43. ``pipeline["streaming"] = {"chunks_per_pass": N, "load_cycles": Lw}`` (exactly these keys,
+   integers in 1..2^62); absent or None: no weight streaming, nothing changes.  The oracle takes N
+   and Lw as given: N = batch x seq_len / tokens_per_chunk and Lw = max(1, ceil(layer weight
+   bytes x clock_ghz / weight_bandwidth_gbps)) are the set-up's business, and every layer takes
+   the same Lw (the kernel sees one value; layer q mod n_layers matters for nothing else here).
+   Streaming needs exactly one replica (ValueError otherwise).  That the regions cover the whole
+   grid ("one layer's kernels over the whole grid") is description, not checked.
+44. The two-layer buffer.  docs/mesh.md says both "the load for pass q may start only once pass
+   q - 2 has finished" (the PEs hold two layers' weights) and, in step 2, "if no load is under
+   way and loaded <= D div N".  These disagree by one: pass q - 2 has finished iff D div N >=
+   q - 1, i.e. loaded <= D div N + 1 for q = loaded, whereas loaded <= D div N means pass q - 1
+   has finished (one buffer: no load would ever overlap a pass's compute).  The oracle follows
+   the prose (and the two-buffer design): the load for pass ``loaded`` starts when no load is
+   under way and ``loaded < D div N + WEIGHT_BUFFERS`` with WEIGHT_BUFFERS = 2; setting it to 1
+   gives the step-2 formula as printed.
+45. The load steps run at the start of cycle t, in step(), before Admit and before any PE's
+   cycle, in the written order: a load that ends at t (t >= E; it always ends exactly at E) lets
+   the next load start in the same cycle t, so loads can run back to back (E, E + Lw, ...).  They
+   read D as at the end of cycle t - 1 (Finish of cycle t comes later), so a pass that finishes
+   at t lets the load it unblocks start at t + 1 at the earliest, like Admit's use of D.
+46. Admit, streaming: the usual conditions (A < D + W, the first region took all A chunks), and
+   when A mod N = 0 also D = A and A div N < loaded; the other chunks of a pass are admitted as
+   usual.  So the passes never overlap in the pipeline: all chunks D..A-1 belong to one pass.
+47. ``weight_wait`` (per-cycle observable, every workload; 0 without streaming) is 1 iff D = A,
+   A mod N = 0 and A div N >= loaded, evaluated after the load steps and before Admit of the
+   cycle (when it is 1 Admit cannot admit, so evaluating it after Admit would give the same
+   value).  Cycle 0 waits (the first load has just started), so the first pass alone waits Lw
+   cycles.  Cycles where the next pass waits only for the previous one to finish (D < A) do not
+   count.
+48. snapshot()["pipeline"]["streaming"] is None without streaming, else {"loaded", "loading",
+   "load_end" (E of the load under way, or of the last that ended; 0 before any), "wait_cycles"
+   (total of weight_wait so far)}, as at the end of the cycle: a load whose E is the next cycle
+   is still "loading" there.
 """
 
 import math
@@ -218,6 +254,9 @@ STREAM_DESTINATION = 2
 STREAM_MIGRATION = 3
 
 PATTERNS = ("uniform", "transpose", "bit_complement", "neighbor", "hotspot")
+
+# Weight streaming: the PEs hold this many layers' weights (choice 44).
+WEIGHT_BUFFERS = 2
 
 
 # ----------------------------------------------------------------------------------------------
@@ -357,6 +396,18 @@ class _Replica:
         self.pending = deque()
 
 
+class _WeightStream:
+    """Weight-streaming state of the (single) replica (docs/mesh.md "Weight streaming")."""
+
+    def __init__(self, chunks_per_pass, load_cycles):
+        self.N = chunks_per_pass        # chunks per pass
+        self.Lw = load_cycles           # cycles to stream in one layer's weights
+        self.loaded = 0                 # passes whose weights are in
+        self.loading = False            # a load under way
+        self.load_end = 0               # E of the load under way, or of the last that ended
+        self.wait_cycles = 0            # cycles counted as waiting for weights
+
+
 def _check_range(name, value, low, high):
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise ValueError("%s = %r: must be an integer in %d..%d" % (name, value, low, high))
@@ -484,6 +535,7 @@ class MeshReference:
         self.output_index = [None] * self.n_pe  # output index of an output-edge PE, else None
         self.feeds = [[] for _ in range(self.n_pe)]     # (row, col) of the fed PEs, in order
         self.replicas = []          # _Replica objects in increasing replica id
+        self.stream = None          # _WeightStream with weight streaming, else None
         if self.pipeline_mode:
             self._setup_pipeline(pipeline)
 
@@ -492,9 +544,10 @@ class MeshReference:
 
     def _setup_pipeline(self, pipeline):
         """Read and check the region table; compute edges, next PEs, feeds and replicas."""
-        if not isinstance(pipeline, dict) or set(pipeline) != {"regions", "chunks_in_flight"}:
+        if (not isinstance(pipeline, dict)
+                or set(pipeline) - {"streaming"} != {"regions", "chunks_in_flight"}):
             raise ValueError("pipeline must be a dict with exactly the keys 'regions' and "
-                             "'chunks_in_flight'")
+                             "'chunks_in_flight', and optionally 'streaming'")
         _check_range("chunks_in_flight", pipeline["chunks_in_flight"], 1, 1_048_576)
         self.W = pipeline["chunks_in_flight"]
         table = list(pipeline["regions"])
@@ -603,6 +656,19 @@ class MeshReference:
             self.replicas.append(_Replica(replica_id, first, last,
                                           list(self.regions[first]["pes"]),
                                           list(self.regions[last]["output_edge"])))
+        # Weight streaming (choices 43-48): one replica only.
+        streaming = pipeline.get("streaming")
+        if streaming is not None:
+            if not isinstance(streaming, dict) or set(streaming) != {"chunks_per_pass",
+                                                                     "load_cycles"}:
+                raise ValueError("pipeline streaming must be None or a dict with exactly the "
+                                 "keys 'chunks_per_pass' and 'load_cycles', got %r" % (streaming,))
+            _check_range("streaming chunks_per_pass", streaming["chunks_per_pass"], 1, 1 << 62)
+            _check_range("streaming load_cycles", streaming["load_cycles"], 1, 1 << 62)
+            if len(self.replicas) != 1:
+                raise ValueError("weight streaming needs exactly one replica, not %d"
+                                 % len(self.replicas))
+            self.stream = _WeightStream(streaming["chunks_per_pass"], streaming["load_cycles"])
         replica_index = {rep.replica_id: i for i, rep in enumerate(self.replicas)}
         for region in self.regions:
             region["replica_index"] = replica_index[region["replica"]]
@@ -774,7 +840,9 @@ class MeshReference:
                "measured_latency_sum": 0,
                "measured_latency_sq_sum": 0, "measured_latency_max": 0,
                "measured_injected": 0, "measured_source_wait_sum": 0, "measured_hops_sum": 0,
-               "chunks_finished": 0, "chunk_latency_sum": 0}
+               "chunks_finished": 0, "chunk_latency_sum": 0, "weight_wait": 0}
+        if self.stream is not None:
+            obs["weight_wait"] = self._stream_weights(t)
         if self.pipeline_mode:
             self._admit(t)
         order = range(self.n_pe - 1, -1, -1) if self._visit_reversed else range(self.n_pe)
@@ -803,10 +871,35 @@ class MeshReference:
         self._check_conservation(obs)
         return obs
 
+    def _stream_weights(self, t):
+        """Weight streaming at the start of cycle t, before Admit (choices 44-47): end the load
+        under way if t >= E, then start the next if no load is under way and the buffer it needs
+        is free.  Returns 1 if the cycle waits for weights, else 0."""
+        stream = self.stream
+        rep = self.replicas[0]
+        if stream.loading and t >= stream.load_end:
+            stream.loading = False
+            stream.loaded += 1
+        # The load for pass q = loaded needs pass q - WEIGHT_BUFFERS finished: D div N passes are.
+        if not stream.loading and stream.loaded < rep.finished // stream.N + WEIGHT_BUFFERS:
+            stream.loading = True
+            stream.load_end = t + stream.Lw
+        A, D = rep.admitted, rep.finished
+        if D == A and A % stream.N == 0 and A // stream.N >= stream.loaded:
+            stream.wait_cycles += 1
+            return 1
+        return 0
+
     def _admit(self, t):
         """Admit (before step 1, once per replica): at most one chunk, if A < D + W and every PE
-        of the first region had taken all A chunks by the end of cycle t - 1."""
+        of the first region had taken all A chunks by the end of cycle t - 1; with weight
+        streaming, the first chunk of a pass also needs D = A and its pass's weights loaded."""
+        stream = self.stream
         for rep in self.replicas:
+            A, D = rep.admitted, rep.finished
+            if (stream is not None and A % stream.N == 0
+                    and not (D == A and A // stream.N < stream.loaded)):
+                continue
             if rep.admitted < rep.finished + self.W and rep.took == len(rep.first_pes):
                 rep.pending.append([rep.admitted, t, 0])
                 rep.admitted += 1
@@ -1158,6 +1251,8 @@ class MeshReference:
                 raise AssertionError("cycle %d: replica %d took = %d is not the count of PEs "
                                      "that have taken all %d chunks" % (cycle, rep.replica_id,
                                                                         rep.took, A))
+        if self.stream is not None:
+            self._check_stream(cycle)
         for u, pe in enumerate(self.pes):
             g = self.region_of[u]
             if g is None:
@@ -1211,6 +1306,30 @@ class MeshReference:
                                      "with A = %d" % (cycle, v, self.pes[v].packets_delivered,
                                                       count, A))
 
+    def _check_stream(self, cycle):
+        """Invariants of weight streaming at the end of a cycle."""
+        stream, rep = self.stream, self.replicas[0]
+        A, D, N = rep.admitted, rep.finished, self.stream.N
+        passes_done = D // N
+        # Every admitted chunk's pass has its weights in, and the pending chunks are one pass's.
+        if A and (A - 1) // N >= stream.loaded:
+            raise AssertionError("cycle %d: chunk %d admitted with %d passes loaded"
+                                 % (cycle, A - 1, stream.loaded))
+        if A > D and (A - 1) // N != D // N:
+            raise AssertionError("cycle %d: chunks %d..%d in flight span two passes"
+                                 % (cycle, D, A - 1))
+        # At most WEIGHT_BUFFERS layers held: those loaded for passes not yet finished, plus
+        # the one loading.
+        held = stream.loaded - passes_done + (1 if stream.loading else 0)
+        if stream.loaded < passes_done or held > WEIGHT_BUFFERS:
+            raise AssertionError("cycle %d: loaded %d, loading %s, passes finished %d"
+                                 % (cycle, stream.loaded, stream.loading, passes_done))
+        if stream.loading and not cycle < stream.load_end <= cycle + stream.Lw:
+            raise AssertionError("cycle %d: load under way ends at %d, Lw = %d"
+                                 % (cycle, stream.load_end, stream.Lw))
+        if stream.wait_cycles > self.cycle:
+            raise AssertionError("cycle %d: %d waiting cycles" % (cycle, stream.wait_cycles))
+
     # --- driving and inspection ----------------------------------------------------------------
 
     def run(self, cycles):
@@ -1247,6 +1366,12 @@ class MeshReference:
                 "finished": [rep.finished for rep in self.replicas],
                 "took": [rep.took for rep in self.replicas],
                 "pending": [[tuple(entry) for entry in rep.pending] for rep in self.replicas],
+                "streaming": None if self.stream is None else {
+                    "loaded": self.stream.loaded,
+                    "loading": self.stream.loading,
+                    "load_end": self.stream.load_end,
+                    "wait_cycles": self.stream.wait_cycles,
+                },
             },
         }
 
