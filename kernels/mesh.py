@@ -472,6 +472,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
 
             # Send counts of this cycle are loaded only when something is sent (steps 1, 2, 4).
             sent_loaded = False
+            eject_now = 0  # layer_pipeline: packets delivered early this cycle (see below)
 
             # 1. Receive and route, rotating priority over input ports (the slow path only where
             # the row pass above found something waiting). A port stops at its first message that
@@ -511,7 +512,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             # Packets cut through on o this cycle would still be in its queue until
                             # Send: they count towards its capacity (before Send, every send on o
                             # this cycle is a cut-through).
-                            if n_o + (sent_now[o] if sent_loaded and o < 4 else 0) >= qo:
+                            # Packets delivered early this cycle count towards the ejection queue likewise.
+                            if n_o + (sent_now[o] if sent_loaded and o < 4 else 0) + (eject_now if o == 4 else 0) >= qo:
                                 break
                             if is_lp and o == 4:
                                 rn, cn = _next_pe(lp_reg, lp_g[r, c], r, c)
@@ -530,6 +532,26 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                                     tot_pkt_offered[r, c] += 1
                                     meas_injected += 1
                                     meas_hops += 1
+                                if n_o == 0 and eject_now < bw and qlen < cap:
+                                    # Early delivery: the packet would be among the first the Send
+                                    # stage delivers, and nothing changes the task queue before it.
+                                    q_work[qlen, r, c] = lp_reg[lp_g[r, c], REG_WORK]
+                                    q_birth[qlen, r, c] = t
+                                    q_hops[qlen, r, c] = 0
+                                    qlen += 1
+                                    injected += 1
+                                    tot_injected[r, c] += 1
+                                    pk_delivered += 1
+                                    tot_pkt_delivered[r, c] += 1
+                                    lat = t - np.int64(m & U32)
+                                    meas_delivered += 1
+                                    meas_lat_sum += lat
+                                    meas_lat_sq += lat * lat
+                                    if lat > meas_lat_max:
+                                        meas_lat_max = lat
+                                    eject_now += 1
+                                    take += 1
+                                    continue
                             if n_o == 0 and o < 4:
                                 # Cut-through: into an empty queue whose link has room, the packet
                                 # would be the first the Send stage sends; send it now instead.
@@ -693,7 +715,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         _send(link, r, c, o, oq[r, c, o, 0], sent_new, sent_now, wrap, kbuf, link_total)
                         link_sent += 1
                         _pop_front(oq, oq_len, r, c, o)
-                for _ in range(bw):
+                for _ in range(bw - eject_now):
                     if oq_len[r, c, 4] == 0:
                         break
                     m = oq[r, c, 4, 0]
@@ -822,8 +844,6 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         n_ev = done_ev[0] + 1
                         done_ev[n_ev] = (np.int64(tot_completed[r, c]) - 1) * n_rep + lp_reg[g, REG_REPLICA]
                         done_ev[0] = n_ev
-            if is_lp:
-                pk_in_source += out_left[r, c]
             in_service += np.int64(rem > 0)
             s_rem[r, c] = rem
 
@@ -983,6 +1003,8 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
                     series[i, S_CHUNK_LATENCY_SUM] += t + 1 - lp_admit_t[p, w]
                     lp_fin[p] += 1
             series[i, S_WEIGHT_WAIT] = waiting
+            # Output stages hold every packet offered and not yet injected (copies are both at once).
+            series[i, S_PKT_IN_SOURCE] = lp_ctl[CTL_IN_SOURCE] + series[i, S_PKT_OFFERED] - series[i, S_PKT_INJECTED]
             lp_ctl[CTL_IN_ROUTER] = series[i, S_PKT_IN_ROUTER]
             lp_ctl[CTL_IN_SOURCE] = series[i, S_PKT_IN_SOURCE]
         for q in range(depth_series.shape[1]):

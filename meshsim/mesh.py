@@ -218,6 +218,12 @@ class MeshSim:
         if counted != int(self.cum[3]):
             raise RuntimeError(f"in-flight messages: links hold {counted}, the running count says {int(self.cum[3])} "
                                f"after cycle {self.cycle - 1}: this is a bug in meshsim")
+        if self.inputs.pipeline is not None:
+            staged = int(self.state.out_left.sum(dtype=np.int64))
+            running = int(self.state.lp_ctl[K.CTL_IN_SOURCE])
+            if staged != running:
+                raise RuntimeError(f"output stages hold {staged} packets, the running count says {running} after "
+                                   f"cycle {self.cycle - 1}: this is a bug in meshsim")
 
     def unoffered_events(self, cycles: int) -> int:
         """Trace events a run of `cycles` cycles does not offer (cycle outside [0, cycles))."""

@@ -45,6 +45,9 @@ CASES = {
     "streaming_compute_bound": dict(rows=6, cols=12, workload__weight_streaming=True, workload__n_layers=4,
                                     workload__tokens_per_chunk=4, workload__weight_bandwidth_gbps=3000.0,
                                     workload__chunks_in_flight=3),
+    # Two messages a cycle into one-packet router queues and two-task queues: arrivals bunch up.
+    "wide_links_tight": dict(machine__link_messages_per_cycle=2, machine__link_buffer_messages=4,
+                             machine__router_queue_packets=1, machine__queue_capacity=2),
     "wide_links": dict(machine__link_messages_per_cycle=2, machine__link_buffer_messages=4,
                        machine__credit_delay_cycles=2),
     "three_layers_uneven": dict(rows=11, cols=13, workload__n_layers=3, workload__tokens_per_chunk=2),
