@@ -151,6 +151,29 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     log(f"routed traffic, uniform at {rate:.5f} packets/PE/cycle (half the channel-load bound), all cores: "
         f"{n * timed / dt / 1e6:.1f} million PE-cycles/s ({timed} cycles after {fill} to fill the network)")
 
+    # The layer pipeline: GPT-2 small over the whole fabric from an empty wafer (the first token
+    # needs about 10,500 cycles to cross it, so the fill is what a short run spends its time on).
+    from pathlib import Path
+
+    gpt2 = Path(__file__).resolve().parent.parent / "scenarios" / "wse2_gpt2_small.toml"
+    if gpt2.is_file():
+        from .scenario import load_scenario
+
+        over = [("machine.rows", 128), ("machine.cols", 128), ("workload.n_layers", 2)] if quick else []
+        ps = load_scenario(gpt2, overrides=over)
+        pn = ps.get("machine", "rows") * ps.get("machine", "cols")
+        psim = MeshSim(build_inputs(ps), 1000)
+        psim.advance(10)
+        t = time.perf_counter()
+        psim.advance(1000)
+        psim.advance(1000)
+        dt = time.perf_counter() - t
+        busy = float(psim.series[:1000, 0].mean()) / pn
+        fig["pipeline_pe_cycles_per_second_all_cores"] = pn * 2000 / dt
+        fig["pipeline_busy_fraction_at_2000_cycles"] = busy
+        log(f"layer pipeline, GPT-2 small from an empty wafer, all cores: {pn * 2000 / dt / 1e6:.1f} million "
+            f"PE-cycles/s over its first 2,000 cycles ({busy:.2f} of the PEs busy by then)")
+
     # The plain reference on a small grid, for the ratio.
     rs = scenario_from_dict(_scenario(True))
     rows, cols, ref_cycles = 8, 8, 40
