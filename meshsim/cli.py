@@ -35,6 +35,10 @@ def _cmd_validate(args) -> int:
         from .trace import load_trace
 
         load_trace(sc.trace_path, sc.get("machine", "rows"), sc.get("machine", "cols"))  # its problems too
+    if sc.get("workload", "type") == "layer_pipeline":
+        from .pipeline import build
+
+        build(sc)  # placement, task lengths and weights: what a run would refuse
     m = sc.values["machine"]
     print(f"{args.scenario}: valid ({sc.get('machine', 'type')} {m['rows']} x {m['cols']}, "
           f"{sc.get('workload', 'type')} workload, migration {sc.get('migration', 'policy')}, "

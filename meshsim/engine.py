@@ -393,9 +393,10 @@ def _pipeline_summary(sim, totals: _Totals, scenario, regions) -> dict:
             "steps_finished": finished // pipe.chunks_per_pass // pipe.n_layers,
             "pass_cycles_steady": pass_cycles,
         }
-        finished_samples = finished // pipe.chunks_per_pass // pipe.n_layers * batch
+        # Samples are done a step (n_layers passes of the batch) at a time; counted in fractions.
+        finished_samples = finished / pipe.chunks_per_pass / pipe.n_layers * batch
     else:
-        finished_samples = finished // per_sample
+        finished_samples = int((st.lp_fin // per_sample).sum())  # whole samples, replica by replica
     return {
         "pipeline_regions": pipe.n_regions,
         "pipeline_replicas": pipe.n_replicas,
@@ -407,7 +408,7 @@ def _pipeline_summary(sim, totals: _Totals, scenario, regions) -> dict:
         "chunks_finished": finished,
         "samples_finished": finished_samples,
         "chunk_latency_mean_cycles": t["chunk_latency_sum"] / finished if finished else float("nan"),
-        "first_chunk_finish_cycle": totals.first_finish,
+        "first_chunk_finish_cycle": totals.first_finish if totals.first_finish >= 0 else float("nan"),
         "chunks_per_cycle_steady": steady_rate,
         "samples_per_second_steady": samples_steady,
         "samples_per_second": finished_samples / (cycles / clock) if cycles else float("nan"),

@@ -65,7 +65,7 @@ PIPELINE_SERIES = {
     "chunks_finished": (K.S_CHUNKS_FINISHED, "chunks", "chunks that left the last region of their pipeline"),
     "chunk_latency_sum": (K.S_CHUNK_LATENCY_SUM, "cycles",
                           "sum of the latencies (finish minus admission) of the chunks finished in the cycle"),
-    "weight_wait": (K.S_WEIGHT_WAIT, "cycles", "1 if the wafer waited for weights in the cycle (weight streaming)"),
+    "weight_wait": (K.S_WEIGHT_WAIT, "1", "1 if the wafer waited for weights in the cycle (weight streaming)"),
 }
 
 # name -> (dtype, units, description) of the per-unit totals.
@@ -299,8 +299,10 @@ class ResultWriter:
         g.attrs["chunks_per_sample"] = pipe.chunks_per_sample
         g.attrs["pe_flops_per_cycle"] = pe_flops_per_cycle
         t = pipe.table
-        per_kernel = {k.name: k for k in pipe.kernels}
-        kernel = [per_kernel[n] for n in pipe.names]
+        # Regions are listed replica by replica, each replica's in the kernels' order.
+        kernel = [pipe.kernels[i % len(pipe.kernels)] for i in range(pipe.n_regions)]
+        scale = self._scale(g, "pipeline_region", np.arange(pipe.n_regions, dtype=np.int32), "1",
+                            "region index (the regions group adds idle PEs as a last region when there are any)")
         columns = {
             "row0": (t[:, K.REG_ROW0], "PE", "first row of the region"),
             "col0": (t[:, K.REG_COL0], "PE", "first column of the region"),
@@ -320,7 +322,7 @@ class ResultWriter:
         for name, (data, units, desc) in columns.items():
             ds = g.create_dataset(name, data=np.asarray(data, np.int64), chunks=True, **self.comp)
             _describe(ds, units, desc)
-            ds.dims[0].attach_scale(self.region)
+            ds.dims[0].attach_scale(scale)
 
     def write_totals(self, units: dict, latency_hist: np.ndarray, latency: dict) -> None:
         """Per-PE totals and the latency histogram, replacing any written before."""

@@ -157,7 +157,7 @@ def build(sc) -> Pipeline:
         work = math.ceil(k.flops * chunk_share / (n * rate))
         if work > MAX_WORK:
             too_long.append((g.name, work))
-        if buffers * k.weight_bytes > n * sram:
+        if buffers * k.weight_bytes > n * sram and g.replica == 0:  # (the replicas are copies)
             no_fit.append((g.name, buffers * k.weight_bytes, n * sram))
         last = i + 1 == n_reg or regions[i + 1].replica != g.replica
         first = i == 0 or regions[i - 1].replica != g.replica
@@ -181,17 +181,21 @@ def build(sc) -> Pipeline:
             f"{m['sram_kib']}), but region {name} needs {need_b:,} bytes and its PEs hold {have:,}; use a larger "
             "machine.sram_kib or a smaller model")
     if no_fit:
-        total = sum(k.weight_bytes for g in groups for k in g)
+        reps = wl["replicas"]
+        total = reps * sum(k.weight_bytes for g in groups for k in g)
         worst = sorted(no_fit, key=lambda x: x[2] / x[1])[:3]
         listed = "; ".join(f"{name} needs {need_b:,} bytes, its PEs hold {have:,}" for name, need_b, have in worst)
         raise InputError(
             f"workload: the weights do not fit the PEs' SRAM (machine.sram_kib = {m['sram_kib']}) in "
-            f"{len(no_fit)} of {n_reg} regions ({listed}); the model's weights are {total:,} bytes for "
+            f"{len(no_fit)} of the {n_reg // reps} regions of a replica ({listed}); the weights of {reps} "
+            f"replica(s) are {total:,} bytes for "
             f"{rows * cols * sram:,} bytes of SRAM on the grid. Layer-pipelined execution keeps every weight on "
             "the wafer: use a smaller model (workload.hidden_size, workload.n_layers), fewer "
             "workload.replicas or a larger grid, or stream the weights in layer by layer "
             "(workload.weight_streaming = true)")
     kernels_one = [by_name[g.name] for g in regions if g.replica == 0]
+    # Region names: the kernel's, prefixed by the replica when there are several.
+    names = [g.name if wl["replicas"] == 1 else f"r{g.replica}/{g.name}" for g in regions]
     stream = {}
     if streaming:
         layer_bytes = sum(k.weight_bytes for k in groups[0])
@@ -200,5 +204,5 @@ def build(sc) -> Pipeline:
                       layer_weight_bytes=layer_bytes, n_layers=model.n_layers)
     return Pipeline(table=table, replica_ends=replica_ends, region_of=region_of,
                     chunks_in_flight=wl["chunks_in_flight"], tokens_per_chunk=tpc,
-                    chunks_per_sample=model.seq_len // tpc, names=[g.name for g in regions], kernels=kernels_one,
+                    chunks_per_sample=model.seq_len // tpc, names=names, kernels=kernels_one,
                     idle_pes=placement.idle_pes, quantisation=placement.quantisation(), **stream)

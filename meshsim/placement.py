@@ -101,10 +101,15 @@ def place(groups, rows: int, cols: int, replicas: int = 1) -> Placement:
     band = cols // replicas if replicas >= 1 else 0
     widest = max(len(g) for g in groups)
     if replicas < 1 or rows < len(groups) or band < widest:
-        raise InputError(
-            f"machine.rows x machine.cols = {rows} x {cols} with {replicas} replica(s): {len(groups)} layer bands "
-            f"need at least {len(groups)} rows and {widest} operators side by side need at least {widest} columns "
-            f"per replica (each replica has {band}); use fewer replicas or layers, or a larger grid")
+        wrong = []
+        if rows < len(groups):
+            wrong.append(f"machine.rows = {rows}: the {len(groups)} layer bands (workload.n_layers, twice that with "
+                         f"workload.training) need at least {len(groups)} rows")
+        if band < widest:
+            wrong.append(f"machine.cols = {cols}: {replicas} replica(s) (workload.replicas) of {widest} kernels side "
+                         f"by side need at least {widest * replicas} columns")
+        raise InputError("; ".join(wrong) + "; use a larger grid, fewer layers or replicas, or "
+                         "workload.fuse_elementwise = true (fewer kernels)")
     heights = split(rows, [sum(f for _, f in g) for g in groups])
     regions = []
     for rep in range(replicas):

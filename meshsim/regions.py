@@ -60,7 +60,7 @@ def layers_of(pipeline) -> Regions:
     names, index = [], {}
     per_region = []
     for name in pipeline.names:
-        head, _, rest = name.partition(".")
+        head, _, rest = name.split("/")[-1].partition(".")
         layer = head + (".backward" if rest.endswith(".backward") else "")
         if layer not in index:
             index[layer] = len(names)

@@ -59,7 +59,7 @@ class MeshState(NamedTuple):
     out_birth: np.ndarray  # int32[R, C] their birth cycle
     lp_adm: np.ndarray  # int64[P] chunks admitted per replica
     lp_fin: np.ndarray  # int64[P] chunks finished per replica
-    lp_done: np.ndarray  # int64[P, W] east-edge PEs of the last region that completed chunk c, at c mod W
+    lp_done: np.ndarray  # int64[P, W] output-edge PEs of the last region that completed chunk c, at c mod W
     lp_admit_t: np.ndarray  # int64[P, W] admission cycle of chunk c, at c mod W
     lp_took: np.ndarray  # int64[P] PEs of the first region that have taken every chunk admitted
     lp_ctl: np.ndarray  # int64[N_CTL] control words, kernels.mesh.CTL_* (weight streaming, fast-forward)
@@ -128,6 +128,10 @@ def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_message
         a["lp_g"][...] = pipeline.region_of
         a["lp_reg"][...] = pipeline.table
         a["lp_rep"][...] = pipeline.replica_ends
+        last = pipeline.table[pipeline.replica_ends[:, 1]]
+        if (last[:, K.REG_OUTPUT] != K.OUTPUT_SIDE).any():
+            # The kernel's buffer of finishing events holds one output-edge PE per row and replica.
+            raise ValueError("the last region of a pipeline must send from its side, not its bottom row")
         # Before the first admission every PE of a first region has taken all (none) of the chunks.
         first = pipeline.table[pipeline.replica_ends[:, 0]]
         a["lp_took"][...] = first[:, K.REG_WIDTH] * first[:, K.REG_HEIGHT]

@@ -85,7 +85,7 @@ def test_report_of_a_file_that_is_not_a_result_exits_2(work):
 
 
 def test_validate_accepts_the_shipped_scenarios(work):
-    for name in ("smoke.toml", "wse2_uniform.toml", "wse2_hotspot.toml"):
+    for name in sorted(p.name for p in (ROOT / "scenarios").glob("*.toml")):
         p = meshsim("validate", ROOT / "scenarios" / name, cwd=work)
         assert p.returncode == 0, p.stderr
         assert "valid" in p.stdout
@@ -184,6 +184,14 @@ def test_validate_reads_the_trace_too(work):
     (work / "tr.toml").write_text('[machine]\nrows = 4\ncols = 4\n[workload]\ntype = "trace"\ntrace_file = "t.csv"\n')
     p = meshsim("validate", "tr.toml", cwd=work)
     assert p.returncode == 2 and "line 3" in p.stderr and "99" in p.stderr
+
+
+def test_validate_places_a_pipeline_as_a_run_would(work):
+    (work / "p.toml").write_text('[machine]\nrows = 4\ncols = 4\n[migration]\npolicy = "none"\n'
+                                 '[workload]\ntype = "layer_pipeline"\n')
+    p = meshsim("validate", "p.toml", cwd=work)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "machine.rows = 4: the 12 layer bands" in p.stderr and "need at least 6 columns" in p.stderr
 
 
 def test_run_echoes_the_scenario_text_into_the_result(work):

@@ -71,9 +71,11 @@ def test_operators_of_a_layer_share_its_band_in_pipeline_order():
 
 def test_a_grid_too_small_for_the_operators_is_an_input_error():
     ops = operators(Model(hidden_size=64, n_layers=4, n_heads=4, seq_len=32, batch=2))
-    with pytest.raises(InputError, match=r"4 layer bands need at least 4 rows and 11 operators side by side need "
-                                         r"at least 11 columns per replica \(each replica has 5\)"):
+    with pytest.raises(InputError, match=r"^machine.cols = 10: 2 replica\(s\) \(workload.replicas\) of 11 kernels "
+                                         r"side by side need at least 22 columns; use a larger grid"):
         place(transformer_groups(ops), 8, 10, replicas=2)
+    with pytest.raises(InputError, match=r"^machine.rows = 3: the 4 layer bands .* need at least 4 rows; use"):
+        place(transformer_groups(ops), 3, 30)
 
 
 def test_weights_that_overflow_their_region_are_named():
