@@ -742,8 +742,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             meas_lat_max = lat
                         if is_traffic:  # (layer_pipeline: the histogram is of task latencies)
                             lhist[min(lat, n_bins - 1)] += 1
-            if routed:
-                # The sum of the five length bytes (each <= 48, so the sum fits in the top byte).
+                # The sum of the five length bytes (each <= 48, so the sum fits in the top byte);
+                # queues that were empty before Send are still empty.
                 pk_in_router += np.int64((oq_len64[r, c] * BYTE_SUM) >> np.uint64(56))
 
             # 3. Start service (layer_pipeline: only once the last output has left).
