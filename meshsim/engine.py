@@ -120,6 +120,8 @@ class _Totals:
         # Weight streaming: the cycles at whose end a pass's last chunk finished.
         self.per_pass = 0
         self.pass_ends = []
+        # layer_pipeline: (cycle, per-PE busy cycles) where the steady state was taken to start.
+        self.steady_start = None
         self.latency_max = 0
         self.measured_latency_max = 0
         self.latency_hist = np.zeros(bins, np.int64)
@@ -260,6 +262,9 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
                         timing["kernel"] += dt
                     t_out = time.perf_counter()
                     record(n)
+                    if pipe is not None and totals.first_finish >= 0 and totals.steady_start is None:
+                        # The steady state starts at the first stop after the first chunk finished.
+                        totals.steady_start = (sim.cycle, busy_cycles(sim.state))
                     done = sim.cycle
                     if frame_every and done % frame_every == 0:
                         writer.append_frame(done - 1, sim.state.q_len, sim.state.s_rem > 0)
@@ -376,6 +381,14 @@ def _pipeline_summary(sim, totals: _Totals, scenario, regions) -> dict:
                                 t["measured_latency_sq_sum"], totals.measured_latency_max)
     batch = scenario.get("workload", "batch")
     samples_steady = steady_rate * clock / per_sample
+    # Load balance over the steady state alone (from the first stop after the first chunk finished).
+    li_steady = util_steady = float("nan")
+    steady_from = float("nan")
+    if totals.steady_start is not None and cycles > totals.steady_start[0]:
+        steady_from, busy0 = totals.steady_start
+        part = (busy - busy0)[active]
+        li_steady = metrics.load_balance(part)["li"]
+        util_steady = metrics.utilization(int(part.sum()), int(active.sum()), cycles - steady_from)
     streaming = {}
     if pipe.streaming:
         # A sample is done after every layer's pass; a step is n_layers passes of the batch.
@@ -405,6 +418,9 @@ def _pipeline_summary(sim, totals: _Totals, scenario, regions) -> dict:
         "active_fraction": float(active.mean()),
         "li_active": lb["li"],
         "utilization_active": metrics.utilization(int(busy[active].sum()), int(active.sum()), cycles),
+        "steady_from_cycle": steady_from,
+        "li_active_steady": li_steady,
+        "utilization_active_steady": util_steady,
         "chunks_finished": finished,
         "samples_finished": finished_samples,
         "chunk_latency_mean_cycles": t["chunk_latency_sum"] / finished if finished else float("nan"),

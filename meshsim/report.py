@@ -177,6 +177,9 @@ def _pipeline_lines(s: dict) -> list:
           if s.get("weight_streaming") else []),
         f"LI            {_f(s['li_active'])} over the active PEs ({_f(s['li'])} over all); utilisation "
         f"{_f(s['utilization_active'])} of the active PEs",
+        f"steady state  from cycle {_f(s.get('steady_from_cycle', math.nan))}: "
+        f"LI {_f(s.get('li_active_steady', math.nan))}, "
+        f"utilisation {_f(s.get('utilization_active_steady', math.nan))} of the active PEs",
         f"bottleneck    {s['bottleneck_region']} (utilisation {_f(s['bottleneck_utilization'], 3)}; the least "
         f"busy region {_f(s['region_utilization_min'], 3)})",
         f"tasks         latency mean {_f(s['latency_mean_cycles'])}, p99 {_f(s['latency_p99_cycles'])} cycles; "

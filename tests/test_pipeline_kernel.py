@@ -168,6 +168,9 @@ def test_a_run_writes_regions_layers_and_the_pipeline_figures(tmp_path):
     assert s["active_pes"] == 140 and s["inactive_pes"] == 0
     # Steady state: after the first chunk, at most one chunk per cycle of the slowest region's work.
     assert 0 < s["chunks_per_cycle_steady"] <= 1 / table["work_cycles"].max() + 1e-9
+    # Its load balance is taken from the first stop (a flush, 500 cycles here) after the first chunk.
+    assert s["first_chunk_finish_cycle"] < s["steady_from_cycle"] == 500 * (s["first_chunk_finish_cycle"] // 500 + 1)
+    assert 0 < s["li_active_steady"] <= 1 and 0 < s["utilization_active_steady"] <= 1
 
 
 def test_weight_streaming_reports_the_time_spent_waiting(tmp_path):
