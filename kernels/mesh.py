@@ -262,6 +262,21 @@ def _pop_front(oq, oq_len, r, c, o):
 
 
 @njit(**JIT)
+def _enqueue(q_work, q_birth, q_hops, qlen, r, c, work, birth, hops):
+    """Append a task at the tail of the queue of (r, c), which holds qlen tasks; the new length."""
+    q_work[qlen, r, c] = work
+    q_birth[qlen, r, c] = birth
+    q_hops[qlen, r, c] = hops
+    return qlen + 1
+
+
+@njit(**JIT)
+def _add_latency(lat, count, total, total_sq, most):
+    """One more latency into the running count, sum, sum of squares and maximum."""
+    return count + 1, total + lat, total_sq + lat * lat, max(most, lat)
+
+
+@njit(**JIT)
 def _enter_router(oq, oq_len, link, link_total, r, c, m, dest_r, dest_c, sent_loaded, sent_h, s_prev, sent_new,
                   sent_now, recv_h, s_cred, wrap, kbuf, bw, qo):
     """A packet from the PE itself (source queue or output stage) enters the router: the output
@@ -497,10 +512,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         if (m & PKT_FLAG) == 0:
                             if qlen >= cap:
                                 break
-                            q_work[qlen, r, c] = _task_work(m)
-                            q_birth[qlen, r, c] = _task_birth(m)
-                            q_hops[qlen, r, c] = _task_hops(m)
-                            qlen += 1
+                            qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, _task_work(m), _task_birth(m),
+                                            _task_hops(m))
                             tot_in[r, c] += 1
                             received += 1
                         else:
@@ -535,20 +548,14 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                                 if n_o == 0 and eject_now < bw and qlen < cap:
                                     # Early delivery: the packet would be among the first the Send
                                     # stage delivers, and nothing changes the task queue before it.
-                                    q_work[qlen, r, c] = lp_reg[lp_g[r, c], REG_WORK]
-                                    q_birth[qlen, r, c] = t
-                                    q_hops[qlen, r, c] = 0
-                                    qlen += 1
+                                    qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, lp_reg[lp_g[r, c], REG_WORK],
+                                                    t, 0)
                                     injected += 1
                                     tot_injected[r, c] += 1
                                     pk_delivered += 1
                                     tot_pkt_delivered[r, c] += 1
-                                    lat = t - np.int64(m & U32)
-                                    meas_delivered += 1
-                                    meas_lat_sum += lat
-                                    meas_lat_sq += lat * lat
-                                    if lat > meas_lat_max:
-                                        meas_lat_max = lat
+                                    meas_delivered, meas_lat_sum, meas_lat_sq, meas_lat_max = _add_latency(
+                                        t - np.int64(m & U32), meas_delivered, meas_lat_sum, meas_lat_sq, meas_lat_max)
                                     eject_now += 1
                                     take += 1
                                     continue
@@ -625,10 +632,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         adm = lp_adm[lp_reg[g, REG_REPLICA]]
                         taken = np.int64(lp_taken[r, c])
                         while taken < adm and qlen < cap:
-                            q_work[qlen, r, c] = lp_reg[g, REG_WORK]
-                            q_birth[qlen, r, c] = t
-                            q_hops[qlen, r, c] = 0
-                            qlen += 1
+                            qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, lp_reg[g, REG_WORK], t, 0)
                             taken += 1
                             injected += 1
                             tot_injected[r, c] += 1
@@ -665,10 +669,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                     injected += 1
                     tot_injected[r, c] += 1
                     if qlen < cap:
-                        q_work[qlen, r, c] = ev_work[ep]
-                        q_birth[qlen, r, c] = t
-                        q_hops[qlen, r, c] = 0
-                        qlen += 1
+                        qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, ev_work[ep], t, 0)
                     else:
                         refused += 1
                         tot_refused[r, c] += 1
@@ -695,10 +696,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                                     w = work_max
                                 else:
                                     w = 1 + np.int64(g)
-                        q_work[qlen, r, c] = w
-                        q_birth[qlen, r, c] = t
-                        q_hops[qlen, r, c] = 0
-                        qlen += 1
+                        qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, w, t, 0)
                     else:
                         refused += 1
                         tot_refused[r, c] += 1
@@ -723,10 +721,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         # Each packet is the PE's input for its next chunk: a task, if the queue has room.
                         if qlen >= cap:
                             break
-                        q_work[qlen, r, c] = lp_reg[lp_g[r, c], REG_WORK]
-                        q_birth[qlen, r, c] = t
-                        q_hops[qlen, r, c] = 0
-                        qlen += 1
+                        qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, lp_reg[lp_g[r, c], REG_WORK], t, 0)
                         injected += 1
                         tot_injected[r, c] += 1
                     birth = np.int64(m & U32)
@@ -735,11 +730,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                     tot_pkt_delivered[r, c] += 1
                     if warmup <= birth < measure_end:
                         lat = t - birth
-                        meas_delivered += 1
-                        meas_lat_sum += lat
-                        meas_lat_sq += lat * lat
-                        if lat > meas_lat_max:
-                            meas_lat_max = lat
+                        meas_delivered, meas_lat_sum, meas_lat_sq, meas_lat_max = _add_latency(
+                            lat, meas_delivered, meas_lat_sum, meas_lat_sq, meas_lat_max)
                         if is_traffic:  # (layer_pipeline: the histogram is of task latencies)
                             lhist[min(lat, n_bins - 1)] += 1
                 # The sum of the five length bytes (each <= 48, so the sum fits in the top byte);

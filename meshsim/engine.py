@@ -226,7 +226,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
             s.update(_traffic_summary(sim, totals, scenario))
         _add_clock(s, scenario.get("machine", "clock_ghz"))
         if pipe is not None:
-            s.update(_pipeline_summary(sim, totals, scenario, regions))
+            s.update(_pipeline_summary(sim, totals, scenario))
         if scenario.get("workload", "type") == "trace":
             s["trace_events_not_offered"] = sim.unoffered_events(sim.cycle)
         return s
@@ -354,7 +354,7 @@ def _traffic_summary(sim, totals: _Totals, scenario) -> dict:
     }
 
 
-def _pipeline_summary(sim, totals: _Totals, scenario, regions) -> dict:
+def _pipeline_summary(sim, totals: _Totals, scenario) -> dict:
     """layer_pipeline figures (docs/mesh.md, "Dataflow"): chunks and samples finished, their rate
     at the machine's clock (over the whole run, and in the steady state after the first chunk
     finished), the chunk latency, the PEs in regions, the load balance over them, the bottleneck

@@ -31,7 +31,7 @@ import numpy as np
 from kernels import mesh as K
 
 from .errors import InputError
-from .placement import place
+from .placement import place, weight_overflows
 from .transformer import Model, operators
 
 # Where each elementwise or norm operator goes when fused: the matrix operator of its layer it
@@ -149,7 +149,7 @@ def build(sc) -> Pipeline:
     table = np.zeros((n_reg, K.N_REG), np.int64)
     region_of = np.full((rows, cols), -1, np.int32)
     replica_ends = np.zeros((wl["replicas"], 2), np.int64)
-    too_long, no_fit = [], []
+    too_long = []
     sram = m["sram_kib"] * 1024
     for i, g in enumerate(regions):
         k = by_name[g.name]
@@ -157,8 +157,6 @@ def build(sc) -> Pipeline:
         work = math.ceil(k.flops * chunk_share / (n * rate))
         if work > MAX_WORK:
             too_long.append((g.name, work))
-        if buffers * k.weight_bytes > n * sram and g.replica == 0:  # (the replicas are copies)
-            no_fit.append((g.name, buffers * k.weight_bytes, n * sram))
         last = i + 1 == n_reg or regions[i + 1].replica != g.replica
         first = i == 0 or regions[i - 1].replica != g.replica
         table[i] = (g.row0, g.col0, g.col1 - g.col0, g.row1 - g.row0, max(work, 1), -1 if last else i + 1, g.replica,
@@ -174,6 +172,9 @@ def build(sc) -> Pipeline:
         raise InputError(
             f"workload.tokens_per_chunk = {tpc}: a task of region {name} would take {work:,} cycles, more than "
             f"{MAX_WORK:,}; use fewer tokens per chunk, or a larger grid or machine.pe_flops_per_cycle")
+    no_fit = [(g.name, need_b, have) for g, need_b, have in
+              weight_overflows(placement, {name: buffers * k.weight_bytes for name, k in by_name.items()},
+                               m["sram_kib"])]
     if no_fit and streaming:
         name, need_b, have = max(no_fit, key=lambda x: x[1] / x[2])
         raise InputError(

@@ -56,8 +56,8 @@ def reference_for(sc, trace_events=None) -> MeshReference:
     traffic = {}
     pipeline = None
     if wl["type"] == "layer_pipeline":
-        pipeline = pipeline_for_reference(build_inputs(sc).pipeline)
         pipe = build_inputs(sc).pipeline
+        pipeline = pipeline_for_reference(pipe)
         if pipe.streaming:
             pipeline["streaming"] = {"chunks_per_pass": pipe.chunks_per_pass, "load_cycles": pipe.load_cycles}
         traffic = dict(router_queue_packets=m["router_queue_packets"], pipeline=pipeline)

@@ -77,14 +77,22 @@ def assert_identical(a, b):
             assert x == y, k
 
 
+def first_run_then_the_same_with(tmp_path, text, runs=((2, "t2"), (3, "t3"))) -> dict:
+    """Run a scenario with 1 thread, then with each (threads, name) of `runs`, and assert every
+    result equals the first; return the first's contents (for a check that it did something)."""
+    sc = tmp_path / "s.toml"
+    sc.write_text(text)
+    first = contents(run(tmp_path, sc, 1, "t1"))
+    for threads, name in runs:
+        assert_identical(first, contents(run(tmp_path, sc, threads, name)))
+    return first
+
+
 @pytest.mark.parametrize("policy", ["least_loaded", "random_lower"])
 def test_results_are_bit_identical_with_1_2_and_3_threads_and_on_rerun(tmp_path, policy):
-    sc = tmp_path / "s.toml"
-    sc.write_text(SCENARIO.format(policy=policy))
-    first = contents(run(tmp_path, sc, 1, "t1"))
+    first = first_run_then_the_same_with(tmp_path, SCENARIO.format(policy=policy),
+                                         ((2, "t2"), (3, "t3"), (3, "t3again")))
     assert first["summary@migrated"] > 0
-    for threads, name in ((2, "t2"), (3, "t3"), (3, "t3again")):
-        assert_identical(first, contents(run(tmp_path, sc, threads, name)))
 
 
 def test_in_process_chunking_does_not_change_results(tmp_path):
@@ -124,12 +132,7 @@ flush_every_cycles = 90
 
 @pytest.mark.parametrize("pattern", ["uniform", "hotspot"])
 def test_routed_traffic_is_bit_identical_with_1_2_and_3_threads(tmp_path, pattern):
-    sc = tmp_path / "t.toml"
-    sc.write_text(TRAFFIC.format(pattern=pattern))
-    first = contents(run(tmp_path, sc, 1, "t1"))
-    assert first["summary@packets_delivered"] > 0
-    for threads, name in ((2, "t2"), (3, "t3")):
-        assert_identical(first, contents(run(tmp_path, sc, threads, name)))
+    assert first_run_then_the_same_with(tmp_path, TRAFFIC.format(pattern=pattern))["summary@packets_delivered"] > 0
 
 
 PIPELINE = """
@@ -161,9 +164,4 @@ flush_every_cycles = 150
 
 
 def test_layer_pipeline_is_bit_identical_with_1_2_and_3_threads(tmp_path):
-    sc = tmp_path / "p.toml"
-    sc.write_text(PIPELINE)
-    first = contents(run(tmp_path, sc, 1, "t1"))
-    assert first["summary@chunks_finished"] > 0
-    for threads, name in ((2, "t2"), (3, "t3")):
-        assert_identical(first, contents(run(tmp_path, sc, threads, name)))
+    assert first_run_then_the_same_with(tmp_path, PIPELINE)["summary@chunks_finished"] > 0
