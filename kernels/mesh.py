@@ -43,6 +43,7 @@ import numpy as np
 from numba import njit, prange
 
 from .config import JIT, JIT_PARALLEL
+from .prefetch import prefetch
 from .rng import G_INDEX, G_UNIT, S32, STREAM_INJECT, STREAM_MIGRATE, cycle_key, mix64, unit_interval_open0
 
 # Columns of the per-cycle series (docs/mesh.md, "Per-cycle observables").
@@ -242,7 +243,10 @@ def _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
 @njit(**JIT)
 def _send(link, r, c, o, m, sent_new, sent_now, wrap, kbuf, link_total):
     """Put message m on output o of (r, c) and count it (link_total only when it is per-link)."""
-    link[r, c, o, sent_new[o] % kbuf] = m
+    i = sent_new[o]
+    if i >= kbuf:
+        i -= kbuf
+    link[r, c, o, i] = m
     s = sent_new[o] + 1
     if s >= wrap:
         s -= wrap
@@ -464,10 +468,11 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     mig_now = scratch[5]
 
     for r in range(r0, r1):
-        # Row pass: does any input link of each PE hold a message sent at t - L or earlier that it
+        # Row pass: which input links of each PE hold a message sent at t - L or earlier that it
         # has not received? Compares the neighbours' send counts (as at t - L) with the PE's own
         # receive counts, one byte of each 4-count word per direction; written to vectorise.
-        # Plainly: arrivals[c] = any(sent[n_d, opp(d)](t - L) != recv[(r, c), d](t - 1) for d).
+        # Plainly: byte d of arrivals[c] is nonzero iff sent[n_d, opp(d)](t - L) != recv[(r, c), d](t - 1)
+        # (always zero where there is no neighbour d).
         rv_row = recv_h32[s_prev, r]
         up = sent_h32[s_lat, max(r - 1, 0)]
         down = sent_h32[s_lat, min(r + 1, rows - 1)]
@@ -476,14 +481,48 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
         down_mask = np.uint32(0xFF) if r + 1 < rows else np.uint32(0)
         for c in range(cols):
             rv = rv_row[c]
-            arrivals[c] = (((up[c] >> np.uint32(16)) ^ rv) & up_mask) | ((down[c] ^ (rv >> np.uint32(16))) & down_mask)
+            arrivals[c] = (((up[c] >> np.uint32(16)) ^ rv) & up_mask) | (
+                ((down[c] ^ (rv >> np.uint32(16))) & down_mask) << np.uint32(16))
         for c in range(cols - 1):
-            arrivals[c] |= ((same[c + 1] >> np.uint32(24)) ^ (rv_row[c] >> np.uint32(8))) & np.uint32(0xFF)
+            arrivals[c] |= (((same[c + 1] >> np.uint32(24)) ^ (rv_row[c] >> np.uint32(8))) & np.uint32(0xFF)) << \
+                np.uint32(8)
         for c in range(1, cols):
-            arrivals[c] |= ((same[c - 1] >> np.uint32(8)) ^ (rv_row[c] >> np.uint32(24))) & np.uint32(0xFF)
+            arrivals[c] |= (((same[c - 1] >> np.uint32(8)) ^ (rv_row[c] >> np.uint32(24))) & np.uint32(0xFF)) << \
+                np.uint32(24)
+        if routed:
+            # The link slots that messages wait in were written a cycle ago, and the sweep over the
+            # grid has evicted them since: ask for them all before the row's PEs need them.
+            for c in range(cols):
+                a = arrivals[c]
+                if a != 0:
+                    for d in range(4):
+                        if (a >> np.uint32(8 * d)) & np.uint32(0xFF) != 0:
+                            nr = r + (d == 2) - (d == 0)
+                            nc = c + (d == 1) - (d == 3)
+                            prefetch(link, (nr, nc, (d + 2) & 3, 0))
+        # The counts carry over to this cycle's slot unless a PE changes them below.
+        recv_h32[s_now, r, :] = rv_row
+        sent_h32[s_now, r, :] = sent_h32[s_prev, r, :]
         for c in range(cols):
             u = r * cols + c
             qlen = np.int64(q_len[r, c])
+
+            # layer_pipeline fast path: a PE that receives nothing, has nothing to send or take and
+            # neither completes nor starts a task this cycle (idle PEs; PEs in service, most cycles)
+            # does only step 5 (steps 1-4 do nothing; the counts it would carry over were copied above).
+            if is_lp and arrivals[c] == 0 and oq_len64[r, c] == 0 and out_left[r, c] == 0 and \
+                    (policy == POLICY_NONE or qlen <= threshold):
+                g = np.int64(lp_g[r, c])
+                rem = np.int64(s_rem[r, c])
+                if g < 0 or (lp_reg[g, REG_FIRST] == 0 and (rem > 1 or (rem == 0 and qlen == 0))):
+                    if rem > 0:
+                        s_rem[r, c] = rem - 1
+                        busy += 1
+                        in_service += 1
+                    depth_h[s_now, r, c] = qlen
+                    queued += qlen
+                    dhist[c & 3, qlen] += 1
+                    continue
 
             # Send counts of this cycle are loaded only when something is sent (steps 1, 2, 4).
             sent_loaded = False
@@ -495,12 +534,13 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             if arrivals[c] != 0 and (qlen < cap or routed):
                 for d in range(4):
                     recv_new[d] = recv_h[s_prev, r, c, d]
+                waiting = arrivals[c]
                 for k in range(4):
                     d = (t + k) & 3
+                    if (waiting >> np.uint32(8 * d)) & np.uint32(0xFF) == 0:
+                        continue  # nothing on this input (or no neighbour there)
                     nr = r + (d == 2) - (d == 0)
                     nc = c + (d == 1) - (d == 3)
-                    if nr < 0 or nr >= rows or nc < 0 or nc >= cols:
-                        continue
                     od = (d + 2) & 3
                     got = recv_new[d]
                     avail = np.int64(sent_h[s_lat, nr, nc, od]) - got
@@ -508,7 +548,12 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         avail += wrap
                     take = 0
                     for j in range(min(avail, bw)):
-                        m = link[nr, nc, od, (got + j) % kbuf]
+                        i = got + j  # < 3K: got < 2K and j < avail <= K
+                        if i >= kbuf:
+                            i -= kbuf
+                            if i >= kbuf:
+                                i -= kbuf
+                        m = link[nr, nc, od, i]
                         if (m & PKT_FLAG) == 0:
                             if qlen >= cap:
                                 break
@@ -580,8 +625,6 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         link_received += take
                 for d in range(4):
                     recv_h[s_now, r, c, d] = recv_new[d]
-            else:
-                recv_h32[s_now, r, c] = recv_h32[s_prev, r, c]  # the 4 counts in one word
 
             # 2. Inject.
             if is_traffic:
@@ -800,8 +843,6 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             if sent_loaded:
                 for d in range(4):
                     sent_h[s_now, r, c, d] = sent_new[d]
-            else:
-                sent_h32[s_now, r, c] = sent_h32[s_prev, r, c]
 
             # 5. Work. Written without a branch on "busy", which is a coin flip at moderate load.
             b = np.int64(rem > 0)
