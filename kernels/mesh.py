@@ -501,8 +501,12 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             nc = c + (d == 1) - (d == 3)
                             prefetch(link, (nr, nc, (d + 2) & 3, 0))
         # The counts carry over to this cycle's slot unless a PE changes them below.
-        recv_h32[s_now, r, :] = rv_row
-        sent_h32[s_now, r, :] = sent_h32[s_prev, r, :]
+        sent_prev = sent_h32[s_prev, r]
+        rv_now = recv_h32[s_now, r]
+        sent_now_row = sent_h32[s_now, r]
+        for c in range(cols):
+            rv_now[c] = rv_row[c]
+            sent_now_row[c] = sent_prev[c]
         for c in range(cols):
             u = r * cols + c
             qlen = np.int64(q_len[r, c])
