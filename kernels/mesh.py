@@ -495,6 +495,9 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             for c in range(cols):
                 a = arrivals[c]
                 if a != 0:
+                    # ... and the lines a PE writes when it passes them on.
+                    prefetch(link, (r, c, 0, 0))
+                    prefetch(link_total, (r, c, 0))
                     for d in range(4):
                         if (a >> np.uint32(8 * d)) & np.uint32(0xFF) != 0:
                             nr = r + (d == 2) - (d == 0)
