@@ -43,7 +43,7 @@ import numpy as np
 from numba import njit, prange
 
 from .config import JIT, JIT_PARALLEL
-from .prefetch import prefetch
+from .prefetch import prefetch, prefetch_write
 from .rng import G_INDEX, G_UNIT, S32, STREAM_INJECT, STREAM_MIGRATE, cycle_key, mix64, unit_interval_open0
 
 # Columns of the per-cycle series (docs/mesh.md, "Per-cycle observables").
@@ -496,8 +496,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                 a = arrivals[c]
                 if a != 0:
                     # ... and the lines a PE writes when it passes them on.
-                    prefetch(link, (r, c, 0, 0))
-                    prefetch(link_total, (r, c, 0))
+                    prefetch_write(link, (r, c, 0, 0))
+                    prefetch_write(link_total, (r, c, 0))
                     for d in range(4):
                         if (a >> np.uint32(8 * d)) & np.uint32(0xFF) != 0:
                             nr = r + (d == 2) - (d == 0)
