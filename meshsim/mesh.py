@@ -123,26 +123,17 @@ def build_inputs(sc) -> MeshInputs:
         geo_log = math.log(1.0 - 1.0 / float(wl["work_cycles"]))
     if is_trace:
         ev_cycle, ev_unit, ev_work = load_trace(sc.trace_path, rows, cols)
-        rates = None
-    elif pipe is not None:
-        ev_cycle = np.zeros(0, np.int64)
-        ev_unit = np.zeros(0, np.int64)
-        ev_work = np.zeros(0, np.uint16)
-        rates = None
     else:
         ev_cycle = np.zeros(0, np.int64)
         ev_unit = np.zeros(0, np.int64)
         ev_work = np.zeros(0, np.uint16)
-        rates = injection_rates(sc)
+    # Per-PE rates for the Bernoulli and traffic workloads; a trace or a pipeline brings its own tasks.
+    rates = None if is_trace or pipe is not None else injection_rates(sc)
     return MeshInputs(
         rows=rows, cols=cols, queue_capacity=m["queue_capacity"], link_buffer_messages=m["link_buffer_messages"],
         history=history, cfg=np.array([cfg[f] for f in CFG_FIELDS], dtype=np.int64), seed=sc.get("run", "seed"),
         rates=rates, geo_log=geo_log, ev_cycle=ev_cycle, ev_unit=ev_unit, ev_work=ev_work,
         latency_bins=sc.get("output", "latency_histogram_max_cycles") + 1, traffic=is_traffic, pipeline=pipe)
-
-
-def _pipeline_dims(pipe):
-    return None if pipe is None else (pipe.n_regions, pipe.n_replicas, pipe.chunks_in_flight)
 
 
 def check_memory(inputs: MeshInputs, max_chunk: int, n_blocks: int) -> None:
@@ -152,7 +143,7 @@ def check_memory(inputs: MeshInputs, max_chunk: int, n_blocks: int) -> None:
     /proc/meminfo does not show are not seen."""
     layout = S.mesh_layout(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
                            inputs.history, inputs.routed,
-                           int(inputs.cfg[CFG_FIELDS.index("router_queue_packets")]), _pipeline_dims(inputs.pipeline))
+                           int(inputs.cfg[CFG_FIELDS.index("router_queue_packets")]), S.pipeline_dims(inputs.pipeline))
     buffers = 8 * (max_chunk * (K.N_SERIES + inputs.queue_capacity + 1) + n_blocks * inputs.latency_bins)
     need = S.layout_bytes(layout) + buffers
     have = S.available_memory_bytes()

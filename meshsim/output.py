@@ -196,14 +196,9 @@ class ResultWriter:
             self.windows[name] = ds
         self.regions = regions
         if regions is not None:
-            rg = f.create_group("regions")
-            rg.attrs["description"] = "figures per region of the workload (e.g. each hot rectangle and the background)"
-            # At the root, beside cycle, row and col, so that every group can use it as a dimension.
-            self.region = self._scale(f, "region", np.arange(regions.count, dtype=np.int32), "1", "region index")
-            names = rg.create_dataset("name", data=np.array(regions.names, dtype=h5py.string_dtype()), chunks=True,
-                                      **self.comp)
-            _describe(names, "1", "name of each region")
-            names.dims[0].attach_scale(self.region)
+            rg, self.region = self._named_group(
+                "regions", "figures per region of the workload (e.g. each hot rectangle and the background)",
+                "region", regions.names)
             m = rg.create_dataset("region_map", data=regions.labels, chunks=True, **self.comp)
             _describe(m, "1", "region index of every PE")
             m.dims[0].attach_scale(self.row)
@@ -220,16 +215,23 @@ class ResultWriter:
                 self.window_regions[name] = ds
         self.layers = layers
         if layers is not None:
-            lg = f.create_group("layers")
-            lg.attrs["description"] = "figures per layer of the pipeline (forward and backward separately)"
-            self.layer = self._scale(f, "layer", np.arange(layers.count, dtype=np.int32), "1", "layer index")
-            names = lg.create_dataset("name", data=np.array(layers.names, dtype=h5py.string_dtype()), chunks=True,
-                                      **self.comp)
-            _describe(names, "1", "name of each layer")
-            names.dims[0].attach_scale(self.layer)
+            _, self.layer = self._named_group(
+                "layers", "figures per layer of the pipeline (forward and backward separately)", "layer", layers.names)
         f.create_group("units").attrs["description"] = "per-PE totals over the cycles done"
         f.create_group("latency").attrs["description"] = "latency of completed tasks (completion - birth)"
         f.create_group("summary").attrs["description"] = "the run's figures (DESIGN.md section 5)"
+
+    def _named_group(self, group, description, scale, names):
+        """A group of per-item figures: its index scale `scale` (at the root, beside cycle, row and
+        col, so that every group can use it as a dimension) and its dataset of item names.
+        Returns (the group, the scale)."""
+        g = self.f.create_group(group)
+        g.attrs["description"] = description
+        sc = self._scale(self.f, scale, np.arange(len(names), dtype=np.int32), "1", f"{scale} index")
+        ds = g.create_dataset("name", data=np.array(names, dtype=h5py.string_dtype()), chunks=True, **self.comp)
+        _describe(ds, "1", f"name of each {scale}")
+        ds.dims[0].attach_scale(sc)
+        return g, sc
 
     def _scale(self, parent, name, values, units, description, grow=False):
         kw = dict(maxshape=(None,), chunks=(8192,)) if grow else dict(chunks=True)

@@ -121,12 +121,9 @@ def place(groups, rows: int, cols: int, replicas: int = 1) -> Placement:
             for oi, ((name, f), w) in enumerate(zip(g, widths, strict=True)):
                 io = dict(flow=flow, input="col" if oi == 0 and gi > 0 else "row",
                           output="bottom" if oi == len(g) - 1 and gi + 1 < len(groups) else "side")
-                if flow == 1:
-                    regions.append(Region(name, gi, rep, r0, c0, r0 + h, c0 + w, f, **io))
-                    c0 += w
-                else:
-                    regions.append(Region(name, gi, rep, r0, c0 - w, r0 + h, c0, f, **io))
-                    c0 -= w
+                lo = c0 if flow == 1 else c0 - w  # c0: the edge the band has reached, moving with the flow
+                regions.append(Region(name, gi, rep, r0, lo, r0 + h, lo + w, f, **io))
+                c0 += flow * w
             r0 += h
     used = sum(g.n_pes for g in regions)
     return Placement(rows, cols, tuple(regions), rows * cols - used)

@@ -109,6 +109,12 @@ def mesh_layout(rows: int, cols: int, queue_capacity: int, link_buffer_messages:
     }
 
 
+def pipeline_dims(pipeline):
+    """mesh_layout's `pipeline` argument for a meshsim.pipeline.Pipeline (or None): regions,
+    replicas, chunks in flight."""
+    return None if pipeline is None else (pipeline.n_regions, pipeline.n_replicas, pipeline.chunks_in_flight)
+
+
 def layout_bytes(layout: dict) -> int:
     """Bytes the arrays of a layout take."""
     return sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in layout.values())
@@ -119,9 +125,8 @@ def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_message
                   router_queue_packets: int = 1, pipeline=None) -> MeshState:
     """Zeroed state for an empty mesh (before cycle 0); `traffic` allocates the routed-traffic arrays.
     `pipeline` (a meshsim.pipeline.Pipeline) allocates the layer_pipeline arrays and fills its tables."""
-    dims = None if pipeline is None else (len(pipeline.table), len(pipeline.replica_ends), pipeline.chunks_in_flight)
     layout = mesh_layout(rows, cols, queue_capacity, link_buffer_messages, history, traffic, router_queue_packets,
-                         dims)
+                         pipeline_dims(pipeline))
     a = {name: np.zeros(shape, dtype) for name, (shape, dtype) in layout.items()}
     a["thr"][...] = np.asarray(thresholds, dtype=np.uint32).reshape(rows, cols)
     if pipeline is not None:

@@ -209,14 +209,12 @@ Weight streaming (docs/mesh.md "Weight streaming", ``pipeline["streaming"]`` not
    the same Lw (the kernel sees one value; layer q mod n_layers matters for nothing else here).
    Streaming needs exactly one replica (ValueError otherwise).  That the regions cover the whole
    grid ("one layer's kernels over the whole grid") is description, not checked.
-44. The two-layer buffer.  docs/mesh.md says both "the load for pass q may start only once pass
-   q - 2 has finished" (the PEs hold two layers' weights) and, in step 2, "if no load is under
-   way and loaded <= D div N".  These disagree by one: pass q - 2 has finished iff D div N >=
-   q - 1, i.e. loaded <= D div N + 1 for q = loaded, whereas loaded <= D div N means pass q - 1
-   has finished (one buffer: no load would ever overlap a pass's compute).  The oracle follows
-   the prose (and the two-buffer design): the load for pass ``loaded`` starts when no load is
-   under way and ``loaded < D div N + WEIGHT_BUFFERS`` with WEIGHT_BUFFERS = 2; setting it to 1
-   gives the step-2 formula as printed.
+44. The two-layer buffer.  docs/mesh.md: "the load for pass q may start only once pass q - 2 has
+   finished" (the PEs hold two layers' weights), and in step 2 "if no load is under way and
+   loaded <= D div N + 1".  The two agree: pass q - 2 has finished iff D div N >= q - 1, i.e.
+   loaded <= D div N + 1 for q = loaded.  The oracle writes it as ``loaded < D div N +
+   WEIGHT_BUFFERS`` with WEIGHT_BUFFERS = 2 (1 would be a single buffer: no load overlapping a
+   pass's compute).
 45. The load steps run at the start of cycle t, in step(), before Admit and before any PE's
    cycle, in the written order: a load that ends at t (t >= E; it always ends exactly at E) lets
    the next load start in the same cycle t, so loads can run back to back (E, E + Lw, ...).  They
