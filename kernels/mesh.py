@@ -148,14 +148,13 @@ def pack_packet(dest_r, dest_c, birth):
 
 @njit(**JIT)
 def _xy_direction(r, c, dest_r, dest_c):
-    """Output direction of XY routing from (r, c) towards a different PE: columns first."""
-    if dest_c > c:
-        return 1
-    if dest_c < c:
-        return 3
-    if dest_r > r:
-        return 2
-    return 0
+    """Output of XY routing at (r, c) for a packet to (dest_r, dest_c), columns first: 1 E, 3 W,
+    then 2 S, 0 N, and 4 (ejection) at the destination. Arithmetic, not branches: the direction
+    is a coin flip to the branch predictor."""
+    east = np.int64(dest_c > c)
+    west = np.int64(dest_c < c)
+    same_col = 1 - east - west
+    return east + 3 * west + same_col * (2 * np.int64(dest_r > r) + 4 * np.int64(dest_r == r))
 
 
 @njit(**JIT)
@@ -214,55 +213,72 @@ def _task_birth(m):
 
 
 @njit(**JIT)
-def _load_sent(sent_h, s_prev, r, c, sent_new, sent_now):
-    """Start counting this cycle's sends of (r, c): its send counts so far, none sent yet. True."""
+def _neighbour(u, o, cols):
+    """Index (r * cols + c) of the neighbour of PE u across output o, which must exist: u + 2 - o
+    for the odd (E, W), u + (o - 1) cols for the even (N, S). Arithmetic, not a jump table."""
+    odd = np.int64(o & 1)
+    return u + odd * (2 - o) + (1 - odd) * (o - 1) * cols
+
+
+@njit(**JIT)
+def _first_byte(w):
+    """Index of the lowest nonzero byte of w (w != 0, bytes 0-3 only), without branches."""
+    z0 = np.int64(w & U8 == 0)
+    z1 = z0 * np.int64(w & np.uint64(0xFF00) == 0)
+    return z0 + z1 + z1 * np.int64(w & np.uint64(0xFF0000) == 0)
+
+
+@njit(**JIT)
+def _start_sends(sent_now):
+    """Start counting this cycle's sends of a PE: none yet. True. (Its send counts so far are the
+    ones the row pass carried into this cycle's slot, where the PE updates them.)"""
     for e in range(4):
-        sent_new[e] = sent_h[s_prev, r, c, e]
         sent_now[e] = 0
     return True
 
 
 @njit(**JIT)
-def _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
-    """Output o of (r, c) can take a message now: fewer than bw sent on it this cycle, and a credit
-    (sent minus received by the neighbour as known Lc cycles ago, modulo wrap, below kbuf)."""
-    if sent_now[o] >= bw:
+def _has_room(o, nu, sent_f, i_now, sent_now, recv_f, b_cred, wrap, kbuf, bw):
+    """Output o of a PE, towards neighbour nu (which exists), can take a message now: fewer than bw
+    sent on it this cycle, and a credit (sent minus received by the neighbour as known Lc cycles
+    ago, modulo wrap, below kbuf). The PE's send counts start at sent_f[i_now] (this cycle's
+    slot); b_cred: where the slot of t - Lc starts in recv_f."""
+    oi = np.uint64(o)  # (unsigned indices: no wraparound code)
+    if sent_now[oi] >= bw:
         return False
-    rows = recv_h.shape[1]
-    cols = recv_h.shape[2]
-    nr = r + (o == 2) - (o == 0)
-    nc = c + (o == 1) - (o == 3)
-    if nr < 0 or nr >= rows or nc < 0 or nc >= cols:
-        return False
-    outstanding = sent_new[o] - np.int64(recv_h[s_cred, nr, nc, (o + 2) & 3])
+    outstanding = np.int64(sent_f[np.uint64(i_now + o)]) - np.int64(recv_f[np.uint64(b_cred + 4 * nu + ((o + 2) & 3))])
     if outstanding < 0:
         outstanding += wrap
     return outstanding < kbuf
 
 
 @njit(**JIT)
-def _send(link, r, c, o, m, sent_new, sent_now, wrap, kbuf, link_total):
-    """Put message m on output o of (r, c) and count it (link_total only when it is per-link)."""
-    i = sent_new[o]
+def _send(link_f, u, o, m, sent_f, i_now, sent_now, wrap, kbuf, lt_f, per_link):
+    """Put message m on output o of PE u (send counts from sent_f[i_now] on) and count it (lt_f,
+    the link totals, only when per_link)."""
+    oi = np.uint64(o)
+    count = np.int64(sent_f[np.uint64(i_now + o)])
+    i = count
     if i >= kbuf:
         i -= kbuf
-    link[r, c, o, i] = m
-    s = sent_new[o] + 1
-    if s >= wrap:
-        s -= wrap
-    sent_new[o] = s
-    sent_now[o] += 1
-    if link_total.shape[0] == link.shape[0] and link_total.shape[1] == link.shape[1]:
-        link_total[r, c, o] += 1
+    link_f[np.uint64((4 * u + o) * kbuf + i)] = m
+    count += 1
+    if count >= wrap:
+        count -= wrap
+    sent_f[np.uint64(i_now + o)] = count
+    sent_now[oi] += 1
+    if per_link:
+        lt_f[np.uint64(4 * u + o)] += 1
 
 
 @njit(**JIT)
-def _pop_front(oq, oq_len, r, c, o):
-    """Remove the head packet of output queue o of (r, c); the rest move up one slot."""
-    n = np.int64(oq_len[r, c, o]) - 1
+def _pop_front(oq_f, oql_f, u, o, qcap):
+    """Remove the head packet of output queue o of PE u; the rest move up one slot."""
+    base = (5 * u + o) * qcap
+    n = np.int64(oql_f[np.uint64(8 * u + o)]) - 1
     for i in range(n):
-        oq[r, c, o, i] = oq[r, c, o, i + 1]
-    oq_len[r, c, o] = n
+        oq_f[np.uint64(base + i)] = oq_f[np.uint64(base + i + 1)]
+    oql_f[np.uint64(8 * u + o)] = n
 
 
 @njit(**JIT)
@@ -275,30 +291,40 @@ def _enqueue(q_work, q_birth, q_hops, qlen, r, c, work, birth, hops):
 
 
 @njit(**JIT)
+def _record_depth(depth_h, dhist, s_now, r, c, qlen):
+    """Step 6's record of the queue depth of (r, c) at the end of the cycle (the history others
+    read, and the histogram: four interleaved ones, which break the store-to-load chain of equal
+    neighbours); returns qlen, for the running total."""
+    depth_h[s_now, r, c] = qlen
+    dhist[c & 3, qlen] += 1
+    return qlen
+
+
+@njit(**JIT)
 def _add_latency(lat, count, total, total_sq, most):
     """One more latency into the running count, sum, sum of squares and maximum."""
     return count + 1, total + lat, total_sq + lat * lat, max(most, lat)
 
 
 @njit(**JIT)
-def _enter_router(oq, oq_len, link, link_total, r, c, m, dest_r, dest_c, sent_loaded, sent_h, s_prev, sent_new,
-                  sent_now, recv_h, s_cred, wrap, kbuf, bw, qo):
-    """A packet from the PE itself (source queue or output stage) enters the router: the output
+def _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c, cols, m, dest_r, dest_c, sent_loaded, sent_f,
+                  i_now, sent_now, recv_f, b_cred, wrap, kbuf, bw, qo):
+    """A packet from PE u = (r, c) itself (source queue or output stage) enters the router: the output
     queue of its XY direction if that holds fewer than qo (packets cut through on it this cycle
     count), sent at once instead when the queue is empty and the link has room (cut-through).
     Returns (0: no room, 1: queued, 2: sent; whether this cycle's send counts are loaded)."""
     o = _xy_direction(r, c, dest_r, dest_c)
-    n_o = np.int64(oq_len[r, c, o])
-    if n_o + (sent_now[o] if sent_loaded else 0) >= qo:
+    n_o = np.int64(oql_f[np.uint64(8 * u + o)])
+    if n_o + (sent_now[np.uint64(o)] if sent_loaded else 0) >= qo:
         return 0, sent_loaded
     if n_o == 0:
         if not sent_loaded:
-            sent_loaded = _load_sent(sent_h, s_prev, r, c, sent_new, sent_now)
-        if _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
-            _send(link, r, c, o, m, sent_new, sent_now, wrap, kbuf, link_total)
+            sent_loaded = _start_sends(sent_now)
+        if _has_room(o, _neighbour(u, o, cols), sent_f, i_now, sent_now, recv_f, b_cred, wrap, kbuf, bw):
+            _send(link_f, u, o, m, sent_f, i_now, sent_now, wrap, kbuf, lt_f, per_link)
             return 2, sent_loaded
-    oq[r, c, o, n_o] = m
-    oq_len[r, c, o] = n_o + 1
+    oq_f[np.uint64((5 * u + o) * qcap + n_o)] = m
+    oql_f[np.uint64(8 * u + o)] = n_o + 1
     return 1, sent_loaded
 
 
@@ -385,7 +411,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
 
     cfg: int64 vector, fields named by meshsim.mesh.CFG_FIELDS. acc: int64[N_SERIES];
     dhist: int64[4, Q+1] (summed over its first axis); lhist: int64[n_bins] (last bin = overflow);
-    scratch: int64[6, 4] and arrivals: uint32[C], work space. For traffic runs lhist holds the
+    scratch: int64[4, 4] and arrivals: uint32[C], work space. For traffic runs lhist holds the
     latencies of measured packets. done_ev: int64[1 + n], layer_pipeline: the count, then the
     chunks completed by output-edge PEs of last regions (chunk x replicas + replica); took: int64[P],
     the PEs of first regions that took their replica's newest chunk in the cycle. Reads other PEs
@@ -432,6 +458,19 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     s_cred = (t - credit_delay) & hmask
     s_info = (t - info_delay) & hmask
     work_span = np.uint64(work_max - work_min + 1)
+    # Flat views of the link and router arrays, indexed by PE u = r * cols + c: fewer index
+    # multiplications on the paths that every message takes (layout in the module docstring).
+    rc4 = 4 * rows * cols
+    link_f = link.reshape(link.size)  # (4u + o) * kbuf + i
+    sent_f = sent_h.reshape(sent_h.size)  # slot * rc4 + 4u + o
+    recv_f = recv_h.reshape(recv_h.size)
+    oq_f = oq.reshape(oq.size)  # (5u + o) * qcap + i
+    oql_f = oq_len.reshape(oq_len.size)  # 8u + o
+    lt_f = link_total.reshape(link_total.size)  # 4u + o
+    per_link = link_total.size == rc4
+    qcap = oq.shape[3]
+    b_lat = s_lat * rc4
+    b_cred = s_cred * rc4
 
     busy = 0
     queued = 0
@@ -460,12 +499,10 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     meas_lat_sq = 0
     meas_lat_max = acc[S_MEAS_LATENCY_MAX]
     ep = ev_lo
-    recv_new = scratch[0]
-    sent_new = scratch[1]
-    sent_now = scratch[2]
-    known = scratch[3]
-    elig = scratch[4]
-    mig_now = scratch[5]
+    sent_now = scratch[0]
+    known = scratch[1]
+    elig = scratch[2]
+    mig_now = scratch[3]
 
     for r in range(r0, r1):
         # Row pass: which input links of each PE hold a message sent at t - L or earlier that it
@@ -493,16 +530,15 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             # The link slots that messages wait in were written a cycle ago, and the sweep over the
             # grid has evicted them since: ask for them all before the row's PEs need them.
             for c in range(cols):
-                a = arrivals[c]
-                if a != 0:
-                    # ... and the lines a PE writes when it passes them on.
-                    prefetch_write(link, (r, c, 0, 0))
-                    prefetch_write(link_total, (r, c, 0))
+                if arrivals[c] != 0:
+                    # Every input's slot, not only those with something waiting: a branch per input
+                    # would be a coin flip (prefetches never fault, off the grid's edge included).
+                    u = r * cols + c
                     for d in range(4):
-                        if (a >> np.uint32(8 * d)) & np.uint32(0xFF) != 0:
-                            nr = r + (d == 2) - (d == 0)
-                            nc = c + (d == 1) - (d == 3)
-                            prefetch(link, (nr, nc, (d + 2) & 3, 0))
+                        prefetch(link_f, ((4 * _neighbour(u, d, cols) + ((d + 2) & 3)) * kbuf,))
+                    # ... and the lines a PE writes when it passes them on.
+                    prefetch_write(link_f, (4 * u * kbuf,))
+                    prefetch_write(lt_f, (4 * u,))
         # The counts carry over to this cycle's slot unless a PE changes them below.
         sent_prev = sent_h32[s_prev, r]
         rv_now = recv_h32[s_now, r]
@@ -512,6 +548,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             sent_now_row[c] = sent_prev[c]
         for c in range(cols):
             u = r * cols + c
+            i_now = s_now * rc4 + 4 * u  # the PE's send and receive counts (carried over above)
             qlen = np.int64(q_len[r, c])
 
             # layer_pipeline fast path: a PE that receives nothing, has nothing to send or take and
@@ -526,31 +563,41 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         s_rem[r, c] = rem - 1
                         busy += 1
                         in_service += 1
-                    depth_h[s_now, r, c] = qlen
-                    queued += qlen
-                    dhist[c & 3, qlen] += 1
+                    queued += _record_depth(depth_h, dhist, s_now, r, c, qlen)
                     continue
 
-            # Send counts of this cycle are loaded only when something is sent (steps 1, 2, 4).
-            sent_loaded = False
+            # traffic fast path: a PE with nothing arriving, nothing in its router or source queue and
+            # no packet offered this cycle does only step 6 (traffic runs hold no tasks: qlen is 0).
+            offer = False
+            if is_traffic:
+                offer = (mix64(key_inject ^ (np.uint64(u) * G_UNIT)) >> S32) < np.uint64(thr[r, c])
+                if not offer and arrivals[c] == 0 and oq_len64[r, c] == 0 and src_pending[r, c] == 0 and \
+                        qlen == 0:
+                    _record_depth(depth_h, dhist, s_now, r, c, 0)
+                    continue
+
+            # Send counts of this cycle: on routed runs always (most PEs send, and whether one does
+            # is a coin flip to the branch predictor); otherwise only once something is sent.
+            sent_loaded = _start_sends(sent_now) if routed else False
             eject_now = 0  # layer_pipeline: packets delivered early this cycle (see below)
 
             # 1. Receive and route, rotating priority over input ports (the slow path only where
             # the row pass above found something waiting). A port stops at its first message that
             # cannot move.
             if arrivals[c] != 0 and (qlen < cap or routed):
-                for d in range(4):
-                    recv_new[d] = recv_h[s_prev, r, c, d]
-                waiting = arrivals[c]
-                for k in range(4):
+                # Only the inputs with something waiting, in the rotating order from input t mod 4:
+                # byte k of `waiting` is input (t + k) mod 4's byte of the arrivals word.
+                a = np.uint64(arrivals[c])
+                waiting = ((a | (a << np.uint64(32))) >> np.uint64(8 * (t & 3))) & U32
+                while waiting != 0:
+                    k = _first_byte(waiting)
+                    waiting &= ~(U8 << np.uint64(8 * k))
                     d = (t + k) & 3
-                    if (waiting >> np.uint32(8 * d)) & np.uint32(0xFF) == 0:
-                        continue  # nothing on this input (or no neighbour there)
-                    nr = r + (d == 2) - (d == 0)
-                    nc = c + (d == 1) - (d == 3)
+                    nu = _neighbour(u, d, cols)
                     od = (d + 2) & 3
-                    got = recv_new[d]
-                    avail = np.int64(sent_h[s_lat, nr, nc, od]) - got
+                    lb = (4 * nu + od) * kbuf  # where the link's ring starts
+                    got = np.int64(recv_f[np.uint64(i_now + d)])
+                    avail = np.int64(sent_f[np.uint64(b_lat + 4 * nu + od)]) - got
                     if avail < 0:
                         avail += wrap
                     take = 0
@@ -560,7 +607,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             i -= kbuf
                             if i >= kbuf:
                                 i -= kbuf
-                        m = link[nr, nc, od, i]
+                        m = link_f[np.uint64(lb + i)]
                         if (m & PKT_FLAG) == 0:
                             if qlen >= cap:
                                 break
@@ -572,23 +619,24 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             # A packet goes to the output queue it needs (4: ejection) if it has room.
                             dest_r = np.int64((m >> np.uint64(44)) & U12)
                             dest_c = np.int64((m >> np.uint64(32)) & U12)
-                            o = 4 if (dest_r == r and dest_c == c) else _xy_direction(r, c, dest_r, dest_c)
-                            n_o = np.int64(oq_len[r, c, o])
+                            o = _xy_direction(r, c, dest_r, dest_c)
+                            n_o = np.int64(oql_f[np.uint64(8 * u + o)])
                             # Packets cut through on o this cycle would still be in its queue until
                             # Send: they count towards its capacity (before Send, every send on o
                             # this cycle is a cut-through).
                             # Packets delivered early this cycle count towards the ejection queue likewise.
-                            if n_o + (sent_now[o] if sent_loaded and o < 4 else 0) + (eject_now if o == 4 else 0) >= qo:
+                            if n_o + (sent_now[np.uint64(o)] if sent_loaded and o < 4 else 0) + \
+                                    (eject_now if o == 4 else 0) >= qo:
                                 break
                             if is_lp and o == 4:
                                 rn, cn = _next_pe(lp_reg, lp_g[r, c], r, c)
                                 if rn >= 0:
                                     # Multicast along the region's line: a copy for the next PE.
                                     birth = np.int64(m & U32)
-                                    entered, sent_loaded = _enter_router(oq, oq_len, link, link_total, r, c,
-                                                                         pack_packet(rn, cn, birth), rn, cn,
-                                                                         sent_loaded, sent_h, s_prev, sent_new,
-                                                                         sent_now, recv_h, s_cred, wrap, kbuf, bw, qo)
+                                    entered, sent_loaded = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link,
+                                                                         u, r, c, cols, pack_packet(rn, cn, birth), rn,
+                                                                         cn, sent_loaded, sent_f, i_now,
+                                                                         sent_now, recv_f, b_cred, wrap, kbuf, bw, qo)
                                     if entered == 0:
                                         break
                                     link_sent += entered == 2
@@ -615,29 +663,27 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                                 # Cut-through: into an empty queue whose link has room, the packet
                                 # would be the first the Send stage sends; send it now instead.
                                 if not sent_loaded:
-                                    sent_loaded = _load_sent(sent_h, s_prev, r, c, sent_new, sent_now)
-                                if _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
-                                    _send(link, r, c, o, m, sent_new, sent_now, wrap, kbuf, link_total)
+                                    sent_loaded = _start_sends(sent_now)
+                                if _has_room(o, _neighbour(u, o, cols), sent_f, i_now, sent_now, recv_f, b_cred, wrap,
+                                             kbuf, bw):
+                                    _send(link_f, u, o, m, sent_f, i_now, sent_now, wrap, kbuf, lt_f, per_link)
                                     link_sent += 1
                                     take += 1
                                     continue
-                            oq[r, c, o, n_o] = m
-                            oq_len[r, c, o] = n_o + 1
+                            oq_f[np.uint64((5 * u + o) * qcap + n_o)] = m
+                            oql_f[np.uint64(8 * u + o)] = n_o + 1
                         take += 1
                     if take > 0:
                         got += take
                         if got >= wrap:
                             got -= wrap
-                        recv_new[d] = got
+                        recv_f[np.uint64(i_now + d)] = got
                         link_received += take
-                for d in range(4):
-                    recv_h[s_now, r, c, d] = recv_new[d]
 
             # 2. Inject.
             if is_traffic:
                 pending = np.int64(src_pending[r, c])
-                h = mix64(key_inject ^ (np.uint64(u) * G_UNIT))
-                if (h >> S32) < np.uint64(thr[r, c]):
+                if offer:
                     dest_r, dest_c = packet_destination(mix64(key_dest ^ (np.uint64(u) * G_UNIT)), r, c, rows, cols,
                                                         pattern, hot_thr, hot_r, hot_c)
                     if dest_r >= 0:
@@ -657,10 +703,9 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             break
                         tb += 1
                     src_scan[r, c] = tb
-                    entered, sent_loaded = _enter_router(oq, oq_len, link, link_total, r, c,
+                    entered, sent_loaded = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c, cols,
                                                          pack_packet(dest_r, dest_c, tb), dest_r, dest_c, sent_loaded,
-                                                         sent_h, s_prev, sent_new, sent_now, recv_h, s_cred, wrap,
-                                                         kbuf, bw, qo)
+                                                         sent_f, i_now, sent_now, recv_f, b_cred, wrap, kbuf, bw, qo)
                     if entered == 0:
                         break
                     link_sent += entered == 2
@@ -700,10 +745,10 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         sent_from_stage = 0
                         while left > 0 and sent_from_stage < bw:
                             dest_r, dest_c = _input_pe(lp_reg, nxt, k + (fan - left) * n_out)
-                            entered, sent_loaded = _enter_router(oq, oq_len, link, link_total, r, c,
-                                                                 pack_packet(dest_r, dest_c, ob), dest_r,
-                                                                 dest_c, sent_loaded, sent_h, s_prev, sent_new,
-                                                                 sent_now, recv_h, s_cred, wrap, kbuf, bw, qo)
+                            entered, sent_loaded = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r,
+                                                                 c, cols, pack_packet(dest_r, dest_c, ob), dest_r,
+                                                                 dest_c, sent_loaded, sent_f, i_now,
+                                                                 sent_now, recv_f, b_cred, wrap, kbuf, bw, qo)
                             if entered == 0:
                                 break
                             link_sent += entered == 2
@@ -754,19 +799,25 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             # Send: each output queue's head packets go out while their link has room; up to B
             # packets leave the ejection queue. (oq_len64 holds the five lengths in one word.)
             if routed and oq_len64[r, c] != 0:
-                for o in range(4):
-                    while oq_len[r, c, o] > 0:
+                # Only the output queues that hold packets (bytes 0-3 of the lengths word).
+                busy_out = oq_len64[r, c] & U32
+                while busy_out != 0:
+                    o = _first_byte(busy_out)
+                    busy_out &= ~(U8 << np.uint64(8 * o))
+                    while oql_f[np.uint64(8 * u + o)] > 0:
                         if not sent_loaded:
-                            sent_loaded = _load_sent(sent_h, s_prev, r, c, sent_new, sent_now)
-                        if not _has_room(o, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
+                            sent_loaded = _start_sends(sent_now)
+                        if not _has_room(o, _neighbour(u, o, cols), sent_f, i_now, sent_now, recv_f, b_cred, wrap, kbuf,
+                                         bw):
                             break
-                        _send(link, r, c, o, oq[r, c, o, 0], sent_new, sent_now, wrap, kbuf, link_total)
+                        _send(link_f, u, o, oq_f[np.uint64((5 * u + o) * qcap)], sent_f, i_now, sent_now, wrap, kbuf,
+                              lt_f, per_link)
                         link_sent += 1
-                        _pop_front(oq, oq_len, r, c, o)
+                        _pop_front(oq_f, oql_f, u, o, qcap)
                 for _ in range(bw - eject_now):
-                    if oq_len[r, c, 4] == 0:
+                    if oql_f[np.uint64(8 * u + 4)] == 0:
                         break
-                    m = oq[r, c, 4, 0]
+                    m = oq_f[np.uint64((5 * u + 4) * qcap)]
                     if is_lp:
                         # Each packet is the PE's input for its next chunk: a task, if the queue has room.
                         if qlen >= cap:
@@ -775,7 +826,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         injected += 1
                         tot_injected[r, c] += 1
                     birth = np.int64(m & U32)
-                    _pop_front(oq, oq_len, r, c, 4)
+                    _pop_front(oq_f, oql_f, u, 4, qcap)
                     pk_delivered += 1
                     tot_pkt_delivered[r, c] += 1
                     if warmup <= birth < measure_end:
@@ -787,6 +838,11 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                 # The sum of the five length bytes (each <= 48, so the sum fits in the top byte);
                 # queues that were empty before Send are still empty.
                 pk_in_router += np.int64((oq_len64[r, c] * BYTE_SUM) >> np.uint64(56))
+
+            if is_traffic:
+                # Traffic runs hold no tasks: steps 3-5 have nothing to do.
+                _record_depth(depth_h, dhist, s_now, r, c, 0)
+                continue
 
             # 3. Start service (layer_pipeline: only once the last output has left).
             rem = np.int64(s_rem[r, c])
@@ -808,7 +864,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             # 1-2 count towards the bandwidth and credits but not towards the known depth.
             if policy != POLICY_NONE and qlen > threshold:
                 if not sent_loaded:
-                    sent_loaded = _load_sent(sent_h, s_prev, r, c, sent_new, sent_now)
+                    sent_loaded = _start_sends(sent_now)
                 for d in range(4):
                     mig_now[d] = 0
                     nr = r + (d == 2) - (d == 0)
@@ -825,8 +881,9 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                     for d in range(4):
                         if known[d] < 0 or known[d] + mig_now[d] + 1 >= qlen:
                             continue
-                        if not _has_room(d, r, c, sent_new, sent_now, recv_h, s_cred, wrap, kbuf, bw):
-                            continue
+                        if not _has_room(d, _neighbour(u, d, cols), sent_f, i_now, sent_now, recv_f, b_cred, wrap, kbuf,
+                                         bw):
+                            continue  # (known[d] >= 0: the neighbour exists)
                         elig[n_elig] = d
                         n_elig += 1
                         if best < 0 or known[d] + mig_now[d] < known[best] + mig_now[best]:
@@ -840,16 +897,13 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                     hops = np.int64(q_hops[tail, r, c]) + 1
                     if hops > 255:
                         hops = 255
-                    _send(link, r, c, best, pack_task(q_work[tail, r, c], q_birth[tail, r, c], hops), sent_new,
-                          sent_now, wrap, kbuf, link_total)
+                    _send(link_f, u, best, pack_task(q_work[tail, r, c], q_birth[tail, r, c], hops), sent_f,
+                          i_now, sent_now, wrap, kbuf, lt_f, per_link)
                     link_sent += 1
                     qlen -= 1
                     mig_now[best] += 1
                     migrated += 1
                     tot_out[r, c] += 1
-            if sent_loaded:
-                for d in range(4):
-                    sent_h[s_now, r, c, d] = sent_new[d]
 
             # 5. Work. Written without a branch on "busy", which is a coin flip at moderate load.
             b = np.int64(rem > 0)
@@ -889,10 +943,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
 
             # 6. End of cycle: own state and the values others may read later.
             q_len[r, c] = qlen
-            depth_h[s_now, r, c] = qlen
-            queued += qlen
-            # Four interleaved histograms break the store-to-load chain of equal neighbours.
-            dhist[c & 3, qlen] += 1
+            queued += _record_depth(depth_h, dhist, s_now, r, c, qlen)
 
     acc[S_BUSY] += busy
     acc[S_QUEUED] += queued
@@ -939,7 +990,7 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
     n_blocks = block_rows.shape[0] - 1
     acc = np.zeros((n_blocks, N_SERIES), np.int64)
     dh = np.zeros((n_blocks, 4, depth_series.shape[1]), np.int64)
-    scratch = np.zeros((n_blocks, 6, 4), np.int64)
+    scratch = np.zeros((n_blocks, 4, 4), np.int64)
     cols = st[3].shape[1]  # q_len
     arrivals = np.zeros((n_blocks, cols), np.uint32)
     is_lp = cfg[23]
