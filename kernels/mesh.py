@@ -230,11 +230,10 @@ def _first_byte(w):
 
 @njit(**JIT)
 def _start_sends(sent_now):
-    """Start counting this cycle's sends of a PE: none yet. True. (Its send counts so far are the
-    ones the row pass carried into this cycle's slot, where the PE updates them.)"""
+    """Start counting this cycle's sends of a PE: none yet. (Its send counts so far are the ones
+    the row pass carried into this cycle's slot, where the PE updates them.)"""
     for e in range(4):
         sent_now[e] = 0
-    return True
 
 
 @njit(**JIT)
@@ -307,25 +306,23 @@ def _add_latency(lat, count, total, total_sq, most):
 
 
 @njit(**JIT)
-def _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c, cols, m, dest_r, dest_c, sent_loaded, sent_f,
-                  i_now, sent_now, recv_f, b_cred, wrap, kbuf, bw, qo):
+def _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c, cols, m, dest_r, dest_c, sent_f, i_now,
+                  sent_now, recv_f, b_cred, wrap, kbuf, bw, qo):
     """A packet from PE u = (r, c) itself (source queue or output stage) enters the router: the output
     queue of its XY direction if that holds fewer than qo (packets cut through on it this cycle
     count), sent at once instead when the queue is empty and the link has room (cut-through).
-    Returns (0: no room, 1: queued, 2: sent; whether this cycle's send counts are loaded)."""
+    Returns 0: no room, 1: queued, 2: sent."""
     o = _xy_direction(r, c, dest_r, dest_c)
     n_o = np.int64(oql_f[np.uint64(8 * u + o)])
-    if n_o + (sent_now[np.uint64(o)] if sent_loaded else 0) >= qo:
-        return 0, sent_loaded
+    if n_o + sent_now[np.uint64(o)] >= qo:
+        return 0
     if n_o == 0:
-        if not sent_loaded:
-            sent_loaded = _start_sends(sent_now)
         if _has_room(o, _neighbour(u, o, cols), sent_f, i_now, sent_now, recv_f, b_cred, wrap, kbuf, bw):
             _send(link_f, u, o, m, sent_f, i_now, sent_now, wrap, kbuf, lt_f, per_link)
-            return 2, sent_loaded
+            return 2
     oq_f[np.uint64((5 * u + o) * qcap + n_o)] = m
     oql_f[np.uint64(8 * u + o)] = n_o + 1
-    return 1, sent_loaded
+    return 1
 
 
 @njit(**JIT)
@@ -576,9 +573,11 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                     _record_depth(depth_h, dhist, s_now, r, c, 0)
                     continue
 
-            # Send counts of this cycle: on routed runs always (most PEs send, and whether one does
-            # is a coin flip to the branch predictor); otherwise only once something is sent.
-            sent_loaded = _start_sends(sent_now) if routed else False
+            # This cycle's sends: a routed PE counts them from here on, whether or not it sends (most
+            # do, and whether one does is a coin flip to the branch predictor); elsewhere only
+            # migration sends, and step 4 starts the count.
+            if routed:
+                _start_sends(sent_now)
             eject_now = 0  # layer_pipeline: packets delivered early this cycle (see below)
 
             # 1. Receive and route, rotating priority over input ports (the slow path only where
@@ -625,7 +624,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             # Send: they count towards its capacity (before Send, every send on o
                             # this cycle is a cut-through).
                             # Packets delivered early this cycle count towards the ejection queue likewise.
-                            if n_o + (sent_now[np.uint64(o)] if sent_loaded and o < 4 else 0) + \
+                            if n_o + (sent_now[np.uint64(o)] if o < 4 else 0) + \
                                     (eject_now if o == 4 else 0) >= qo:
                                 break
                             if is_lp and o == 4:
@@ -633,10 +632,9 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                                 if rn >= 0:
                                     # Multicast along the region's line: a copy for the next PE.
                                     birth = np.int64(m & U32)
-                                    entered, sent_loaded = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link,
-                                                                         u, r, c, cols, pack_packet(rn, cn, birth), rn,
-                                                                         cn, sent_loaded, sent_f, i_now,
-                                                                         sent_now, recv_f, b_cred, wrap, kbuf, bw, qo)
+                                    entered = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c, cols,
+                                                            pack_packet(rn, cn, birth), rn, cn, sent_f, i_now,
+                                                            sent_now, recv_f, b_cred, wrap, kbuf, bw, qo)
                                     if entered == 0:
                                         break
                                     link_sent += entered == 2
@@ -662,8 +660,6 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             if n_o == 0 and o < 4:
                                 # Cut-through: into an empty queue whose link has room, the packet
                                 # would be the first the Send stage sends; send it now instead.
-                                if not sent_loaded:
-                                    sent_loaded = _start_sends(sent_now)
                                 if _has_room(o, _neighbour(u, o, cols), sent_f, i_now, sent_now, recv_f, b_cred, wrap,
                                              kbuf, bw):
                                     _send(link_f, u, o, m, sent_f, i_now, sent_now, wrap, kbuf, lt_f, per_link)
@@ -703,9 +699,9 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             break
                         tb += 1
                     src_scan[r, c] = tb
-                    entered, sent_loaded = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c, cols,
-                                                         pack_packet(dest_r, dest_c, tb), dest_r, dest_c, sent_loaded,
-                                                         sent_f, i_now, sent_now, recv_f, b_cred, wrap, kbuf, bw, qo)
+                    entered = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c, cols,
+                                            pack_packet(dest_r, dest_c, tb), dest_r, dest_c, sent_f, i_now, sent_now,
+                                            recv_f, b_cred, wrap, kbuf, bw, qo)
                     if entered == 0:
                         break
                     link_sent += entered == 2
@@ -745,10 +741,9 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         sent_from_stage = 0
                         while left > 0 and sent_from_stage < bw:
                             dest_r, dest_c = _input_pe(lp_reg, nxt, k + (fan - left) * n_out)
-                            entered, sent_loaded = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r,
-                                                                 c, cols, pack_packet(dest_r, dest_c, ob), dest_r,
-                                                                 dest_c, sent_loaded, sent_f, i_now,
-                                                                 sent_now, recv_f, b_cred, wrap, kbuf, bw, qo)
+                            entered = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c, cols,
+                                                    pack_packet(dest_r, dest_c, ob), dest_r, dest_c, sent_f, i_now,
+                                                    sent_now, recv_f, b_cred, wrap, kbuf, bw, qo)
                             if entered == 0:
                                 break
                             link_sent += entered == 2
@@ -805,8 +800,6 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                     o = _first_byte(busy_out)
                     busy_out &= ~(U8 << np.uint64(8 * o))
                     while oql_f[np.uint64(8 * u + o)] > 0:
-                        if not sent_loaded:
-                            sent_loaded = _start_sends(sent_now)
                         if not _has_room(o, _neighbour(u, o, cols), sent_f, i_now, sent_now, recv_f, b_cred, wrap, kbuf,
                                          bw):
                             break
@@ -863,8 +856,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             # 4. Migrate from the tail to a neighbour known to be less loaded. Messages sent in steps
             # 1-2 count towards the bandwidth and credits but not towards the known depth.
             if policy != POLICY_NONE and qlen > threshold:
-                if not sent_loaded:
-                    sent_loaded = _start_sends(sent_now)
+                if not routed:
+                    _start_sends(sent_now)  # (a routed PE started its count above)
                 for d in range(4):
                     mig_now[d] = 0
                     nr = r + (d == 2) - (d == 0)
