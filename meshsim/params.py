@@ -73,6 +73,20 @@ class Param:
 _BERNOULLI = ("workload.type", BERNOULLI_WORKLOADS)
 _TRAFFIC = ("workload.type", ("traffic",))
 _PIPELINE = ("workload.type", ("layer_pipeline",))
+_MODEL = ("workload.type", ("layer_pipeline", "transformer"))
+_TRANSFORMER = ("workload.type", ("transformer",))
+_MESH = ("machine.type", ("mesh",))
+_RDU = ("machine.type", ("rdu",))
+
+#: RDU presets (docs/rdu.md, "Presets and their sources"): the values machine.preset gives the keys a
+#: scenario does not set. clock_ghz is not published: it makes PCUs x lanes x stages x 2 FLOPs per
+#: cycle equal the published peak BF16 rate (SN10 320 TFLOP/s, SN30 688 TFLOP/s).
+RDU_PRESETS = {
+    "sn10": dict(pcus=640, pcu_lanes=16, pcu_stages=6, pmus=640, pmu_kib=512, pmu_bytes_per_cycle=90,
+                 ddr_bandwidth_gbps=100.0, clock_ghz=round(320e12 / (640 * 16 * 6 * 2) / 1e9, 3)),
+    "sn30": dict(pcus=1280, pcu_lanes=16, pcu_stages=6, pmus=1280, pmu_kib=512, pmu_bytes_per_cycle=90,
+                 ddr_bandwidth_gbps=200.0, clock_ghz=round(688e12 / (1280 * 16 * 6 * 2) / 1e9, 3)),
+}
 
 #: WSE-2: about 7.5 PFLOP/s (16-bit) over about 850,000 PEs at 1.1 GHz, in FLOPs per PE per cycle.
 WSE2_PE_FLOPS_PER_CYCLE = round(7.5e15 / 850_000 / 1.1e9, 3)
@@ -83,61 +97,99 @@ PARAMS: tuple[Param, ...] = (
           "Name of the run, used for the default result file name; empty means the scenario "
           "file's stem."),
     Param("run", "cycles", "int", "cycles", 1000,
-          "Number of cycles to simulate (per-PE counters are 32-bit, which bounds a run).",
-          (1, 100_000_000)),
+          "Number of cycles to simulate (per-PE counters are 32-bit, which bounds a run); an rdu "
+          "run simulates one step, however many cycles it takes.", (1, 100_000_000), _MESH),
     Param("run", "seed", "int", "", 1,
           "Seed of every random draw; the same seed gives bit-identical results.", (0, 2**63 - 1)),
     Param("run", "threads", "int", "threads", 0,
           "Worker threads; 0 means all cores. Results do not depend on it.", (0, 1024)),
     Param("run", "window_cycles", "int", "cycles", 100,
-          "Length of the windows over which LI is computed.", (1, 1_000_000_000)),
+          "Length of the windows over which LI is computed (an rdu run computes it per section).",
+          (1, 1_000_000_000), _MESH),
     # [machine]
     Param("machine", "type", "str", "", "mesh",
-          "The machine model: mesh is a WSE-2-style 2D mesh of PEs.", ("mesh",)),
+          "The machine model: mesh is a WSE-2-style 2D mesh of PEs, rdu a SambaNova-style "
+          "reconfigurable dataflow chip (docs/rdu.md).", ("mesh", "rdu")),
     Param("machine", "rows", "int", "PEs", 757,
-          "Rows of PEs in the mesh (the WSE-2 fabric usable by programs is 757 x 996).", (1, 4096)),
+          "Rows of PEs in the mesh (the WSE-2 fabric usable by programs is 757 x 996).", (1, 4096), _MESH),
     Param("machine", "cols", "int", "PEs", 996,
-          "Columns of PEs in the mesh.", (1, 4096)),
+          "Columns of PEs in the mesh.", (1, 4096), _MESH),
     Param("machine", "queue_capacity", "int", "tasks", 16,
           "Capacity of each PE's FIFO task queue; a task offered to a full queue is refused.",
-          (1, 255)),
+          (1, 255), _MESH),
     Param("machine", "hop_latency_cycles", "int", "cycles", 1,
-          "Cycles a message takes from one PE to its neighbour (1 or 2 on the WSE-2).", (1, 8)),
+          "Cycles a message takes from one PE to its neighbour (1 or 2 on the WSE-2).", (1, 8), _MESH),
     Param("machine", "link_messages_per_cycle", "int", "messages/cycle", 1,
-          "Messages each link carries per cycle.", (1, 4)),
+          "Messages each link carries per cycle.", (1, 4), _MESH),
     Param("machine", "link_buffer_messages", "int", "messages", 2,
           "Receive buffer of each link, in messages (the sender's credits); at least "
-          "link_messages_per_cycle.", (1, 64)),
+          "link_messages_per_cycle.", (1, 64), _MESH),
     Param("machine", "credit_delay_cycles", "int", "cycles", 1,
-          "Cycles a freed buffer slot takes to return to the sender as a credit.", (1, 8)),
+          "Cycles a freed buffer slot takes to return to the sender as a credit.", (1, 8), _MESH),
     Param("machine", "router_queue_packets", "int", "packets", 4,
           "Capacity of each router output queue (four directions and ejection), for routed packets.",
           (1, 48), ("workload.type", ("traffic", "layer_pipeline"))),
     Param("machine", "clock_ghz", "float", "GHz", 1.1,
-          "Clock frequency; used only to convert cycles to seconds in reports.", (0.001, 100.0)),
+          "Clock frequency; the mesh uses it only to convert cycles to seconds in reports; for rdu "
+          "the preset sets it (see docs/rdu.md) unless the scenario does.", (0.001, 100.0)),
     Param("machine", "pe_flops_per_cycle", "float", "FLOPs/cycle", WSE2_PE_FLOPS_PER_CYCLE,
           "Peak FLOPs of one PE per cycle (WSE-2: about 7.5 PFLOP/s over 850,000 PEs at 1.1 GHz).",
           (0.001, 1e6), _PIPELINE),
     Param("machine", "sram_kib", "int", "KiB", 48,
           "SRAM of each PE, which must hold the weights of its region's kernel (48 KiB on the WSE-2).",
           (1, 1_048_576), _PIPELINE),
+    Param("machine", "preset", "str", "", "sn30",
+          "RDU chip whose published figures fill the rdu keys the scenario does not set (docs/rdu.md).",
+          ("sn10", "sn30"), _RDU),
+    Param("machine", "pcus", "int", "PCUs", 1280,
+          "Pattern compute units per chip (preset: SN10 640, SN30 1,280).", (1, 1_000_000), _RDU),
+    Param("machine", "pcu_lanes", "int", "lanes", 16,
+          "SIMD lanes per PCU: output columns a PCU computes in one pass (preset 16).", (1, 1024), _RDU),
+    Param("machine", "pcu_stages", "int", "stages", 6,
+          "Pipeline stages per PCU: multiply-adds per lane per cycle, and cycles to fill (preset 6).",
+          (1, 64), _RDU),
+    Param("machine", "pmus", "int", "PMUs", 1280,
+          "Pattern memory units per chip (preset: SN10 640, SN30 1,280).", (1, 1_000_000), _RDU),
+    Param("machine", "pmu_kib", "int", "KiB", 512,
+          "Scratchpad of each PMU (preset 512 KiB).", (1, 1_048_576), _RDU),
+    Param("machine", "pmu_bytes_per_cycle", "int", "bytes/cycle", 90,
+          "Bandwidth of each PMU to its PCUs (preset 90, from 150 TB/s over 640 PMUs).", (1, 1_000_000), _RDU),
+    Param("machine", "ddr_bandwidth_gbps", "float", "GB/s", 200.0,
+          "Off-chip DDR bandwidth of each chip (preset: SN10 100, SN30 200).", (0.001, 1e6), _RDU),
+    Param("machine", "ddr_burst_kib", "int", "KiB", 256,
+          "Size of one DDR transfer; the weight, load and store streams take turns burst by burst.",
+          (1, 1_048_576), _RDU),
+    Param("machine", "section_switch_cycles", "int", "cycles", 10_000,
+          "Cycles to reconfigure the chip between sections (an assumption; not published).",
+          (0, 1_000_000_000), _RDU),
+    Param("machine", "buffer_tiles", "int", "tiles", 2,
+          "Tiles each stage's input buffer holds (2: double buffering).", (1, 64), _RDU),
+    Param("machine", "elastic_pmus", "bool", "", True,
+          "Give the PMUs a section leaves over to its GEMMs, in proportion to their FLOPs, for PMU "
+          "bandwidth.", None, _RDU),
+    Param("machine", "interconnect_gbps", "float", "GB/s", 100.0,
+          "Chip-to-chip bandwidth per chip for collectives and pipeline transfers (an assumption).",
+          (0.001, 1e6), _RDU),
+    Param("machine", "interconnect_latency_cycles", "int", "cycles", 2000,
+          "Latency of one chip-to-chip transfer step (an assumption).", (0, 1_000_000_000), _RDU),
     # [migration]
     Param("migration", "policy", "str", "", "least_loaded",
           "How an overfull PE picks the neighbour it moves a task to (none disables migration).",
-          ("none", "least_loaded", "random_lower")),
+          ("none", "least_loaded", "random_lower"), _MESH),
     Param("migration", "threshold", "int", "tasks", 4,
           "A PE migrates only while its queue holds more than this many tasks; less than "
-          "machine.queue_capacity.", (0, 254)),
+          "machine.queue_capacity.", (0, 254), _MESH),
     Param("migration", "info_delay_cycles", "int", "cycles", 1,
-          "Age of the neighbour queue depths a PE decides on.", (1, 8)),
+          "Age of the neighbour queue depths a PE decides on.", (1, 8), _MESH),
     Param("migration", "max_per_cycle", "int", "tasks/cycle", 1,
-          "Most tasks one PE migrates in one cycle.", (1, 4)),
+          "Most tasks one PE migrates in one cycle.", (1, 4), _MESH),
     # [workload]
     Param("workload", "type", "str", "", "uniform",
           "Where tasks come from: Bernoulli injection with a uniform, hotspot or lognormal-skewed "
           "rate map, or events read from a trace file; traffic offers routed packets instead "
-          "(network studies); layer_pipeline runs a transformer's kernels as a pipeline of regions.",
-          ("uniform", "hotspot", "skewed", "trace", "traffic", "layer_pipeline")),
+          "(network studies); layer_pipeline runs a transformer's kernels as a pipeline of regions; "
+          "transformer is the rdu machine's workload (a model compiled into sections).",
+          ("uniform", "hotspot", "skewed", "trace", "traffic", "layer_pipeline", "transformer")),
     Param("workload", "injection_rate", "float", "tasks/PE/cycle", 0.05,
           "Probability that a PE is offered a task (a packet for traffic) in a cycle (the mean rate "
           "for skewed, the rate outside the hot regions for hotspot).", (0.0, 1.0),
@@ -178,21 +230,21 @@ PARAMS: tuple[Param, ...] = (
           "Traffic: length of the measurement window; only packets born in it are measured.",
           (1, 100_000_000), _TRAFFIC),
     Param("workload", "hidden_size", "int", "elements", 768,
-          "Transformer hidden size H (a multiple of n_heads).", (1, 65536), _PIPELINE),
+          "Transformer hidden size H (a multiple of n_heads).", (1, 65536), _MODEL),
     Param("workload", "n_layers", "int", "layers", 12,
-          "Transformer blocks.", (1, 1024), _PIPELINE),
+          "Transformer blocks.", (1, 1024), _MODEL),
     Param("workload", "n_heads", "int", "heads", 12,
-          "Attention heads.", (1, 1024), _PIPELINE),
+          "Attention heads.", (1, 1024), _MODEL),
     Param("workload", "seq_len", "int", "tokens", 1024,
-          "Tokens per sequence (a sample); a multiple of tokens_per_chunk.", (1, 1_048_576), _PIPELINE),
+          "Tokens per sequence (a sample); a multiple of tokens_per_chunk.", (1, 1_048_576), _MODEL),
     Param("workload", "batch", "int", "samples", 8,
-          "Sequences per step; reports give the time per step.", (1, 1_048_576), _PIPELINE),
+          "Sequences per step; reports give the time per step.", (1, 1_048_576), _MODEL),
     Param("workload", "ffn_multiplier", "int", "", 4,
-          "Feed-forward width as a multiple of the hidden size.", (1, 64), _PIPELINE),
+          "Feed-forward width as a multiple of the hidden size.", (1, 64), _MODEL),
     Param("workload", "precision", "str", "", "bf16",
-          "Element type of weights and activations.", ("fp32", "tf32", "bf16", "fp16", "fp8"), _PIPELINE),
+          "Element type of weights and activations.", ("fp32", "tf32", "bf16", "fp16", "fp8"), _MODEL),
     Param("workload", "training", "bool", "", False,
-          "Add the backward kernels (a training step) after the forward ones.", None, _PIPELINE),
+          "Add the backward kernels (a training step) after the forward ones.", None, _MODEL),
     Param("workload", "replicas", "int", "copies", 1,
           "Copies of the pipeline side by side (data parallel on one wafer).", (1, 64), _PIPELINE),
     Param("workload", "fuse_elementwise", "bool", "", True,
@@ -211,21 +263,35 @@ PARAMS: tuple[Param, ...] = (
     Param("workload", "weight_bandwidth_gbps", "float", "GB/s", 150.0,
           "Bandwidth the weights stream in at (a CS-2's external I/O is 12 x 100 Gb Ethernet, "
           "150 GB/s).", (0.001, 1e9), ("workload.weight_streaming", (True,))),
+    Param("workload", "fusion", "str", "", "o1",
+          "How operators are fused into sections: o0 one per section, o1 by rules (LayerNorm and "
+          "elementwise into their GEMMs), o3 as many as fit.", ("o0", "o1", "o3"), _TRANSFORMER),
+    Param("workload", "tile_tokens", "int", "tokens", 64,
+          "Tokens per tile streamed through a section; must divide the tokens of a microbatch.",
+          (1, 1_048_576), _TRANSFORMER),
+    Param("workload", "parallelism", "str", "", "T1P1D1",
+          "Chips as T<tensor>P<pipeline>D<data> degrees, e.g. T4P2D1 on 8 chips.", None, _TRANSFORMER),
+    Param("workload", "microbatches", "int", "microbatches", 1,
+          "Microbatches per data-parallel replica (GPipe schedule over the pipeline stages).",
+          (1, 1_048_576), _TRANSFORMER),
+    Param("workload", "prefetch", "bool", "", True,
+          "Load the next section's weights into the PMUs the running section leaves free.", None,
+          _TRANSFORMER),
     Param("workload", "trace_file", "str", "", "",
           "Path of a CSV or HDF5 trace of (cycle, row, col, work_cycles) events, relative to the "
           "scenario file.", None, ("workload.type", ("trace",))),
     # [output]
     Param("output", "frame_every_cycles", "int", "cycles", 100,
           "Cycles between full per-PE frames in the result file; 0 writes no frames.",
-          (0, 1_000_000_000)),
+          (0, 1_000_000_000), _MESH),
     Param("output", "flush_every_cycles", "int", "cycles", 500,
           "Cycles between flushes of the result file (what an interrupted run keeps).",
-          (1, 1_000_000)),
+          (1, 1_000_000), _MESH),
     Param("output", "compression_level", "int", "", 1,
           "Gzip level of the result datasets; 0 means uncompressed.", (0, 9)),
     Param("output", "latency_histogram_max_cycles", "int", "cycles", 16384,
           "Size of the latency histogram; latencies at or above it go to an overflow bin.",
-          (16, 1_048_576)),
+          (16, 1_048_576), _MESH),
 )
 
 _BY_PATH = {(p.section, p.name): p for p in PARAMS}

@@ -26,6 +26,7 @@ from meshsim.params import (
     BERNOULLI_WORKLOADS,
     MAX_MESH_PES,
     PARAMS,
+    RDU_PRESETS,
     Param,
     format_choices,
     format_condition,
@@ -281,6 +282,12 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
             values[p.section][p.name] = p.default_value()
             valid[p.path] = True
 
+    if valid["machine.type"] and values["machine"]["type"] == "rdu" and valid["machine.preset"]:
+        # The preset fills the chip's keys the scenario leaves out (docs/rdu.md, "Presets").
+        for key, value in RDU_PRESETS[values["machine"]["preset"]].items():
+            if f"machine.{key}" not in given:
+                values["machine"][key] = value
+
     for p in PARAMS:
         # A key left at its default changes nothing where it does not apply; accepting it lets
         # resolved_toml(), which lists every key, be loaded again as a scenario.
@@ -490,6 +497,16 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
             add(meas, [warm, cyc], f"{warm} + {meas} = {get(warm) + get(meas)} must be at most {cyc} = {shown(cyc)}, "
                                    "so that the measurement window ends inside the run")
 
+    mtype = "machine.type"
+    if ok(mtype, wtype):
+        if get(mtype) == "rdu" and get(wtype) != "transformer":
+            add(wtype, [mtype], 'must be "transformer" when machine.type is "rdu" (the rdu runs a compiled model)')
+        if get(mtype) == "mesh" and get(wtype) == "transformer":
+            add(wtype, [mtype], 'applies only when machine.type is "rdu"; the mesh runs a transformer as '
+                                '"layer_pipeline"')
+    if ok(mtype, wtype) and get(mtype) == "rdu" and get(wtype) == "transformer":
+        _check_rdu(ok, get, add, shown)
+
     if ok(wtype) and get(wtype) == "layer_pipeline":
         if ok(pol) and get(pol) != "none":
             add(pol, [wtype], "must be \"none\" when workload.type is \"layer_pipeline\" (tasks stay "
@@ -512,6 +529,39 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
         add(name, [], "must be a plain file name, without / or \\")
 
     return problems
+
+
+def _check_rdu(ok, get, add, shown) -> None:
+    """Problems of an rdu scenario that involve several keys (docs/rdu.md, "Operators"), each
+    reported through `add`."""
+    from meshsim.rdu import parse_parallelism
+
+    par, mb, batch, seq = "workload.parallelism", "workload.microbatches", "workload.batch", "workload.seq_len"
+    tile, layers, hs, nh = "workload.tile_tokens", "workload.n_layers", "workload.hidden_size", "workload.n_heads"
+    if ok(hs, nh) and get(hs) % get(nh) != 0:
+        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}")
+    if not ok(par):
+        return
+    try:
+        t, p, d = parse_parallelism(get(par))
+    except ValueError:
+        add(par, [], 'must be written T<tensor>P<pipeline>D<data> with degrees >= 1, e.g. "T4P2D1"')
+        return
+    if t * p * d > 4096:
+        add(par, [], f"asks for {t * p * d} chips; at most 4096")
+        return
+    if ok(layers) and p > get(layers):
+        add(par, [layers], f"has pipeline degree {p} but {layers} = {shown(layers)}: at most one stage per layer")
+    if ok(batch, mb):
+        if get(batch) % (d * get(mb)) != 0:
+            add(batch, [mb, par], f"must be a multiple of data degree {d} x {mb} = {shown(mb)} "
+                                  f"= {d * get(mb)}")
+        elif ok(seq, tile):
+            tokens = get(batch) // (d * get(mb)) * get(seq)
+            if tokens % get(tile) != 0:
+                add(tile, [batch, seq, mb, par],
+                    f"must divide the {tokens:,} tokens of a microbatch ({batch} / (data degree {d} x "
+                    f"{mb}) x {seq})")
 
 
 def _resolve_relative(file: str, scenario_path: str | None) -> str:

@@ -321,13 +321,13 @@ def test_a_choice_outside_the_allowed_strings_suggests_the_closest():
     )
     assert only_problem('[workload]\ntype = "hotspt"\n') == (
         's.toml: workload.type = "hotspt": must be one of "uniform", "hotspot", "skewed", '
-        '"trace", "traffic", "layer_pipeline"; did you mean "hotspot"?'
+        '"trace", "traffic", "layer_pipeline", "transformer"; did you mean "hotspot"?'
     )
 
 
 def test_a_choice_with_no_close_match_lists_the_choices_only():
     assert only_problem('[machine]\ntype = "gpu"\n') == (
-        's.toml: machine.type = "gpu": must be one of "mesh"'
+        's.toml: machine.type = "gpu": must be one of "mesh", "rdu"'
     )
 
 

@@ -1,0 +1,557 @@
+"""The RDU machine on the Python side: a transformer compiled into sections, PCUs and PMUs
+allocated, and the chips' programs as tables for the kernel (DESIGN.md section 2.2).
+
+Every rule here is written out in docs/rdu.md, "Compilation"; the kernel (`kernels/rdu.py`) and its
+reference only run the tables. All sizes are exact Python integers until they go into the tables.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kernels import rdu as K
+
+from .errors import InputError
+from .params import RDU_PRESETS
+from .transformer import Model, operators
+
+FUSION_MODES = ("o0", "o1", "o3")
+ANCHOR_KINDS = ("gemm", "attention")
+# Operators followed by a tensor-parallel all-reduce of their output (Megatron): row-parallel
+# projections forward, the input gradient of the column-parallel ones backward.
+ALLREDUCE_AFTER = {("out_proj", "forward"), ("ffn_down", "forward"), ("qkv_proj", "backward"),
+                   ("ffn_up", "backward")}
+_PARALLELISM = re.compile(r"^T(\d+)P(\d+)D(\d+)$")
+
+
+def parse_parallelism(text: str) -> tuple[int, int, int]:
+    """(tensor, pipeline, data) degrees of "T<t>P<p>D<d>"; ValueError if it is not of that form
+    with degrees >= 1."""
+    m = _PARALLELISM.match(text)
+    if not m or min(int(g) for g in m.groups()) < 1:
+        raise ValueError(text)
+    return tuple(int(g) for g in m.groups())
+
+
+@dataclass(frozen=True)
+class RduSpec:
+    """Everything compilation reads: the chip, the model and how it is run (docs/rdu.md)."""
+
+    pcus: int
+    pcu_lanes: int
+    pcu_stages: int
+    pmus: int
+    pmu_kib: int
+    pmu_bytes_per_cycle: int
+    ddr_bandwidth_gbps: float
+    ddr_burst_kib: int
+    clock_ghz: float
+    section_switch_cycles: int
+    buffer_tiles: int
+    elastic_pmus: bool
+    interconnect_gbps: float
+    interconnect_latency_cycles: int
+    model: Model
+    training: bool
+    fusion: str
+    tile_tokens: int
+    parallelism: str
+    microbatches: int
+    prefetch: bool
+
+    @property
+    def degrees(self) -> tuple[int, int, int]:
+        return parse_parallelism(self.parallelism)
+
+    @property
+    def peak_flops_per_cycle(self) -> int:
+        """Peak FLOPs of one chip per cycle: PCUs x lanes x stages x 2 (a multiply-add is 2)."""
+        return self.pcus * self.pcu_lanes * self.pcu_stages * 2
+
+
+MACHINE_KEYS = ("pcus", "pcu_lanes", "pcu_stages", "pmus", "pmu_kib", "pmu_bytes_per_cycle", "ddr_bandwidth_gbps",
+                "ddr_burst_kib", "clock_ghz", "section_switch_cycles", "buffer_tiles", "elastic_pmus",
+                "interconnect_gbps", "interconnect_latency_cycles")
+MODEL_KEYS = ("hidden_size", "n_layers", "n_heads", "seq_len", "batch", "ffn_multiplier", "precision")
+
+
+def spec_from_scenario(sc) -> RduSpec:
+    """The RduSpec of a validated rdu scenario."""
+    m, w = sc.values["machine"], sc.values["workload"]
+    return RduSpec(**{k: m[k] for k in MACHINE_KEYS}, model=Model(**{k: w[k] for k in MODEL_KEYS}),
+                   training=w["training"], fusion=w["fusion"], tile_tokens=w["tile_tokens"],
+                   parallelism=w["parallelism"], microbatches=w["microbatches"], prefetch=w["prefetch"])
+
+
+def spec_for(preset: str = "sn30", **kw) -> RduSpec:
+    """An RduSpec from a preset and keyword overrides (model fields by name, for tests and scripts)."""
+    values = dict(section_switch_cycles=10_000, buffer_tiles=2, elastic_pmus=True, interconnect_gbps=100.0,
+                  interconnect_latency_cycles=2000, ddr_burst_kib=256, training=False, fusion="o1",
+                  tile_tokens=64, parallelism="T1P1D1", microbatches=1, prefetch=True)
+    values.update(RDU_PRESETS[preset])
+    model = {k: kw.pop(k) for k in list(kw) if k in MODEL_KEYS}
+    base = dict(hidden_size=768, n_layers=12, n_heads=12, seq_len=1024, batch=8)
+    base.update(model)
+    values.update(kw)
+    return RduSpec(**values, model=Model(**base))
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator (or collective stage) as a chip sees it, for one microbatch (docs/rdu.md)."""
+
+    name: str
+    kind: str  # an OPERATOR_KINDS kind, or "collective"
+    phase: str
+    layer: int
+    flops: int  # F'
+    weight_bytes: int  # W'
+    input_bytes: int  # I
+    output_bytes: int  # O
+    width: int  # N', output elements per token
+    collective_cycles: int = 0
+
+
+@dataclass
+class Stage:
+    """An operator placed in a section: its PCUs and PMUs and its time per tile."""
+
+    op: Op
+    pcus: int = 0
+    pcu0: int = 0
+    groups: int = 0
+    n_hi: int = 0
+    n_lo: int = 0
+    c_hi: int = 0
+    c_lo: int = 0
+    pmus: int = 0
+    dur: int = 0
+
+
+@dataclass
+class Section:
+    """A section template: its stages, tiles, DDR traffic per tile and PMUs (docs/rdu.md)."""
+
+    name: str
+    phase: str
+    stages: list
+    tiles: int
+    load_bytes: int = 0  # per tile, spilled weights included
+    store_bytes: int = 0  # per tile
+    weight_bytes: int = 0  # Wsec
+    resident_bytes: int = 0  # R
+    spilled_bytes: int = 0  # E, streamed with every tile
+    pmus: int = 0
+    prefetch_cap: int = 0
+
+    @property
+    def flops(self) -> int:
+        """FLOPs of one pass of the section over its microbatch."""
+        return sum(s.op.flops for s in self.stages)
+
+
+@dataclass
+class RduProgram:
+    """The tables the kernel runs (docs/rdu.md, "The program tables") and what reports need."""
+
+    spec: RduSpec
+    stage: np.ndarray
+    section: np.ndarray
+    instance: np.ndarray
+    n_instances: np.ndarray
+    buffer_tiles: int
+    switch_cycles: int
+    prefetch: int
+    burst_bytes: int
+    ddr_bytes_per_kcycle: int
+    sections: list  # Section templates, in the order of the section table
+    chip_sections: list = field(default_factory=list)  # per chip: its template indices
+    instance_microbatch: np.ndarray | None = None  # [chip, instance], -1 for the gradient all-reduce
+    tokens_per_microbatch: int = 0
+    chips_total: int = 1
+    chip_weight_bytes: list = field(default_factory=list)
+
+    @property
+    def n_chips(self) -> int:
+        return self.instance.shape[0]
+
+    @property
+    def max_stages(self) -> int:
+        return max(1, int(self.section[:, K.SE_NSTAGES].max())) if len(self.section) else 1
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _bytes_per_cycle(gbps: float, clock_ghz: float) -> float:
+    return gbps / clock_ghz
+
+
+def _cycles_for(nbytes: int, gbps: float, clock_ghz: float) -> int:
+    """Cycles to move nbytes at gbps: ceil(nbytes x clock_ghz / gbps), in exact rational arithmetic
+    of the two decimal values as written."""
+    from fractions import Fraction
+
+    return math.ceil(Fraction(nbytes) * Fraction(str(clock_ghz)) / Fraction(str(gbps)))
+
+
+def chip_ops(spec: RduSpec, layers: range, phase: str) -> list[Op]:
+    """The operators of `layers` in one phase as one chip runs them for one microbatch, with the
+    tensor-parallel split and all-reduce stages (docs/rdu.md, "Operators")."""
+    t, p, d = spec.degrees
+    model = spec.model
+    b = model.batch // (d * spec.microbatches)
+    mb = Model(hidden_size=model.hidden_size, n_layers=model.n_layers, n_heads=model.n_heads, seq_len=model.seq_len,
+               batch=b, ffn_multiplier=model.ffn_multiplier, precision=model.precision)
+    tokens = mb.tokens
+    e = mb.element_bytes
+    all_ops = operators(mb, training=(phase == "backward"))
+    chosen = [op for op in all_ops if op.phase == phase and op.layer in layers]
+    act = tokens * model.hidden_size * e
+    out = []
+    for op in chosen:
+        width = op.output_bytes // (e * tokens)
+        split = op.kind in ANCHOR_KINDS
+        short = op.name.split(".")[1]
+        out.append(Op(op.name, op.kind, op.phase, op.layer,
+                      ceil_div(op.flops, t) if split else op.flops,
+                      ceil_div(op.weight_bytes, t) if split else op.weight_bytes,
+                      op.input_bytes, op.output_bytes, max(1, ceil_div(width, t) if split else width)))
+        if t > 1 and (short, op.phase) in ALLREDUCE_AFTER:
+            tb = spec.tile_tokens * model.hidden_size * e
+            cyc = 2 * (t - 1) * (spec.interconnect_latency_cycles
+                                 + _cycles_for(ceil_div(tb, t), spec.interconnect_gbps, spec.clock_ghz))
+            out.append(Op(f"{op.name}.allreduce", "collective", op.phase, op.layer, 0, 0, act, act,
+                          model.hidden_size, cyc))
+    return out
+
+
+def _tiles(spec: RduSpec) -> int:
+    t, p, d = spec.degrees
+    tokens = spec.model.batch // (d * spec.microbatches) * spec.model.seq_len
+    return tokens // spec.tile_tokens
+
+
+def _pmu_need(op: Op, spec: RduSpec, tiles: int) -> int:
+    """PMUs an operator needs without spilling: weights plus B tiles of input."""
+    qb = spec.pmu_kib * 1024
+    return max(1, ceil_div(op.weight_bytes + spec.buffer_tiles * ceil_div(op.input_bytes, tiles), qb))
+
+
+def form_sections(ops: list[Op], spec: RduSpec) -> list[list[Op]]:
+    """Cut one phase's operators into sections by the fusion mode (docs/rdu.md, "Sections")."""
+    if spec.fusion == "o0":
+        return [[op] for op in ops]
+    groups: list[list[Op]] = []
+    if spec.fusion == "o1":
+        for op in ops:
+            anchored = bool(groups) and any(o.kind in ANCHOR_KINDS for o in groups[-1])
+            if op.kind == "collective" and groups:
+                groups[-1].append(op)
+            elif not groups or op.kind == "norm" or (op.kind in ANCHOR_KINDS and anchored):
+                groups.append([op])
+            else:
+                groups[-1].append(op)
+        return groups
+    tiles = _tiles(spec)
+    max_ops = ceil_div(tiles, 2)
+    for op in ops:
+        if groups:
+            cur = groups[-1] + [op]
+            compute = sum(1 for o in cur if o.kind != "collective")
+            pmus = sum(_pmu_need(o, spec, tiles) for o in cur)
+            if compute <= spec.pcus and len(cur) <= max_ops and pmus <= spec.pmus:
+                groups[-1].append(op)
+                continue
+        groups.append([op])
+    return groups
+
+
+def _allocate_pcus(stages: list[Stage], spec: RduSpec, where: str) -> None:
+    compute = [s for s in stages if s.op.kind != "collective"]
+    if len(compute) > spec.pcus:
+        raise InputError(f"{where}: {len(compute)} compute operators but machine.pcus = {spec.pcus}: a section "
+                         "needs at least one PCU per operator")
+    total = sum(s.op.flops for s in compute)
+    for s in compute:
+        s.groups = ceil_div(s.op.width, spec.pcu_lanes)
+        share = (spec.pcus * s.op.flops) // total if total else 0
+        s.pcus = min(s.groups, max(1, share))
+    left = spec.pcus - sum(s.pcus for s in compute)
+    while left > 0:
+        best = None
+        for s in compute:
+            # largest F/n first; compare F_a n_b > F_b n_a exactly; ties keep the earlier stage
+            if s.pcus < s.groups and (best is None or s.op.flops * best.pcus > best.op.flops * s.pcus):
+                best = s
+        if best is None:
+            break
+        best.pcus += 1
+        left -= 1
+    pcu0 = 0
+    for s in compute:
+        s.pcu0 = pcu0
+        pcu0 += s.pcus
+
+
+def _pcu_cycles(x: int, op: Op, spec: RduSpec, tokens: int) -> int:
+    """c(x) of docs/rdu.md: cycles per tile of a PCU holding x column groups."""
+    if x == 0:
+        return 0
+    d = spec.pcu_stages
+    return ceil_div(x * spec.tile_tokens * op.flops, tokens * op.width * 2 * d) + d
+
+
+def build_section(ops: list[Op], spec: RduSpec, name: str) -> Section:
+    """Allocate PCUs and PMUs to one section and time its stages (docs/rdu.md, "Allocation")."""
+    tiles = _tiles(spec)
+    t, p, d = spec.degrees
+    tokens = spec.model.batch // (d * spec.microbatches) * spec.model.seq_len
+    qb = spec.pmu_kib * 1024
+    stages = [Stage(op) for op in ops]
+    _allocate_pcus(stages, spec, f"section {name}")
+    for s in stages:
+        if s.op.kind == "collective":
+            continue
+        q, r = divmod(s.groups, s.pcus)
+        if r:
+            s.n_hi, s.n_lo = r, s.pcus - r
+            s.c_hi, s.c_lo = _pcu_cycles(q + 1, s.op, spec, tokens), _pcu_cycles(q, s.op, spec, tokens)
+        else:
+            s.n_hi, s.n_lo = s.pcus, 0
+            s.c_hi, s.c_lo = _pcu_cycles(q, s.op, spec, tokens), 0
+    need = [max(1, ceil_div(s.op.weight_bytes + spec.buffer_tiles * ceil_div(s.op.input_bytes, tiles), qb))
+            for s in stages]
+    w_sec = sum(s.op.weight_bytes for s in stages)
+    sec = Section(name=name, phase=ops[0].phase, stages=stages, tiles=tiles, weight_bytes=w_sec)
+    if sum(need) > spec.pmus:
+        buffers = [max(1, ceil_div(spec.buffer_tiles * ceil_div(s.op.input_bytes, tiles), qb)) for s in stages]
+        q_w = spec.pmus - sum(buffers)
+        if q_w < 0:
+            raise InputError(f"section {name}: its tile buffers alone need {sum(buffers)} PMUs but machine.pmus = "
+                             f"{spec.pmus}; lower workload.tile_tokens = {spec.tile_tokens}")
+        sec.resident_bytes = min(w_sec, q_w * qb)
+        sec.spilled_bytes = w_sec - sec.resident_bytes
+        # The weights' PMUs are shared out like the bytes: each stage keeps its buffers plus its
+        # share of the weight PMUs, in proportion to its weights (for its PMU bandwidth).
+        shares = _proportional(q_w, [s.op.weight_bytes for s in stages])
+        for s, buf, extra in zip(stages, buffers, shares, strict=True):
+            s.pmus = buf + extra
+        sec.pmus = spec.pmus
+    else:
+        sec.resident_bytes = w_sec
+        for s, n in zip(stages, need, strict=True):
+            s.pmus = n
+        if spec.elastic_pmus:
+            gemms = [s for s in stages if s.op.kind == "gemm"]
+            extra = _proportional(spec.pmus - sum(need), [s.op.flops for s in gemms])
+            for s, n in zip(gemms, extra, strict=True):
+                s.pmus += n
+        sec.pmus = sum(s.pmus for s in stages)
+    sec.prefetch_cap = (spec.pmus - sec.pmus) * qb
+    for s in stages:
+        if s.op.kind == "collective":
+            s.dur = s.op.collective_cycles
+        else:
+            moved = s.op.weight_bytes + ceil_div(s.op.input_bytes, tiles) + ceil_div(s.op.output_bytes, tiles)
+            # Each PCU reads through the PMU it is paired with, so an operator streams through at
+            # least as many PMUs as it has PCUs.
+            s.dur = max(s.c_hi, ceil_div(moved, max(s.pmus, s.pcus) * spec.pmu_bytes_per_cycle))
+    load = ops[0].input_bytes + sum(max(0, b.input_bytes - a.output_bytes) for a, b in zip(ops, ops[1:], strict=False))
+    store = ops[-1].output_bytes
+    if spec.training and sec.phase == "forward":
+        store += sum(o.output_bytes for o in ops[:-1])
+    sec.load_bytes = ceil_div(load, tiles) + sec.spilled_bytes
+    sec.store_bytes = ceil_div(store, tiles)
+    return sec
+
+
+def _proportional(total: int, weights: list[int]) -> list[int]:
+    """`total` units shared in proportion to `weights`: floors, then one each by largest remainder
+    (ties to the earlier); all to nobody when the weights are all 0."""
+    s = sum(weights)
+    if total <= 0 or s == 0:
+        return [0] * len(weights)
+    base = [total * w // s for w in weights]
+    rem = sorted(range(len(weights)), key=lambda i: (-(total * weights[i] % s), i))
+    for i in rem[: total - sum(base)]:
+        base[i] += 1
+    return base
+
+
+def layer_groups(n_layers: int, p: int) -> list[range]:
+    """Contiguous layers per pipeline stage: the first n_layers mod p get one more."""
+    q, r = divmod(n_layers, p)
+    out, start = [], 0
+    for i in range(p):
+        n = q + (1 if i < r else 0)
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def compile_program(spec: RduSpec) -> RduProgram:
+    """The chips' programs for one step (docs/rdu.md, "The chip programs"). Raises InputError when the
+    model cannot be laid out (a section whose buffers do not fit, more operators than PCUs)."""
+    t, p, d = spec.degrees
+    model = spec.model
+    m = spec.microbatches
+    tokens = model.batch // (d * m) * model.seq_len
+    e = model.element_bytes
+    sections: list[Section] = []
+    chip_fwd, chip_bwd = [], []
+    chip_weights = []
+    for i, layers in enumerate(layer_groups(model.n_layers, p)):
+        per_phase = []
+        for phase in ("forward", "backward") if spec.training else ("forward",):
+            ops = chip_ops(spec, layers, phase)
+            idx = []
+            for group in form_sections(ops, spec):
+                names = group[0].name if len(group) == 1 else f"{group[0].name}..{group[-1].name}"
+                idx.append(len(sections))
+                sections.append(build_section(group, spec, f"chip{i}:{names}"))
+            per_phase.append(idx)
+        chip_fwd.append(per_phase[0])
+        chip_bwd.append(per_phase[1] if spec.training else [])
+        chip_weights.append(sum(op.weight_bytes for op in chip_ops(spec, layers, "forward")))
+    lat = spec.interconnect_latency_cycles
+    delay = lat + _cycles_for(tokens * model.hidden_size * e, spec.interconnect_gbps, spec.clock_ghz)
+    programs = []
+    for i in range(p):
+        prog = []  # (template, dep_chip, dep_inst, delay, microbatch)
+        fwd_first = {}
+        for j in range(m):
+            for n, x in enumerate(chip_fwd[i]):
+                prog.append((x, -1, -1, 0, j, "f", n))
+        for j in reversed(range(m)) if spec.training else ():
+            for n, x in enumerate(chip_bwd[i]):
+                prog.append((x, -1, -1, 0, j, "b", n))
+        if spec.training and d > 1:
+            cyc = 2 * (d - 1) * (lat + _cycles_for(ceil_div(chip_weights[i], d), spec.interconnect_gbps,
+                                                    spec.clock_ghz))
+            op = Op(f"chip{i}:gradient.allreduce", "collective", "backward", -1, 0, 0, 0, 0, 1, cyc)
+            st = Stage(op, dur=cyc)
+            sec = Section(name=op.name, phase="backward", stages=[st], tiles=1,
+                          prefetch_cap=spec.pmus * spec.pmu_kib * 1024)
+            prog.append((len(sections), -1, -1, 0, -1, "g", 0))
+            sections.append(sec)
+        programs.append(prog)
+        del fwd_first
+    # Dependencies between chips: first forward section of microbatch j on chip i waits for the
+    # last forward section of j on chip i-1; first backward section on i for the last on i+1.
+    where = [{(mb, ph, n): k for k, (_, _, _, _, mb, ph, n) in enumerate(prog)} for prog in programs]
+    rows = []
+    for i, prog in enumerate(programs):
+        out = []
+        for x, _, _, _, mb, ph, n in prog:
+            dep = (-1, -1, 0)
+            if ph == "f" and n == 0 and i > 0 and chip_fwd[i - 1]:
+                dep = (i - 1, where[i - 1][(mb, "f", len(chip_fwd[i - 1]) - 1)], delay)
+            if ph == "b" and n == 0 and i < p - 1 and chip_bwd[i + 1]:
+                dep = (i + 1, where[i + 1][(mb, "b", len(chip_bwd[i + 1]) - 1)], delay)
+            out.append((x, *dep, mb))
+        rows.append(out)
+    n_inst = np.array([len(r) for r in rows], np.int64)
+    inst = np.full((p, max(1, int(n_inst.max())), K.N_IN), -1, np.int64)
+    inst[:, :, K.IN_DELAY] = 0
+    mbs = np.full((p, inst.shape[1]), -1, np.int64)
+    for i, r in enumerate(rows):
+        for k, (x, dc, di, dl, mb) in enumerate(r):
+            inst[i, k] = (x, dc, di, dl)
+            mbs[i, k] = mb
+    stage_rows, sec_rows = [], []
+    for sec in sections:
+        sec_rows.append((len(stage_rows), len(sec.stages), sec.tiles, sec.load_bytes, sec.store_bytes,
+                         sec.resident_bytes, sec.prefetch_cap, sec.pmus))
+        for s in sec.stages:
+            stage_rows.append((1 if s.op.kind == "collective" else 0, s.n_hi, s.n_lo, s.c_hi, s.c_lo, s.dur, s.pcu0,
+                               s.pmus))
+    return RduProgram(
+        spec=spec,
+        stage=np.array(stage_rows, np.int64).reshape(-1, K.N_ST),
+        section=np.array(sec_rows, np.int64).reshape(-1, K.N_SE),
+        instance=inst,
+        n_instances=n_inst,
+        buffer_tiles=spec.buffer_tiles,
+        switch_cycles=spec.section_switch_cycles,
+        prefetch=int(spec.prefetch),
+        burst_bytes=spec.ddr_burst_kib * 1024,
+        ddr_bytes_per_kcycle=max(1, round(1024 * spec.ddr_bandwidth_gbps / spec.clock_ghz)),
+        sections=sections,
+        chip_sections=[f + b for f, b in zip(chip_fwd, chip_bwd, strict=True)],
+        instance_microbatch=mbs,
+        tokens_per_microbatch=tokens,
+        chips_total=t * p * d,
+        chip_weight_bytes=chip_weights,
+    )
+
+
+class RduSim:
+    """Steps a compiled program through the kernel, a chunk of intervals per call.
+
+    After `advance`, `out_start[:n]`, `out_cycles[:n]`, `out_series[:n]` and `out_stage_busy[:n]`
+    hold the intervals just recorded (docs/rdu.md, "Result file"); `finish`, `busy`, `ddr_bytes` and
+    `tile_latency` the running totals; `cycle` the cycles done.
+    """
+
+    def __init__(self, prog: RduProgram, chunk: int = 65_536):
+        self.prog = prog
+        chips = prog.n_chips
+        s = prog.max_stages
+        max_inst = prog.instance.shape[1]
+        max_tiles = int(prog.section[:, K.SE_TILES].max()) if len(prog.section) else 1
+        self.cs, self.started, self.done, self.left, self.tile_start, self.clock = K.new_state(
+            chips, s, max_tiles, prog.n_instances, prog.switch_cycles)
+        self.finish = np.full((chips, max_inst), -1, np.int64)
+        self.busy = np.zeros((chips, max_inst, s, 2), np.int64)
+        self.ddr_bytes = np.zeros(chips, np.int64)
+        offsets = np.zeros((chips, max_inst), np.int64)
+        n = 0
+        for c in range(chips):
+            for k in range(int(prog.n_instances[c])):
+                offsets[c, k] = n
+                n += int(prog.section[prog.instance[c, k, K.IN_SECTION], K.SE_TILES])
+        self.tile_offset = offsets
+        self.tile_latency = np.full(n, -1, np.int64)
+        self.out_start = np.zeros(chunk, np.int64)
+        self.out_cycles = np.zeros(chunk, np.int64)
+        self.out_series = np.zeros((chunk, chips, K.N_SR), np.int64)
+        self.out_stage_busy = np.zeros((chunk, chips, s), np.int64)
+        self.finished = bool((prog.n_instances == 0).all())
+        self.intervals = 0
+
+    @property
+    def cycle(self) -> int:
+        return int(self.clock[0])
+
+    def advance(self) -> int:
+        """Run up to one chunk of intervals; returns how many were recorded. Sets `finished`."""
+        p = self.prog
+        n, status = K.run_intervals(p.stage, p.section, p.instance, p.n_instances, p.buffer_tiles, p.switch_cycles,
+                                    p.prefetch, p.burst_bytes, p.ddr_bytes_per_kcycle, self.cs, self.started,
+                                    self.done, self.left, self.tile_start, self.clock, self.tile_offset, self.finish,
+                                    self.busy, self.ddr_bytes, self.tile_latency, self.out_start, self.out_cycles,
+                                    self.out_series, self.out_stage_busy)
+        if status == K.STUCK:
+            raise RuntimeError(f"rdu kernel stuck at cycle {self.cycle}: no chip can move (a program error)")
+        self.finished = status == K.FINISHED
+        self.intervals += n
+        return n
+
+    def run(self):
+        """Run to the end; returns (starts, cycles, series, stage_busy) of every interval."""
+        parts = []
+        while not self.finished:
+            n = self.advance()
+            parts.append((self.out_start[:n].copy(), self.out_cycles[:n].copy(), self.out_series[:n].copy(),
+                          self.out_stage_busy[:n].copy()))
+        if not parts:
+            s = self.out_series.shape
+            return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0,) + s[1:], np.int64),
+                    np.zeros((0,) + self.out_stage_busy.shape[1:], np.int64))
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
