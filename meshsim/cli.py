@@ -40,9 +40,17 @@ def _cmd_validate(args) -> int:
 
         build(sc)  # placement, task lengths and weights: what a run would refuse
     m = sc.values["machine"]
-    print(f"{args.scenario}: valid ({sc.get('machine', 'type')} {m['rows']} x {m['cols']}, "
-          f"{sc.get('workload', 'type')} workload, migration {sc.get('migration', 'policy')}, "
-          f"{sc.get('run', 'cycles'):,} cycles)")
+    if m["type"] == "rdu":
+        from .rdu import compile_program, spec_from_scenario
+
+        prog = compile_program(spec_from_scenario(sc))  # what a run would refuse
+        w = sc.values["workload"]
+        print(f"{args.scenario}: valid (rdu {m['preset']}, {prog.chips_total} chip(s) {w['parallelism']}, fusion "
+              f"{w['fusion']}: {len(prog.sections)} sections, {int(prog.n_instances.sum())} to run)")
+    else:
+        print(f"{args.scenario}: valid ({sc.get('machine', 'type')} {m['rows']} x {m['cols']}, "
+              f"{sc.get('workload', 'type')} workload, migration {sc.get('migration', 'policy')}, "
+              f"{sc.get('run', 'cycles'):,} cycles)")
     if args.resolved:
         print(sc.resolved_toml(), end="")
     return 0

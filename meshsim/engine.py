@@ -172,7 +172,7 @@ def check_output_path(path) -> Path:
 
 def run_scenario(scenario, output=None, *, threads: int | None = None, progress: bool | None = None,
                  max_cycles_per_call: int | None = None) -> RunResult:
-    """Run a validated mesh scenario and write its HDF5 result.
+    """Run a validated scenario and write its HDF5 result (rdu scenarios go to meshsim.rdu_run).
 
     output: the result path (default results/NAME.h5); threads: Numba threads (default run.threads,
     0 = all cores); progress: show a progress bar (default: when stderr is a terminal).
@@ -181,6 +181,14 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     """
     t_start = time.perf_counter()
     final = check_output_path(output if output is not None else default_output_path(scenario))
+    if scenario.get("machine", "type") == "rdu":
+        from .rdu_run import run_rdu
+
+        n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)
+        path, summary = run_rdu(scenario, final, threads=n_threads,
+                                progress=sys.stderr.isatty() if progress is None else progress,
+                                stop_signals=_StopSignals())
+        return RunResult(path=path, summary=summary)
     inputs = build_inputs(scenario)  # may raise InputError: before any file exists
     n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)
     out = scenario.values["output"]

@@ -107,7 +107,30 @@ def incomplete_path(final: Path) -> Path:
     return final.with_name(final.stem + ".incomplete" + final.suffix)
 
 
-def _describe(ds, units: str, description: str) -> None:
+def open_result(path: Path, scenario, machine: str, threads: int, cycles_requested: int) -> h5py.File:
+    """A new result file at `path` with the root attributes of DESIGN.md section 5, marked
+    incomplete (the writer sets cycles_done and complete as the run goes)."""
+    f = h5py.File(path, "w", libver=("earliest", "v110"))
+    a = f.attrs
+    a["schema_version"] = SCHEMA_VERSION
+    a["meshsim_version"] = __version__
+    a["machine"] = machine
+    a["scenario_name"] = scenario.name
+    a["scenario_path"] = scenario.path or ""
+    a["scenario_text"] = scenario.source_text
+    a["scenario_resolved"] = scenario.resolved_toml()
+    a["overrides"] = "\n".join(f"{k}={v!r}" for k, v in scenario.overrides)
+    a["seed"] = np.uint64(scenario.get("run", "seed"))
+    a["threads"] = threads
+    a["cycles_requested"] = cycles_requested
+    a["cycles_done"] = 0
+    a["complete"] = False
+    a["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return f
+
+
+def describe(ds, units: str, description: str) -> None:
+    """Set a dataset's `units` and `description` attributes."""
     ds.attrs["units"] = units
     ds.attrs["description"] = description
 
@@ -127,22 +150,7 @@ class ResultWriter:
         self.finished = False
         self.n_cycles = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = self.f = h5py.File(self.path, "w", libver=("earliest", "v110"))
-        a = f.attrs
-        a["schema_version"] = SCHEMA_VERSION
-        a["meshsim_version"] = __version__
-        a["machine"] = "mesh"
-        a["scenario_name"] = scenario.name
-        a["scenario_path"] = scenario.path or ""
-        a["scenario_text"] = scenario.source_text
-        a["scenario_resolved"] = scenario.resolved_toml()
-        a["overrides"] = "\n".join(f"{k}={v!r}" for k, v in scenario.overrides)
-        a["seed"] = np.uint64(scenario.get("run", "seed"))
-        a["threads"] = threads
-        a["cycles_requested"] = scenario.get("run", "cycles")
-        a["cycles_done"] = 0
-        a["complete"] = False
-        a["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        f = self.f = open_result(self.path, scenario, "mesh", threads, scenario.get("run", "cycles"))
 
         self.cycle = self._scale(f, "cycle", np.arange(0, dtype=np.int64), "cycle", "cycle number", grow=True)
         self.row = self._scale(f, "row", np.arange(rows, dtype=np.int32), "PE", "PE row")
@@ -158,7 +166,7 @@ class ResultWriter:
             self.series_columns.update(PIPELINE_SERIES)
         for name, (_, units, desc) in self.series_columns.items():
             ds = g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(8192,), **self.comp)
-            _describe(ds, units, desc)
+            describe(ds, units, desc)
             ds.dims[0].attach_scale(self.cycle)
             self.series[name] = ds
 
@@ -168,7 +176,7 @@ class ResultWriter:
                                              maxshape=(None, queue_capacity + 1), dtype=np.int32,
                                              chunks=(max(1, min(4096, 2**20 // (queue_capacity + 1))),
                                                      queue_capacity + 1), **self.comp)
-        _describe(self.depth_hist, "PEs", "PEs with each queue depth at the end of each cycle")
+        describe(self.depth_hist, "PEs", "PEs with each queue depth at the end of each cycle")
         self.depth_hist.dims[0].attach_scale(self.cycle)
         self.depth_hist.dims[1].attach_scale(depth)
         self.frame_cycle = self._scale(occ, "frame_cycle", np.arange(0, dtype=np.int64), "cycle",
@@ -178,7 +186,7 @@ class ResultWriter:
                            ("in_service", "1 where the PE holds a task in service at the end of the frame's cycle")):
             ds = occ.create_dataset(name, shape=(0, rows, cols), maxshape=(None, rows, cols), dtype=np.uint8,
                                     chunks=(1, rows, cols), **self.comp)
-            _describe(ds, "tasks", desc)
+            describe(ds, "tasks", desc)
             ds.dims[0].attach_scale(self.frame_cycle)
             ds.dims[1].attach_scale(self.row)
             ds.dims[2].attach_scale(self.col)
@@ -191,7 +199,7 @@ class ResultWriter:
         self.windows = {}
         for name, (dtype, units, desc) in WINDOWS.items():
             ds = w.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(1024,), **self.comp)
-            _describe(ds, units, desc)
+            describe(ds, units, desc)
             ds.dims[0].attach_scale(self.window_start)
             self.windows[name] = ds
         self.regions = regions
@@ -200,7 +208,7 @@ class ResultWriter:
                 "regions", "figures per region of the workload (e.g. each hot rectangle and the background)",
                 "region", regions.names)
             m = rg.create_dataset("region_map", data=regions.labels, chunks=True, **self.comp)
-            _describe(m, "1", "region index of every PE")
+            describe(m, "1", "region index of every PE")
             m.dims[0].attach_scale(self.row)
             m.dims[1].attach_scale(self.col)
             self.window_regions = {}
@@ -209,7 +217,7 @@ class ResultWriter:
                 ds = w.create_dataset(name, shape=(0, regions.count), maxshape=(None, regions.count),
                                       dtype=np.float64, chunks=(max(1, 4096 // regions.count), regions.count),
                                       **self.comp)
-                _describe(ds, "1", desc)
+                describe(ds, "1", desc)
                 ds.dims[0].attach_scale(self.window_start)
                 ds.dims[1].attach_scale(self.region)
                 self.window_regions[name] = ds
@@ -229,14 +237,14 @@ class ResultWriter:
         g.attrs["description"] = description
         sc = self._scale(self.f, scale, np.arange(len(names), dtype=np.int32), "1", f"{scale} index")
         ds = g.create_dataset("name", data=np.array(names, dtype=h5py.string_dtype()), chunks=True, **self.comp)
-        _describe(ds, "1", f"name of each {scale}")
+        describe(ds, "1", f"name of each {scale}")
         ds.dims[0].attach_scale(sc)
         return g, sc
 
     def _scale(self, parent, name, values, units, description, grow=False):
         kw = dict(maxshape=(None,), chunks=(8192,)) if grow else dict(chunks=True)
         ds = parent.create_dataset(name, data=values, **kw, **self.comp)
-        _describe(ds, units, description)
+        describe(ds, units, description)
         ds.make_scale(name)
         return ds
 
@@ -289,7 +297,7 @@ class ResultWriter:
             if name in rg:
                 del rg[name]
             ds = rg.create_dataset(name, data=np.asarray(figures[name], dtype=dtype), chunks=True, **self.comp)
-            _describe(ds, units, desc)
+            describe(ds, units, desc)
             ds.dims[0].attach_scale(scale)
 
     def write_pipeline(self, pipe, pe_flops_per_cycle: float) -> None:
@@ -323,7 +331,7 @@ class ResultWriter:
         }
         for name, (data, units, desc) in columns.items():
             ds = g.create_dataset(name, data=np.asarray(data, np.int64), chunks=True, **self.comp)
-            _describe(ds, units, desc)
+            describe(ds, units, desc)
             ds.dims[0].attach_scale(scale)
 
     def write_totals(self, units: dict, latency_hist: np.ndarray, latency: dict) -> None:
@@ -335,7 +343,7 @@ class ResultWriter:
             if name in g:
                 del g[name]
             ds = g.create_dataset(name, data=np.asarray(units[name], dtype=dtype), chunks=True, **self.comp)
-            _describe(ds, unit_name, desc)
+            describe(ds, unit_name, desc)
             ds.dims[0].attach_scale(self.row)
             ds.dims[1].attach_scale(self.col)
         if "link_messages" in units:
@@ -346,7 +354,7 @@ class ResultWriter:
                 d.attrs["names"] = "N E S W"
             ds = g.create_dataset("link_messages", data=np.asarray(units["link_messages"], np.int64), chunks=True,
                                   **self.comp)
-            _describe(ds, "messages", "messages sent on each output link (0 N, 1 E, 2 S, 3 W) over the run")
+            describe(ds, "messages", "messages sent on each output link (0 N, 1 E, 2 S, 3 W) over the run")
             ds.dims[0].attach_scale(self.row)
             ds.dims[1].attach_scale(self.col)
             ds.dims[2].attach_scale(self.f["direction"])
@@ -357,7 +365,7 @@ class ResultWriter:
                            "latency in cycles; the last bin counts every latency at or above it")
         h = lg.create_dataset("histogram", data=np.asarray(latency_hist, np.int64), chunks=True, **self.comp)
         what = "measured packets delivered" if "link_messages" in units else "completed tasks"
-        _describe(h, "tasks" if what == "completed tasks" else "packets",
+        describe(h, "tasks" if what == "completed tasks" else "packets",
                   f"{what} per latency (cycles); last bin: overflow")
         h.dims[0].attach_scale(bins)
         for k, v in latency.items():

@@ -307,8 +307,11 @@ def _pcu_cycles(x: int, op: Op, spec: RduSpec, tokens: int) -> int:
     return ceil_div(x * spec.tile_tokens * op.flops, tokens * op.width * 2 * d) + d
 
 
-def build_section(ops: list[Op], spec: RduSpec, name: str) -> Section:
-    """Allocate PCUs and PMUs to one section and time its stages (docs/rdu.md, "Allocation")."""
+def build_section(ops: list[Op], spec: RduSpec, name: str, reserve: int = 0) -> Section:
+    """Allocate PCUs and PMUs to one section and time its stages (docs/rdu.md, "Allocation").
+
+    reserve: PMUs that elastic allocation leaves free for prefetching the next section's weights.
+    """
     tiles = _tiles(spec)
     t, p, d = spec.degrees
     tokens = spec.model.batch // (d * spec.microbatches) * spec.model.seq_len
@@ -349,7 +352,7 @@ def build_section(ops: list[Op], spec: RduSpec, name: str) -> Section:
             s.pmus = n
         if spec.elastic_pmus:
             gemms = [s for s in stages if s.op.kind == "gemm"]
-            extra = _proportional(spec.pmus - sum(need), [s.op.flops for s in gemms])
+            extra = _proportional(spec.pmus - sum(need) - reserve, [s.op.flops for s in gemms])
             for s, n in zip(gemms, extra, strict=True):
                 s.pmus += n
         sec.pmus = sum(s.pmus for s in stages)
@@ -411,10 +414,16 @@ def compile_program(spec: RduSpec) -> RduProgram:
         for phase in ("forward", "backward") if spec.training else ("forward",):
             ops = chip_ops(spec, layers, phase)
             idx = []
-            for group in form_sections(ops, spec):
+            groups = form_sections(ops, spec)
+            # With prefetch, elastic PMUs leave room for the largest weights of the chip's sections.
+            reserve = 0
+            if spec.prefetch:
+                qb = spec.pmu_kib * 1024
+                reserve = max(ceil_div(sum(op.weight_bytes for op in g), qb) for g in groups)
+            for group in groups:
                 names = group[0].name if len(group) == 1 else f"{group[0].name}..{group[-1].name}"
                 idx.append(len(sections))
-                sections.append(build_section(group, spec, f"chip{i}:{names}"))
+                sections.append(build_section(group, spec, f"chip{i}:{names}", reserve))
             per_phase.append(idx)
         chip_fwd.append(per_phase[0])
         chip_bwd.append(per_phase[1] if spec.training else [])

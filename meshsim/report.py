@@ -124,6 +124,8 @@ def format_summary(summary: dict, root: dict | None = None, path=None, regions: 
         lines.append(f"{root.get('scenario_name', '')}: {root.get('machine', '')}, {state}")
     if path is not None:
         lines.append(f"result        {path}")
+    if root is not None and root.get("machine") == "rdu" or "fusion" in s:
+        return "\n".join(lines + _rdu_lines(s))
     if "pipeline_regions" in s:
         return "\n".join(lines + _pipeline_lines(s))
     if "packets_offered" in s:
@@ -188,6 +190,31 @@ def _pipeline_lines(s: dict) -> list:
         f"max {_f(s['packet_latency_max_cycles'])} cycles, {_f(s['packet_hops_mean'])} hops",
         f"speed         {_f(s['pe_cycles_per_second'] / 1e6, 4)} million PE-cycles/s on {_f(s.get('threads', 0))} "
         f"threads; {_f(s['wall_seconds'], 3)} s wall",
+    ]
+
+
+def _rdu_lines(s: dict) -> list:
+    """The summary of an rdu run: the step's time, PCU/PMU/DDR use and load balance."""
+    return [
+        f"step          {_f(s['step_seconds'] * 1e3)} ms ({_f(s['cycles'])} cycles at {_f(s['clock_ghz'])} GHz); "
+        f"{_f(s['time_per_sample_seconds'] * 1e3)} ms per sample, {_f(s['samples_per_second'])} samples/s; "
+        f"{_f(s['achieved_tflops'])} TFLOP/s per chip",
+        f"chips         {_f(s['chips'])} ({s['parallelism']}; {_f(s['chips_simulated'])} simulated); fusion "
+        f"{s['fusion']}: {_f(s['sections'])} sections, {_f(s['section_instances'])} run, "
+        f"{_f(s['sections_spilled'])} spill weights to DDR",
+        f"LI            {_f(s['li'])} over {_f(s['n_units'])} PCUs (mean/max busy; {_f(s['percent_imbalance'], 3)}% "
+        f"imbalance, Jain {_f(s['jain_index'])}, CV {_f(s['cv'])}); operators: min {_f(s['operator_li_min'])}, "
+        f"mean {_f(s['operator_li_mean'])}; chips {_f(s['chip_li'])}",
+        f"PCUs          busy {_f(s['utilization'])} of PCU-cycles; FLOP utilisation {_f(s['pcu_utilization'])}",
+        f"PMUs          in use {_f(s['pmu_utilization'])} of PMU-cycles",
+        f"DDR           {_f(s['ddr_bytes'] / 1e9)} GB moved, busy {_f(s['ddr_busy_fraction'], 3)}, effective "
+        f"{_f(s['ddr_effective_gbps'])} GB/s per chip ({_f(s['ddr_utilization'], 3)} of the cap); waiting on DDR "
+        f"{_f(s['ddr_wait_fraction'], 3)} of the time",
+        f"pipeline      bubble (waiting for another chip) {_f(s['pipeline_bubble_fraction'], 3)} of chip-cycles",
+        f"tiles         {_f(s['completed'])} of {_f(s['injected'])} done; latency mean {_f(s['latency_mean_cycles'])}, "
+        f"p99 {_f(s['latency_p99_cycles'])}, max {_f(s['latency_max_cycles'])} cycles",
+        f"speed         {_f(s['pe_cycles_per_second'] / 1e6, 4)} million PCU-cycles/s; {_f(s['intervals'])} "
+        f"intervals; {_f(s['wall_seconds'], 3)} s wall",
     ]
 
 

@@ -1,0 +1,256 @@
+"""Running an rdu scenario: compile, step the kernel chunk by chunk, write the result, summarise
+(DESIGN.md sections 2.2, 3 and 5; the figures are defined in docs/rdu.md, "Metrics").
+
+`meshsim.engine.run_scenario` hands rdu scenarios here; the run has the mesh's file life (written
+as NAME.incomplete.h5, flushed after every chunk, renamed when complete, kept on Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+from kernels import rdu as K
+
+from . import metrics
+from .errors import InputError
+from .rdu import RduProgram, RduSim, compile_program, spec_from_scenario
+from .rdu_output import RduResultWriter
+
+
+def pcu_busy_cycles(prog: RduProgram, busy: np.ndarray, upto=None) -> np.ndarray:
+    """Busy cycles of every PCU, int64[chips, P], from the kernel's per-(chip, instance, stage)
+    class totals; `upto` (int64[chips]) limits each chip to its instances below it."""
+    out = np.zeros((prog.n_chips, prog.spec.pcus), np.int64)
+    for c in range(prog.n_chips):
+        for k in range(int(prog.n_instances[c]) if upto is None else int(upto[c])):
+            _add_instance(prog, busy, c, k, out[c])
+    return out
+
+
+def _add_instance(prog, busy, c, k, row) -> None:
+    sec = prog.section[prog.instance[c, k, K.IN_SECTION]]
+    for j in range(int(sec[K.SE_NSTAGES])):
+        st = prog.stage[sec[K.SE_STAGE0] + j]
+        p0, nh, nl = int(st[K.ST_PCU0]), int(st[K.ST_NHI]), int(st[K.ST_NLO])
+        row[p0:p0 + nh] += busy[c, k, j, 0]
+        row[p0 + nh:p0 + nh + nl] += busy[c, k, j, 1]
+
+
+def tables(prog: RduProgram, sim: RduSim) -> tuple[dict, dict]:
+    """The sections and operators tables of the result (meshsim.rdu_output SECTIONS, OPERATORS) for
+    every instance that has finished."""
+    secs = {k: [] for k in ("name", "chip", "instance", "template", "microbatch", "start_cycle", "end_cycle", "tiles",
+                            "operators", "pcus", "pmus", "flops", "weight_bytes", "spilled_bytes",
+                            "load_bytes_per_tile", "store_bytes_per_tile", "li", "utilization")}
+    ops = {k: [] for k in ("name", "section_row", "kind", "pcus", "pcus_hi", "pcus_lo", "column_groups", "cycles_hi",
+                           "cycles_lo", "cycles_per_tile", "pmus", "flops", "busy_hi", "busy_lo", "li")}
+    for c in range(prog.n_chips):
+        start = 0
+        for k in range(int(prog.n_instances[c])):
+            end = int(sim.finish[c, k])
+            if end < 0:
+                break
+            x = int(prog.instance[c, k, K.IN_SECTION])
+            sec = prog.sections[x]
+            row = np.zeros(prog.spec.pcus, np.int64)
+            _add_instance(prog, sim.busy, c, k, row)
+            span = end - start + 1
+            lb = metrics.load_balance(row)
+            secs["name"].append(sec.name)
+            for key, v in (("chip", c), ("instance", k), ("template", x),
+                           ("microbatch", int(prog.instance_microbatch[c, k])), ("start_cycle", start),
+                           ("end_cycle", end), ("tiles", sec.tiles), ("operators", len(sec.stages)),
+                           ("pcus", sum(s.pcus for s in sec.stages)), ("pmus", sec.pmus), ("flops", sec.flops),
+                           ("weight_bytes", sec.weight_bytes), ("spilled_bytes", sec.spilled_bytes),
+                           ("load_bytes_per_tile", sec.load_bytes), ("store_bytes_per_tile", sec.store_bytes),
+                           ("li", lb["li"]), ("utilization", metrics.utilization(int(row.sum()), row.size, span))):
+                secs[key].append(v)
+            for j, s in enumerate(sec.stages):
+                bh, bl = int(sim.busy[c, k, j, 0]), int(sim.busy[c, k, j, 1])
+                n = s.n_hi + s.n_lo
+                top = max(bh if s.n_hi else 0, bl if s.n_lo else 0)
+                li = (s.n_hi * bh + s.n_lo * bl) / (n * top) if n and top else float("nan")
+                ops["name"].append(s.op.name)
+                for key, v in (("section_row", len(secs["name"]) - 1), ("kind", int(s.op.kind == "collective")),
+                               ("pcus", s.pcus), ("pcus_hi", s.n_hi), ("pcus_lo", s.n_lo),
+                               ("column_groups", s.groups), ("cycles_hi", s.c_hi), ("cycles_lo", s.c_lo),
+                               ("cycles_per_tile", s.dur), ("pmus", s.pmus), ("flops", s.op.flops), ("busy_hi", bh),
+                               ("busy_lo", bl), ("li", li)):
+                    ops[key].append(v)
+            start = end + 1
+    return secs, ops
+
+
+class _Sums:
+    """Whole-run sums over the recorded intervals, per chip (exact integers)."""
+
+    def __init__(self, chips: int):
+        self.busy_pcu_cycles = np.zeros(chips, np.int64)
+        self.pmu_cycles = np.zeros(chips, np.int64)
+        self.ddr_busy_cycles = np.zeros(chips, np.int64)
+        self.ddr_wait_cycles = np.zeros(chips, np.int64)
+        self.wait_cycles = np.zeros(chips, np.int64)
+        self.run_cycles = np.zeros(chips, np.int64)
+
+    def add(self, cycles, series) -> None:
+        w = cycles[:, None]
+        self.busy_pcu_cycles += (series[:, :, K.SR_BUSY_PCUS] * w).sum(axis=0)
+        self.pmu_cycles += (series[:, :, K.SR_PMUS] * w).sum(axis=0)
+        self.ddr_busy_cycles += (series[:, :, K.SR_DDR_BUSY] * w).sum(axis=0)
+        self.ddr_wait_cycles += (series[:, :, K.SR_DDR_WAIT] * w).sum(axis=0)
+        self.wait_cycles += ((series[:, :, K.SR_PHASE] == K.PH_WAIT) * w).sum(axis=0)
+        self.run_cycles += ((series[:, :, K.SR_PHASE] == K.PH_RUN) * w).sum(axis=0)
+
+
+def _latency(lat: np.ndarray) -> dict:
+    done = lat[lat >= 0]
+    if done.size == 0:
+        nan = float("nan")
+        return dict(mean=nan, var=nan, p50=nan, p90=nan, p99=nan, max=nan)
+    mean = float(done.mean())
+    q = {p: int(np.quantile(done, p / 100, method="inverted_cdf")) for p in (50, 90, 99)}
+    return dict(mean=mean, var=float(((done - mean) ** 2).mean()), p50=q[50], p90=q[90], p99=q[99],
+                max=int(done.max()))
+
+
+def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_seconds: float, threads: int) -> dict:
+    """The run's figures (DESIGN.md section 5's stable names, and the rdu's of docs/rdu.md)."""
+    spec = prog.spec
+    chips = prog.n_chips
+    cycles = sim.cycle
+    done_inst = (sim.finish >= 0).sum(axis=1)
+    busy = pcu_busy_cycles(prog, sim.busy, done_inst)
+    # Instances under way count too: their busy cycles so far are in sim.busy.
+    for c in range(chips):
+        if done_inst[c] < prog.n_instances[c]:
+            _add_instance(prog, sim.busy, c, int(done_inst[c]), busy[c])
+    lb = metrics.load_balance(busy)
+    chip_lb = metrics.load_balance(busy.sum(axis=1))
+    lat = sim.tile_latency
+    injected = int(lat.size) if sim.finished else int((lat >= 0).sum())
+    completed = int((lat >= 0).sum())
+    clock = spec.clock_ghz * 1e9
+    seconds = cycles / clock if cycles else float("nan")
+    flops = 0
+    for c in range(chips):
+        for k in range(int(done_inst[c])):
+            flops += prog.sections[int(prog.instance[c, k, K.IN_SECTION])].flops
+    peak = spec.peak_flops_per_cycle * cycles * chips
+    ddr_bytes = int(sim.ddr_bytes.sum())
+    eff_gbps = ddr_bytes / chips / seconds / 1e9 if cycles else float("nan")
+    chip_cycles = cycles * chips
+    _, _, d = spec.degrees
+    ops_li = [v for v in tables(prog, sim)[1]["li"] if not np.isnan(v)] if sim.finished else []
+    la = _latency(lat)
+    return {
+        "cycles": cycles,
+        "n_units": spec.pcus * chips,
+        "li": lb["li"],
+        "percent_imbalance": lb["percent_imbalance"],
+        "jain_index": lb["jain_index"],
+        "cv": lb["cv"],
+        "busy_min_cycles": lb["min"],
+        "busy_max_cycles": lb["max"],
+        "busy_mean_cycles": lb["mean"],
+        "compute_time_spread": metrics.compute_time_spread(busy),
+        "active_units": int(np.count_nonzero(busy)),
+        "utilization": metrics.utilization(int(busy.sum()), busy.size, cycles),
+        "pcu_utilization": flops / peak if peak else float("nan"),
+        "pmu_utilization": int(sums.pmu_cycles.sum()) / (spec.pmus * chip_cycles) if cycles else float("nan"),
+        "latency_mean_cycles": la["mean"],
+        "latency_var_cycles2": la["var"],
+        "latency_p50_cycles": la["p50"],
+        "latency_p90_cycles": la["p90"],
+        "latency_p99_cycles": la["p99"],
+        "latency_max_cycles": la["max"],
+        "injected": injected,
+        "refused": 0,
+        "completed": completed,
+        "in_system_at_end": injected - completed,
+        "migrated": 0,
+        "chips": prog.chips_total,
+        "chips_simulated": chips,
+        "parallelism": spec.parallelism,
+        "fusion": spec.fusion,
+        "sections": len(prog.sections),
+        "section_instances": int(prog.n_instances.sum()),
+        "sections_spilled": sum(1 for s in prog.sections if s.spilled_bytes),
+        "operator_li_min": float(min(ops_li)) if ops_li else float("nan"),
+        "operator_li_mean": float(np.mean(ops_li)) if ops_li else float("nan"),
+        "chip_li": chip_lb["li"],
+        "flops": flops,
+        "clock_ghz": spec.clock_ghz,
+        "simulated_seconds": seconds,
+        "step_seconds": seconds,
+        "time_per_sample_seconds": seconds / spec.model.batch if cycles else float("nan"),
+        "samples_per_second": spec.model.batch / seconds if cycles and sim.finished else float("nan"),
+        "achieved_tflops": flops * prog.chips_total / chips / seconds / 1e12 if cycles else float("nan"),
+        "ddr_bytes": ddr_bytes,
+        "ddr_busy_fraction": int(sums.ddr_busy_cycles.sum()) / chip_cycles if cycles else float("nan"),
+        "ddr_effective_gbps": eff_gbps,
+        "ddr_utilization": eff_gbps / spec.ddr_bandwidth_gbps if cycles else float("nan"),
+        "ddr_wait_fraction": int(sums.ddr_wait_cycles.sum()) / chip_cycles if cycles else float("nan"),
+        "pipeline_bubble_fraction": int(sums.wait_cycles.sum()) / chip_cycles if cycles else float("nan"),
+        "data_parallel_degree": d,
+        "intervals": sim.intervals,
+        "wall_seconds": wall,
+        "kernel_seconds": kernel_seconds,
+        "pe_cycles_per_second": spec.pcus * chips * cycles / kernel_seconds if kernel_seconds else float("nan"),
+        "threads": threads,
+    }
+
+
+def run_rdu(scenario, final, *, threads: int, progress: bool, stop_signals, chunk: int = 65_536):
+    """Run a validated rdu scenario into `final` (checked writable); returns (path, summary)."""
+    from .engine import RunInterrupted, _StopRequested
+
+    t_start = time.perf_counter()
+    prog = compile_program(spec_from_scenario(scenario))  # InputError before any file exists
+    sim = RduSim(prog, chunk=chunk)
+    try:
+        writer = RduResultWriter(final, scenario, n_chips=prog.n_chips, pcus=prog.spec.pcus, slots=prog.max_stages,
+                                 threads=threads, compression_level=scenario.get("output", "compression_level"))
+    except OSError as e:
+        raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
+    sums = _Sums(prog.n_chips)
+    kernel = 0.0
+    bar = tqdm(total=int(prog.n_instances.sum()), unit="section", disable=not progress, delay=2.0, file=sys.stderr,
+               dynamic_ncols=True)
+
+    def finish(complete: bool):
+        secs, ops = tables(prog, sim)
+        busy = pcu_busy_cycles(prog, sim.busy, (sim.finish >= 0).sum(axis=1))
+        writer.write_totals(busy, sim.ddr_bytes, sim.tile_latency, secs, ops)
+        summary = summarise(prog, sim, sums, time.perf_counter() - t_start, kernel, threads)
+        return writer.finish(summary, sim.cycle, complete=complete), summary
+
+    try:
+        with writer, stop_signals:
+            try:
+                while not sim.finished:
+                    t0 = time.perf_counter()
+                    n = sim.advance()
+                    kernel += time.perf_counter() - t0
+                    writer.append_intervals(sim.out_start[:n], sim.out_cycles[:n], sim.out_series[:n],
+                                            sim.out_stage_busy[:n])
+                    sums.add(sim.out_cycles[:n], sim.out_series[:n])
+                    writer.flush(sim.cycle)
+                    bar.n = int((sim.finish >= 0).sum())
+                    bar.refresh()
+                    if stop_signals.requested and not sim.finished:
+                        raise _StopRequested
+            except (KeyboardInterrupt, _StopRequested):
+                missing = sim.intervals - writer.n  # stopped between the kernel call and its output
+                if missing > 0:
+                    writer.append_intervals(sim.out_start[:missing], sim.out_cycles[:missing],
+                                            sim.out_series[:missing], sim.out_stage_busy[:missing])
+                    sums.add(sim.out_cycles[:missing], sim.out_series[:missing])
+                path, _ = finish(complete=False)
+                raise RunInterrupted(path, sim.cycle) from None
+            return finish(complete=True)
+    finally:
+        bar.close()
