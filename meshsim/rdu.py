@@ -510,8 +510,8 @@ class RduSim:
 
     def __init__(self, prog: RduProgram, chunk: int = 65_536):
         self.prog = prog
-        chips = prog.n_chips
-        s = prog.max_stages
+        chips = prog.instance.shape[0]
+        s = max(1, int(prog.section[:, K.SE_NSTAGES].max())) if len(prog.section) else 1
         max_inst = prog.instance.shape[1]
         max_tiles = int(prog.section[:, K.SE_TILES].max()) if len(prog.section) else 1
         self.cs, self.started, self.done, self.left, self.tile_start, self.clock = K.new_state(
