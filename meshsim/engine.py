@@ -175,7 +175,8 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     """Run a validated scenario and write its HDF5 result (rdu scenarios go to meshsim.rdu_run).
 
     output: the result path (default results/NAME.h5); threads: Numba threads (default run.threads,
-    0 = all cores); progress: show a progress bar (default: when stderr is a terminal).
+    0 = all cores); progress: show a progress bar (default: when stderr is a terminal);
+    max_cycles_per_call: the most cycles per kernel call (for rdu, intervals per call).
     Raises InputError for a bad trace or output path before anything is written, and RunInterrupted
     on Ctrl-C/SIGTERM (the file then holds every cycle done).
     """
@@ -187,7 +188,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
         n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)
         path, summary = run_rdu(scenario, final, threads=n_threads,
                                 progress=sys.stderr.isatty() if progress is None else progress,
-                                stop_signals=_StopSignals())
+                                stop_signals=_StopSignals(), chunk=max_cycles_per_call or 65_536)
         return RunResult(path=path, summary=summary)
     inputs = build_inputs(scenario)  # may raise InputError: before any file exists
     n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)

@@ -21,13 +21,13 @@ from .rdu import RduProgram, RduSim, compile_program, spec_from_scenario
 from .rdu_output import RduResultWriter
 
 
-def pcu_busy_cycles(prog: RduProgram, busy: np.ndarray, upto=None) -> np.ndarray:
-    """Busy cycles of every PCU, int64[chips, P], from the kernel's per-(chip, instance, stage)
-    class totals; `upto` (int64[chips]) limits each chip to its instances below it."""
+def pcu_busy_cycles(prog: RduProgram, sim: RduSim) -> np.ndarray:
+    """Busy cycles of every PCU so far, int64[chips, P], from the kernel's per-(chip, instance,
+    stage) class totals (the instance under way included)."""
     out = np.zeros((prog.n_chips, prog.spec.pcus), np.int64)
     for c in range(prog.n_chips):
-        for k in range(int(prog.n_instances[c]) if upto is None else int(upto[c])):
-            _add_instance(prog, busy, c, k, out[c])
+        for k in range(min(int(prog.n_instances[c]), int((sim.finish[c] >= 0).sum()) + 1)):
+            _add_instance(prog, sim.busy, c, k, out[c])
     return out
 
 
@@ -123,11 +123,7 @@ def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_se
     chips = prog.n_chips
     cycles = sim.cycle
     done_inst = (sim.finish >= 0).sum(axis=1)
-    busy = pcu_busy_cycles(prog, sim.busy, done_inst)
-    # Instances under way count too: their busy cycles so far are in sim.busy.
-    for c in range(chips):
-        if done_inst[c] < prog.n_instances[c]:
-            _add_instance(prog, sim.busy, c, int(done_inst[c]), busy[c])
+    busy = pcu_busy_cycles(prog, sim)
     lb = metrics.load_balance(busy)
     chip_lb = metrics.load_balance(busy.sum(axis=1))
     lat = sim.tile_latency
@@ -223,7 +219,7 @@ def run_rdu(scenario, final, *, threads: int, progress: bool, stop_signals, chun
 
     def finish(complete: bool):
         secs, ops = tables(prog, sim)
-        busy = pcu_busy_cycles(prog, sim.busy, (sim.finish >= 0).sum(axis=1))
+        busy = pcu_busy_cycles(prog, sim)
         writer.write_totals(busy, sim.ddr_bytes, sim.tile_latency, secs, ops)
         summary = summarise(prog, sim, sums, time.perf_counter() - t_start, kernel, threads)
         return writer.finish(summary, sim.cycle, complete=complete), summary

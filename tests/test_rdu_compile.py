@@ -1,0 +1,219 @@
+"""Compilation of a transformer for the RDU (docs/rdu.md, "Compilation") and rdu scenarios."""
+
+import math
+
+import pytest
+
+from kernels import rdu as K
+from meshsim.errors import InputError
+from meshsim.params import RDU_PRESETS
+from meshsim.rdu import (
+    build_section,
+    chip_ops,
+    compile_program,
+    form_sections,
+    layer_groups,
+    parse_parallelism,
+    spec_for,
+    spec_from_scenario,
+)
+from meshsim.scenario import load_scenario
+from meshsim.transformer import Model, operators, totals
+
+RDU = '[machine]\ntype = "rdu"\n[workload]\ntype = "transformer"\n'
+
+
+def problems(text, *overrides):
+    with pytest.raises(InputError) as e:
+        load_scenario("s.toml", overrides, text=text)
+    return e.value.problems
+
+
+@pytest.mark.parametrize("preset, tflops", [("sn10", 320), ("sn30", 688)])
+def test_a_preset_peaks_at_its_published_rate(preset, tflops):
+    p = RDU_PRESETS[preset]
+    peak = p["pcus"] * p["pcu_lanes"] * p["pcu_stages"] * 2 * p["clock_ghz"] * 1e9
+    assert peak == pytest.approx(tflops * 1e12, rel=1e-3)
+    assert p["pmus"] * p["pmu_kib"] * 1024 == (320 if preset == "sn10" else 640) * 2**20
+
+
+def test_the_preset_fills_the_keys_the_scenario_leaves_out():
+    sc = load_scenario("s.toml", ["machine.preset=sn10", "machine.ddr_bandwidth_gbps=50"], text=RDU)
+    m = sc.values["machine"]
+    assert (m["pcus"], m["pmus"], m["clock_ghz"]) == (640, 640, RDU_PRESETS["sn10"]["clock_ghz"])
+    assert m["ddr_bandwidth_gbps"] == 50.0  # the scenario wins over the preset
+    again = load_scenario("r.toml", text=sc.resolved_toml())
+    assert again.values == sc.values
+
+
+def test_rdu_scenarios_are_checked_key_by_key():
+    assert problems('[machine]\ntype = "rdu"\n') == [
+        's.toml: workload.type = "uniform" (default): must be "transformer" when machine.type is "rdu" '
+        "(the rdu runs a compiled model)"]
+    assert problems('[workload]\ntype = "transformer"\n') == [
+        's.toml: workload.type = "transformer": applies only when machine.type is "rdu"; the mesh runs a '
+        'transformer as "layer_pipeline"']
+    assert problems(RDU + "fusion = \"o2\"\n") == [
+        's.toml: workload.fusion = "o2": must be one of "o0", "o1", "o3"']
+    assert problems(RDU, "machine.rows=8") == [
+        'override machine.rows=8: machine.rows = 8: applies only when machine.type is "mesh" (it is "rdu")']
+    assert problems(RDU, "workload.parallelism=T4P2") == [
+        'override workload.parallelism=T4P2: workload.parallelism = "T4P2": must be written '
+        'T<tensor>P<pipeline>D<data> with degrees >= 1, e.g. "T4P2D1"']
+    assert problems(RDU, "workload.parallelism=T1P1D3") == [
+        "override workload.parallelism=T1P1D3: workload.batch = 8 (default): must be a multiple of data degree 3 x "
+        "workload.microbatches = 1 (default) = 3"]
+    assert problems(RDU, "workload.tile_tokens=100") == [
+        "override workload.tile_tokens=100: workload.tile_tokens = 100: must divide the 8,192 tokens of a "
+        "microbatch (workload.batch / (data degree 1 x workload.microbatches) x workload.seq_len)"]
+    assert problems(RDU, "workload.parallelism=T1P13D1") == [
+        'override workload.parallelism=T1P13D1: workload.parallelism = "T1P13D1": has pipeline degree 13 but '
+        "workload.n_layers = 12 (default): at most one stage per layer"]
+
+
+def test_parallelism_strings():
+    assert parse_parallelism("T4P2D1") == (4, 2, 1)
+    for bad in ("T0P1D1", "t4p2d1", "T4P2", "T4P2D1x"):
+        with pytest.raises(ValueError):
+            parse_parallelism(bad)
+
+
+def test_one_chip_runs_every_flop_of_the_model():
+    spec = spec_for("sn30", training=True)
+    mb = Model(768, 12, 12, 1024, 8)
+    ops = chip_ops(spec, range(12), "forward") + chip_ops(spec, range(12), "backward")
+    assert sum(o.flops for o in ops) == totals(operators(mb, training=True))["flops"]
+    assert [o.name for o in ops] == [o.name for o in operators(mb, training=True)]
+
+
+def test_tensor_parallelism_splits_gemms_and_adds_all_reduces():
+    one = {o.name: o for o in chip_ops(spec_for("sn30", training=True), range(1), "forward")}
+    four = chip_ops(spec_for("sn30", training=True, parallelism="T4P1D1"), range(1), "forward")
+    by = {o.name: o for o in four}
+    assert by["layer0.ffn_up"].flops == math.ceil(one["layer0.ffn_up"].flops / 4)
+    assert by["layer0.ffn_up"].width == one["layer0.ffn_up"].width // 4
+    assert by["layer0.ln1"].flops == one["layer0.ln1"].flops  # replicated
+    names = [o.name for o in four]
+    assert names[names.index("layer0.out_proj") + 1] == "layer0.out_proj.allreduce"
+    assert names[names.index("layer0.ffn_down") + 1] == "layer0.ffn_down.allreduce"
+    back = [o.name for o in chip_ops(spec_for("sn30", training=True, parallelism="T4P1D1"), range(1), "backward")]
+    assert "layer0.qkv_proj.backward.allreduce" in back and "layer0.ffn_up.backward.allreduce" in back
+    assert sum(o.kind == "collective" for o in four) == 2
+
+
+def test_o1_fuses_by_the_documented_rules():
+    spec = spec_for("sn30", fusion="o1")
+    groups = form_sections(chip_ops(spec, range(1), "forward"), spec)
+    short = [[o.name.split(".", 1)[1] for o in g] for g in groups]
+    assert short == [["ln1", "qkv_proj"], ["attn_scores_softmax"], ["attn_v"], ["out_proj", "residual1"],
+                     ["ln2", "ffn_up", "gelu"], ["ffn_down", "residual2"]]
+    assert len(form_sections(chip_ops(spec_for("sn30", fusion="o0"), range(1), "forward"),
+                             spec_for("sn30", fusion="o0"))) == 11
+
+
+def test_o3_packs_sections_within_the_chip():
+    spec = spec_for("sn10", fusion="o3", tile_tokens=64)
+    prog = compile_program(spec)
+    tiles = prog.sections[0].tiles
+    assert len(prog.sections) < len(compile_program(spec_for("sn10", fusion="o1")).sections)
+    for sec in prog.sections:
+        assert len(sec.stages) <= math.ceil(tiles / 2)
+        assert sec.spilled_bytes == 0 and sec.pmus <= spec.pmus
+
+
+def test_pcus_go_by_flops_within_each_operators_column_groups():
+    for fusion in ("o0", "o1", "o3"):
+        spec = spec_for("sn10", fusion=fusion, hidden_size=256, n_heads=4)
+        for sec in compile_program(spec).sections:
+            compute = [s for s in sec.stages if s.op.kind != "collective"]
+            assert sum(s.pcus for s in compute) <= spec.pcus
+            p0 = 0
+            for s in compute:
+                assert 1 <= s.pcus <= s.groups == math.ceil(s.op.width / spec.pcu_lanes)
+                q = s.groups // s.pcus
+                assert s.n_hi * (q + (1 if s.n_lo else 0)) + s.n_lo * q == s.groups
+                assert s.pcu0 == p0
+                p0 += s.pcus
+            # every PCU is used unless every operator is at its cap
+            if sum(s.pcus for s in compute) < spec.pcus:
+                assert all(s.pcus == s.groups for s in compute)
+
+
+def test_a_pcu_is_busy_for_its_column_groups_and_fills_its_pipeline():
+    spec = spec_for("sn10", hidden_size=40, n_heads=1, seq_len=64, batch=1, tile_tokens=16, fusion="o0",
+                    pcus=2, elastic_pmus=False)
+    sec = build_section([o for o in chip_ops(spec, range(1), "forward") if o.name == "layer0.out_proj"], spec, "x")
+    s = sec.stages[0]
+    # width 40 over 16 lanes: 3 column groups on 2 PCUs, one with 2 and one with 1
+    assert (s.groups, s.pcus, s.n_hi, s.n_lo) == (3, 2, 1, 1)
+    f = 2 * 64 * 40 * 40  # out_proj FLOPs over the microbatch
+    assert s.c_hi == math.ceil(2 * 16 * f / (64 * 40 * 2 * 6)) + 6
+    assert s.c_lo == math.ceil(1 * 16 * f / (64 * 40 * 2 * 6)) + 6
+
+
+def test_a_section_that_does_not_fit_spills_its_weights_to_ddr():
+    spec = spec_for("sn10", hidden_size=8192, n_heads=64, n_layers=1, seq_len=1024, batch=4, fusion="o0")
+    prog = compile_program(spec)
+    spilled = [s for s in prog.sections if s.spilled_bytes]
+    assert spilled, "ffn_up and ffn_down of hidden 8192 (512 MiB each) cannot fit 320 MiB of PMUs"
+    for sec in spilled:
+        assert sec.pmus == spec.pmus
+        assert sec.resident_bytes + sec.spilled_bytes == sec.weight_bytes
+        assert sec.load_bytes > sec.spilled_bytes
+    row = prog.section[prog.sections.index(spilled[0])]
+    assert row[K.SE_WEIGHTS] == spilled[0].resident_bytes and row[K.SE_PREFETCH_CAP] == 0
+
+
+def test_elastic_pmus_go_to_gemms_and_leave_room_for_prefetch():
+    kw = dict(fusion="o1", hidden_size=1024, n_heads=16)
+    off = compile_program(spec_for("sn30", elastic_pmus=False, **kw)).sections
+    on = compile_program(spec_for("sn30", elastic_pmus=True, prefetch=False, **kw)).sections
+    pre = compile_program(spec_for("sn30", elastic_pmus=True, prefetch=True, **kw)).sections
+    for a, b, c in zip(off, on, pre, strict=True):
+        for sa, sb in zip(a.stages, b.stages, strict=True):
+            assert sb.pmus >= sa.pmus if sa.op.kind == "gemm" else sb.pmus == sa.pmus
+        if any(s.op.kind == "gemm" for s in a.stages):
+            assert b.pmus == 1280 > a.pmus  # all that is left goes to the GEMMs
+            assert a.pmus <= c.pmus < 1280 and c.prefetch_cap > 0  # but room is kept to prefetch into
+
+
+def test_layers_split_evenly_over_pipeline_stages():
+    assert [len(r) for r in layer_groups(10, 4)] == [3, 3, 2, 2]
+    assert [r.start for r in layer_groups(10, 4)] == [0, 3, 6, 8]
+
+
+def test_gpipe_programs_and_their_dependencies():
+    spec = spec_for("sn30", training=True, parallelism="T1P2D2", microbatches=2, n_layers=2, fusion="o1")
+    prog = compile_program(spec)
+    n = prog.n_instances.tolist()
+    assert prog.chips_total == 4 and prog.n_chips == 2 and n[0] == n[1]
+    inst, mbs = prog.instance, prog.instance_microbatch
+    per_mb_f = sum(1 for k in range(n[0]) if mbs[0, k] == 0) // 2
+    assert mbs[0, : 2 * per_mb_f].tolist() == [0] * per_mb_f + [1] * per_mb_f
+    # chip 1's first forward section of microbatch j waits for chip 0's last of j
+    deps = [(k, inst[1, k, K.IN_DEP_CHIP], inst[1, k, K.IN_DEP_INST]) for k in range(n[1]) if inst[1, k, 1] >= 0]
+    assert deps[0] == (0, 0, per_mb_f - 1) and deps[1] == (per_mb_f, 0, 2 * per_mb_f - 1)
+    # the gradient all-reduce over the data-parallel pair closes every chip's program
+    last = prog.sections[inst[0, n[0] - 1, K.IN_SECTION]]
+    assert last.name.endswith("gradient.allreduce") and mbs[0, n[0] - 1] == -1
+    # backward: microbatch 1 first, then 0 (GPipe), the first backward section of chip 0 waiting for
+    # chip 1's last backward section of the same microbatch
+    back = [k for k in range(n[0]) if inst[0, k, K.IN_DEP_CHIP] == 1]
+    assert [mbs[0, k] for k in back] == [1, 0]
+    for k in back:
+        j = inst[0, k, K.IN_DEP_INST]
+        assert mbs[1, j] == mbs[0, k] and (j + 1 == n[1] - 1 or mbs[1, j + 1] != mbs[1, j])
+
+
+def test_layouts_the_chip_cannot_hold_are_refused_by_name():
+    with pytest.raises(InputError, match="machine.pcus = 2"):
+        compile_program(spec_for("sn10", fusion="o1", pcus=2))
+    with pytest.raises(InputError, match="lower workload.tile_tokens"):
+        compile_program(spec_for("sn10", pmus=2, pmu_kib=1, tile_tokens=1024))
+
+
+def test_spec_from_scenario_reads_every_key():
+    sc = load_scenario("s.toml", ["workload.hidden_size=1024", "workload.n_heads=16", "workload.fusion=o3",
+                                  "machine.buffer_tiles=3"], text=RDU)
+    spec = spec_from_scenario(sc)
+    assert (spec.model.hidden_size, spec.fusion, spec.buffer_tiles, spec.pcus) == (1024, "o3", 3, 1280)

@@ -1,0 +1,207 @@
+"""rdu runs end to end: the result file, the summary, determinism, interruption, and the directions
+a user expects of the model (DESIGN.md sections 2.2, 3, 5; docs/rdu.md)."""
+
+import json
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from kernels import rdu as K
+from meshsim import rdu as R
+from meshsim.engine import RunInterrupted, run_scenario
+from meshsim.report import STABLE_SUMMARY_KEYS, read_summary
+from meshsim.scenario import scenario_from_dict
+
+
+def scenario(**workload):
+    machine = workload.pop("machine", {})
+    w = dict(type="transformer", hidden_size=256, n_heads=4, n_layers=2, seq_len=256, batch=4, tile_tokens=32)
+    w.update(workload)
+    return scenario_from_dict({"machine": {"type": "rdu", "preset": "sn10", **machine}, "workload": w})
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    sc = scenario(training=True, parallelism="T2P2D1", microbatches=2)
+    return run_scenario(sc, tmp_path_factory.mktemp("rdu") / "r.h5", progress=False, max_cycles_per_call=97)
+
+
+def test_the_result_file_holds_the_whole_run(result):
+    s = result.summary
+    assert all(k in s for k in STABLE_SUMMARY_KEYS)
+    with h5py.File(result.path) as f:
+        assert f.attrs["machine"] == "rdu" and bool(f.attrs["complete"])
+        assert f.attrs["cycles_done"] == s["cycles"]
+        cycles = f["series/interval_cycles"][:]
+        start = f["interval_start"][:]
+        assert cycles.min() >= 1 and int(cycles.sum()) == s["cycles"]
+        assert start.tolist() == (np.cumsum(cycles) - cycles).tolist()
+        busy = f["series/busy_pcus"][:]
+        assert busy.shape == (len(cycles), 2)
+        # the per-PCU totals and the per-interval series count the same busy PCU-cycles
+        assert int((busy * cycles[:, None]).sum()) == int(f["units/pcu_busy_cycles"][:].sum())
+        assert np.array_equal(f["occupancy/stage_busy_pcus"][:].sum(axis=2), busy)
+        assert f["units/pcu_busy_cycles"].shape == (2, 640)
+        lat = f["latency/tile_latency"][:]
+        assert lat.min() >= 0 and lat.size == s["injected"] == s["completed"]
+        sec = f["sections"]
+        assert sec["end_cycle"][:].max() == s["cycles"] - 1
+        assert np.all((sec["li"][:] > 0) & (sec["li"][:] <= 1))
+        ops = f["operators"]
+        assert ops["name"].shape == ops["li"].shape and int(ops["kind"][:].sum()) > 0  # all-reduces
+        for name in ("busy_pcus", "ddr_busy", "phase"):
+            assert f["series"][name].attrs["units"] and f["series"][name].attrs["description"]
+    assert 0 < s["li"] <= 1 and 0 < s["utilization"] < 1 and 0 < s["pcu_utilization"] <= s["utilization"]
+    assert s["chips"] == 4 and s["chips_simulated"] == 2 and 0 < s["pipeline_bubble_fraction"] < 1
+    assert s["time_per_sample_seconds"] == pytest.approx(s["cycles"] / (s["clock_ghz"] * 1e9) / 4)
+
+
+def test_the_summary_flops_are_the_models(result):
+    spec = R.spec_from_scenario(scenario(training=True, parallelism="T2P2D1", microbatches=2))
+    from meshsim.transformer import operators, totals
+
+    model_flops = totals(operators(spec.model, training=True))["flops"]
+    # two microbatches of half the batch; tensor-parallel halves of the GEMMs and attention, whole norms
+    assert result.summary["flops"] * 2 > model_flops / 2
+    assert result.summary["flops"] <= model_flops
+
+
+def test_xarray_opens_the_series(result):
+    import xarray as xr
+
+    with xr.open_dataset(result.path, engine="h5netcdf", group="series") as ds:
+        assert ds["busy_pcus"].dims == ("interval_start", "chip")
+
+
+def test_report_prints_the_rdu_summary(result):
+    root, s = read_summary(result.path)
+    from meshsim.report import format_summary, summary_json
+
+    text = format_summary(s, root, result.path)
+    assert "fusion o1" in text and "PCUs" in text and "DDR" in text
+    assert json.loads(summary_json(s, root))["summary"]["fusion"] == "o1"
+
+
+def datasets(path):
+    out = {}
+    with h5py.File(path) as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+        skip = {"wall_seconds", "kernel_seconds", "pe_cycles_per_second", "threads"}
+        out["summary"] = {k: v for k, v in f["summary"].attrs.items() if k not in skip}
+    return out
+
+
+def test_results_are_identical_across_threads_reruns_and_chunks(tmp_path, result):
+    sc = scenario(training=True, parallelism="T2P2D1", microbatches=2)
+    a = datasets(result.path)
+    for i, (threads, chunk) in enumerate([(1, None), (2, 5), (1, 97)]):
+        b = datasets(run_scenario(sc, tmp_path / f"{i}.h5", threads=threads, progress=False,
+                                  max_cycles_per_call=chunk).path)
+        assert a.keys() == b.keys()
+        for k in a:
+            if k == "summary":
+                assert a[k].keys() == b[k].keys()
+                for name in a[k]:
+                    assert np.array_equal(a[k][name], b[k][name], equal_nan=isinstance(a[k][name], float)), name
+            else:
+                assert np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind == "f"), k
+
+
+def test_an_interrupted_run_leaves_a_readable_incomplete_file(tmp_path, monkeypatch):
+    calls = {"n": 0}
+    real = R.RduSim.advance
+
+    def advance_then_interrupt(self):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self)
+
+    monkeypatch.setattr(R.RduSim, "advance", advance_then_interrupt)
+    path = tmp_path / "cut.h5"
+    with pytest.raises(RunInterrupted) as e:
+        run_scenario(scenario(), path, progress=False, max_cycles_per_call=50)
+    kept = tmp_path / "cut.incomplete.h5"
+    assert not path.exists() and e.value.path == kept
+    with h5py.File(kept) as f:
+        assert bool(f.attrs["complete"]) is False
+        cycles = f["series/interval_cycles"][:]
+        assert len(cycles) == 100 and int(cycles.sum()) == f.attrs["cycles_done"] == e.value.cycles_done
+        assert f["summary"].attrs["cycles"] == e.value.cycles_done
+        busy = f["series/busy_pcus"][:, 0]
+        assert int(busy @ cycles) == int(f["units/pcu_busy_cycles"][:].sum())
+
+
+def test_the_command_line_runs_and_refuses_rdu_scenarios(tmp_path):
+    good = tmp_path / "g.toml"
+    good.write_text('[machine]\ntype = "rdu"\npreset = "sn10"\n[workload]\ntype = "transformer"\n'
+                    "hidden_size = 256\nn_heads = 4\nn_layers = 1\nseq_len = 128\nbatch = 2\n")
+    run = subprocess.run([sys.executable, "-m", "meshsim", "run", str(good), "-o", str(tmp_path / "g.h5")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "fusion o1" in run.stdout and (tmp_path / "g.h5").exists()
+    bad = subprocess.run([sys.executable, "-m", "meshsim", "run", str(good), "workload.fusion=o5", "-o",
+                          str(tmp_path / "b.h5")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert 'workload.fusion = "o5": must be one of "o0", "o1", "o3"' in bad.stderr
+    assert not (tmp_path / "b.h5").exists() and not (tmp_path / "b.incomplete.h5").exists()
+
+
+# The directions a user expects (docs/rdu.md; the magnitudes are in the README).
+
+
+def summary(**kw):
+    preset = kw.pop("preset", "sn30")
+    prog = R.compile_program(R.spec_for(preset, **kw))
+    sim = R.RduSim(prog)
+    from meshsim.rdu_run import _Sums, summarise
+
+    sums = _Sums(prog.n_chips)
+    while not sim.finished:
+        n = sim.advance()
+        sums.add(sim.out_cycles[:n], sim.out_series[:n])
+    return summarise(prog, sim, sums, 0.0, 1.0, 1)
+
+
+GPT2 = dict(hidden_size=768, n_heads=12, n_layers=4, seq_len=1024, batch=8)
+
+
+def test_fusion_lowers_time_per_sample_and_raises_li():
+    runs = [summary(fusion=f, **GPT2) for f in ("o0", "o1", "o3")]
+    times = [s["time_per_sample_seconds"] for s in runs]
+    lis = [s["li"] for s in runs]
+    assert times[0] > times[1] > times[2]
+    assert lis[0] < lis[1] < lis[2]
+
+
+def test_larger_hidden_sizes_raise_pcu_utilisation():
+    util = [summary(hidden_size=h, n_heads=16, n_layers=2, seq_len=512, batch=8)["pcu_utilization"]
+            for h in (1024, 2048, 4096, 8192)]
+    assert util == sorted(util) and util[0] < util[-1] / 2
+
+
+def test_prefetch_raises_effective_ddr_bandwidth():
+    kw = dict(hidden_size=4096, n_heads=32, n_layers=2, seq_len=512, batch=1)
+    off, on = summary(prefetch=False, **kw), summary(prefetch=True, **kw)
+    assert on["ddr_effective_gbps"] > off["ddr_effective_gbps"]
+    assert on["time_per_sample_seconds"] < off["time_per_sample_seconds"]
+    assert on["ddr_bytes"] == off["ddr_bytes"]  # the same bytes, sooner
+
+
+def test_a_lower_ddr_cap_lowers_throughput_once_sections_spill():
+    kw = dict(preset="sn10", hidden_size=8192, n_heads=64, n_layers=1, seq_len=512, batch=4, fusion="o0")
+    runs = [summary(ddr_bandwidth_gbps=bw, **kw) for bw in (200.0, 100.0, 50.0)]
+    assert all(s["sections_spilled"] > 0 for s in runs)
+    rates = [s["samples_per_second"] for s in runs]
+    assert rates[0] > rates[1] > rates[2]
+
+
+def test_a_program_that_cannot_move_is_reported_not_looped():
+    prog = R.compile_program(R.spec_for("sn10", n_layers=1, hidden_size=64, n_heads=1, seq_len=64, batch=1))
+    prog.instance[0, 0, K.IN_DEP_CHIP] = 0  # waits for itself: never ready
+    prog.instance[0, 0, K.IN_DEP_INST] = 0
+    with pytest.raises(RuntimeError, match="stuck"):
+        R.RduSim(prog).run()
