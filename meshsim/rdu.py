@@ -7,6 +7,7 @@ reference only run the tables. All sizes are exact Python integers until they go
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from kernels import rdu as K
 
 from .errors import InputError
 from .params import RDU_PRESETS
-from .transformer import Model, operators
+from .transformer import Model, backward_of, operators
 
 FUSION_MODES = ("o0", "o1", "o3")
 ANCHOR_KINDS = ("gemm", "attention")
@@ -25,6 +26,11 @@ ANCHOR_KINDS = ("gemm", "attention")
 # projections forward, the input gradient of the column-parallel ones backward.
 ALLREDUCE_AFTER = {("out_proj", "forward"), ("ffn_down", "forward"), ("qkv_proj", "backward"),
                    ("ffn_up", "backward")}
+# Tensor parallelism (Megatron): the operators split over the t chips of a tensor group, each with
+# whether its input and its output are split too (a row-parallel projection reads a split input and
+# writes whole partial sums; a column-parallel one reads a whole input and writes a split output).
+TP_SPLIT = {"qkv_proj": (False, True), "attn_scores_softmax": (True, True), "attn_v": (True, True),
+            "out_proj": (True, False), "ffn_up": (False, True), "gelu": (True, True), "ffn_down": (True, False)}
 _PARALLELISM = re.compile(r"^T(\d+)P(\d+)D(\d+)$")
 
 
@@ -210,18 +216,27 @@ def chip_ops(spec: RduSpec, layers: range, phase: str) -> list[Op]:
                batch=b, ffn_multiplier=model.ffn_multiplier, precision=model.precision)
     tokens = mb.tokens
     e = mb.element_bytes
-    all_ops = operators(mb, training=(phase == "backward"))
-    chosen = [op for op in all_ops if op.phase == phase and op.layer in layers]
+    forward = []
+    for op in operators(mb, training=False):
+        if op.layer not in layers:
+            continue
+        short = op.name.split(".")[1]
+        if t > 1 and short in TP_SPLIT:
+            split_in, split_out = TP_SPLIT[short]
+            op = dataclasses.replace(op, flops=ceil_div(op.flops, t), weight_bytes=ceil_div(op.weight_bytes, t),
+                                     input_bytes=ceil_div(op.input_bytes, t) if split_in else op.input_bytes,
+                                     output_bytes=ceil_div(op.output_bytes, t) if split_out else op.output_bytes)
+        forward.append(op)
+    chosen = forward if phase == "forward" else [backward_of(op) for op in reversed(forward)]
     act = tokens * model.hidden_size * e
     out = []
     for op in chosen:
-        width = op.output_bytes // (e * tokens)
-        split = op.kind in ANCHOR_KINDS
         short = op.name.split(".")[1]
-        out.append(Op(op.name, op.kind, op.phase, op.layer,
-                      ceil_div(op.flops, t) if split else op.flops,
-                      ceil_div(op.weight_bytes, t) if split else op.weight_bytes,
-                      op.input_bytes, op.output_bytes, max(1, ceil_div(width, t) if split else width)))
+        # width: output elements per token of the forward operator (the backward one's mirror it)
+        fwd_out = op.output_bytes if phase == "forward" else next(f.output_bytes for f in forward
+                                                                   if f.name == op.name[: -len(".backward")])
+        out.append(Op(op.name, op.kind, op.phase, op.layer, op.flops, op.weight_bytes, op.input_bytes,
+                      op.output_bytes, max(1, ceil_div(fwd_out, e * tokens))))
         if t > 1 and (short, op.phase) in ALLREDUCE_AFTER:
             tb = spec.tile_tokens * model.hidden_size * e
             cyc = 2 * (t - 1) * (spec.interconnect_latency_cycles

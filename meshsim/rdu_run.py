@@ -184,7 +184,8 @@ def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_se
         "step_seconds": seconds,
         "time_per_sample_seconds": seconds / spec.model.batch if cycles else float("nan"),
         "samples_per_second": spec.model.batch / seconds if cycles and sim.finished else float("nan"),
-        "achieved_tflops": flops * prog.chips_total / chips / seconds / 1e12 if cycles else float("nan"),
+        # every simulated chip stands for its tensor- and data-parallel copies, which do the same
+        "achieved_tflops": flops / chips / seconds / 1e12 if cycles else float("nan"),
         "ddr_bytes": ddr_bytes,
         "ddr_busy_fraction": int(sums.ddr_busy_cycles.sum()) / chip_cycles if cycles else float("nan"),
         "ddr_effective_gbps": eff_gbps,

@@ -178,7 +178,7 @@ def _layer_elements(model: Model) -> dict[str, tuple[str, int, int, int, int]]:
     }
 
 
-def _backward(op: Operator) -> Operator:
+def backward_of(op: Operator) -> Operator:
     """The backward operator of a forward one, under the assumptions stated in `operators`."""
     grad_out = op.weight_bytes if op.kind in ("gemm", "norm") else 0
     return Operator(
@@ -241,7 +241,7 @@ def operators(model: Model, training: bool = False) -> list[Operator]:
             forward.append(Operator(f"layer{layer}.{op_name}", layer, kind, "forward", flops, w * e, i * e, o * e))
     if not training:
         return forward
-    return forward + [_backward(op) for op in reversed(forward)]
+    return forward + [backward_of(op) for op in reversed(forward)]
 
 
 def parameter_count(model: Model) -> int:

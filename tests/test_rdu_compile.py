@@ -93,6 +93,11 @@ def test_tensor_parallelism_splits_gemms_and_adds_all_reduces():
     assert by["layer0.ffn_up"].flops == math.ceil(one["layer0.ffn_up"].flops / 4)
     assert by["layer0.ffn_up"].width == one["layer0.ffn_up"].width // 4
     assert by["layer0.ln1"].flops == one["layer0.ln1"].flops  # replicated
+    assert by["layer0.ffn_up"].output_bytes == one["layer0.ffn_up"].output_bytes // 4  # column-parallel
+    assert by["layer0.ffn_up"].input_bytes == one["layer0.ffn_up"].input_bytes
+    assert by["layer0.ffn_down"].input_bytes == one["layer0.ffn_down"].input_bytes // 4  # row-parallel
+    assert by["layer0.ffn_down"].output_bytes == one["layer0.ffn_down"].output_bytes
+    assert by["layer0.gelu"].flops == one["layer0.gelu"].flops // 4
     names = [o.name for o in four]
     assert names[names.index("layer0.out_proj") + 1] == "layer0.out_proj.allreduce"
     assert names[names.index("layer0.ffn_down") + 1] == "layer0.ffn_down.allreduce"
