@@ -3,8 +3,8 @@
 Prints simulated PE-cycles per second on the full WSE-2 fabric (757 x 996) with migration on at
 moderate load (offered load 0.5: rate 0.05, geometric work of mean 10, least_loaded, threshold 2),
 with 1 thread and with all cores; start-up time cold (compiling) and cached; bytes of state per
-PE; peak memory of a full-fabric 1,000-cycle run; the HDF5 writing overhead; and the plain
-reference's speed on a small grid for the ratio.
+PE; peak memory of a full-fabric 1,000-cycle run; the HDF5 writing overhead; the rdu's time for a
+24-layer training step; and the plain reference's speed on a small grid for the ratio.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import numba
 
@@ -50,6 +51,20 @@ _PEAK = textwrap.dedent("""
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps(dict(peak_bytes=peak_kib * 1024, wall=res.summary["wall_seconds"],
                           kernel=res.summary["kernel_seconds"], output=res.summary["output_seconds"])))
+""")
+
+
+_RDU = textwrap.dedent("""
+    import json, resource, sys, time
+    t0 = time.perf_counter()
+    from meshsim.engine import run_scenario
+    from meshsim.scenario import load_scenario
+    sc = load_scenario(sys.argv[1], {over})
+    res = run_scenario(sc, sys.argv[2], progress=False)
+    s = res.summary
+    print(json.dumps(dict(process=time.perf_counter() - t0, wall=s["wall_seconds"], kernel=s["kernel_seconds"],
+                          cycles=s["cycles"], intervals=s["intervals"], step=s["step_seconds"],
+                          peak_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)))
 """)
 
 
@@ -158,8 +173,6 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
 
     # The layer pipeline: GPT-2 small over the whole fabric from an empty wafer (the first token
     # needs about 10,500 cycles to cross it, so the fill is what a short run spends its time on).
-    from pathlib import Path
-
     gpt2 = Path(__file__).resolve().parent.parent / "scenarios" / "wse2_gpt2_small.toml"
     if gpt2.is_file():
         from .scenario import load_scenario
@@ -178,6 +191,28 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
         fig["pipeline_busy_fraction_at_2000_cycles"] = busy
         log(f"layer pipeline, GPT-2 small from an empty wafer, all cores: {pn * 2000 / dt / 1e6:.1f} million "
             f"PE-cycles/s over its first 2,000 cycles ({busy:.2f} of the PEs busy by then)")
+
+    # The rdu: one training step of a 24-layer, hidden-4,096 model on an SN30, in a fresh process,
+    # with an empty and with a warm compilation cache.
+    rdu = Path(__file__).resolve().parent.parent / "scenarios" / "rdu_sn30_train_h4096.toml"
+    if rdu.is_file():
+        over = repr(["workload.n_layers=2"] if quick else [])
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(os.environ, NUMBA_CACHE_DIR=os.path.join(tmp, "cache"))
+            cold, _ = _python(_RDU.format(over=over), str(rdu), os.path.join(tmp, "a.h5"), env=env)
+            warm, _ = _python(_RDU.format(over=over), str(rdu), os.path.join(tmp, "b.h5"), env=env)
+        fig["rdu_step_process_seconds_cold"] = cold["process"]
+        fig["rdu_step_process_seconds_cached"] = warm["process"]
+        fig["rdu_step_run_wall_seconds"] = warm["wall"]
+        fig["rdu_step_kernel_seconds"] = warm["kernel"]
+        fig["rdu_step_cycles"] = warm["cycles"]
+        fig["rdu_step_intervals"] = warm["intervals"]
+        fig["rdu_step_peak_memory_bytes"] = warm["peak_bytes"]
+        fig["rdu_simulated_cycles_per_second"] = warm["cycles"] / warm["kernel"]
+        log(f"rdu, {'2' if quick else '24'}-layer hidden-4096 training step on an SN30 ({warm['cycles']:,} cycles, "
+            f"{warm['step']:.2f} s of machine time): {cold['process']:.2f} s in a fresh process compiling, "
+            f"{warm['process']:.2f} s cached ({warm['wall']:.2f} s run, {warm['kernel']:.2f} s in the kernel for "
+            f"{warm['intervals']:,} intervals); peak memory {warm['peak_bytes'] / 2**30:.2f} GiB")
 
     # The plain reference on a small grid, for the ratio.
     rs = scenario_from_dict(_scenario(True))
