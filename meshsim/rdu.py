@@ -153,6 +153,8 @@ class Section:
     spilled_bytes: int = 0  # E, streamed with every tile
     pmus: int = 0
     prefetch_cap: int = 0
+    held_in: int = 0  # bytes of its input handed over on chip by the section before
+    held_out: int = 0  # bytes of its output handed over on chip to the section after
 
     @property
     def flops(self) -> int:
@@ -322,11 +324,9 @@ def _pcu_cycles(x: int, op: Op, spec: RduSpec, tokens: int) -> int:
     return ceil_div(x * spec.tile_tokens * op.flops, tokens * op.width * 2 * d) + d
 
 
-def build_section(ops: list[Op], spec: RduSpec, name: str, reserve: int = 0) -> Section:
-    """Allocate PCUs and PMUs to one section and time its stages (docs/rdu.md, "Allocation").
-
-    reserve: PMUs that elastic allocation leaves free for prefetching the next section's weights.
-    """
+def lay_out_section(ops: list[Op], spec: RduSpec, name: str) -> Section:
+    """PCUs, their classes and the PMUs an operator needs (spilling weights when they do not fit)
+    for one section (docs/rdu.md, "Allocation"); `finish_section` completes it."""
     tiles = _tiles(spec)
     t, p, d = spec.degrees
     tokens = spec.model.batch // (d * spec.microbatches) * spec.model.seq_len
@@ -365,13 +365,27 @@ def build_section(ops: list[Op], spec: RduSpec, name: str, reserve: int = 0) -> 
         sec.resident_bytes = w_sec
         for s, n in zip(stages, need, strict=True):
             s.pmus = n
-        if spec.elastic_pmus:
-            gemms = [s for s in stages if s.op.kind == "gemm"]
-            extra = _proportional(spec.pmus - sum(need) - reserve, [s.op.flops for s in gemms])
-            for s, n in zip(gemms, extra, strict=True):
-                s.pmus += n
+        sec.pmus = sum(need)
+    return sec
+
+
+def finish_section(sec: Section, spec: RduSpec, held_in: int = 0, held_out: int = 0, reserve: int = 0) -> Section:
+    """Elastic PMUs, stage times, prefetch room and DDR traffic per tile of a laid-out section.
+
+    held_in, held_out: bytes of its input and output that stay on chip, handed over from the
+    section before and to the section after; reserve: PMUs kept free for prefetching weights.
+    """
+    qb = spec.pmu_kib * 1024
+    tiles = sec.tiles
+    stages, ops = sec.stages, [s.op for s in sec.stages]
+    if spec.elastic_pmus and not sec.spilled_bytes:
+        gemms = [s for s in stages if s.op.kind == "gemm"]
+        left = spec.pmus - sec.pmus - reserve - ceil_div(held_in + held_out, qb)
+        for s, n in zip(gemms, _proportional(left, [s.op.flops for s in gemms]), strict=True):
+            s.pmus += n
         sec.pmus = sum(s.pmus for s in stages)
-    sec.prefetch_cap = (spec.pmus - sec.pmus) * qb
+    sec.held_in, sec.held_out = held_in, held_out
+    sec.prefetch_cap = max(0, (spec.pmus - sec.pmus) * qb - held_in - held_out)
     for s in stages:
         if s.op.kind == "collective":
             s.dur = s.op.collective_cycles
@@ -383,10 +397,33 @@ def build_section(ops: list[Op], spec: RduSpec, name: str, reserve: int = 0) -> 
     load = ops[0].input_bytes + sum(max(0, b.input_bytes - a.output_bytes) for a, b in zip(ops, ops[1:], strict=False))
     store = ops[-1].output_bytes
     if spec.training and sec.phase == "forward":
-        store += sum(o.output_bytes for o in ops[:-1])
-    sec.load_bytes = ceil_div(load, tiles) + sec.spilled_bytes
+        store += sum(o.output_bytes for o in ops[:-1])  # saved for the backward pass, handed over or not
+    else:
+        store -= held_out
+    sec.load_bytes = ceil_div(load - held_in, tiles) + sec.spilled_bytes
     sec.store_bytes = ceil_div(store, tiles)
     return sec
+
+
+def build_section(ops: list[Op], spec: RduSpec, name: str, reserve: int = 0) -> Section:
+    """A section on its own (nothing handed over on chip): `lay_out_section` then `finish_section`."""
+    return finish_section(lay_out_section(ops, spec, name), spec, reserve=reserve)
+
+
+def hand_over(sections: list[Section], spec: RduSpec) -> list[tuple[int, int]]:
+    """(held_in, held_out) per section of one phase of a chip (docs/rdu.md, "On-chip hand-over"):
+    the bytes a section reads that the one before wrote, min(O of its last operator, I of the next
+    one's first), stay in PMUs when the PMUs both sections leave free hold them (with the input the
+    first still holds)."""
+    qb = spec.pmu_kib * 1024
+    held = [[0, 0] for _ in sections]
+    for i, (a, b) in enumerate(zip(sections, sections[1:], strict=False)):
+        h = min(a.stages[-1].op.output_bytes, b.stages[0].op.input_bytes)
+        free_a = (spec.pmus - a.pmus) * qb
+        free_b = (spec.pmus - b.pmus) * qb
+        if h > 0 and held[i][0] + h <= free_a and h <= free_b:
+            held[i][1] = held[i + 1][0] = h
+    return [tuple(x) for x in held]
 
 
 def _proportional(total: int, weights: list[int]) -> list[int]:
@@ -430,15 +467,15 @@ def compile_program(spec: RduSpec) -> RduProgram:
             ops = chip_ops(spec, layers, phase)
             idx = []
             groups = form_sections(ops, spec)
+            laid = [lay_out_section(g, spec, f"chip{i}:" + (g[0].name if len(g) == 1 else f"{g[0].name}..{g[-1].name}"))
+                    for g in groups]
             # With prefetch, elastic PMUs leave room for the largest weights of the chip's sections.
             reserve = 0
             if spec.prefetch:
-                qb = spec.pmu_kib * 1024
-                reserve = max(ceil_div(sum(op.weight_bytes for op in g), qb) for g in groups)
-            for group in groups:
-                names = group[0].name if len(group) == 1 else f"{group[0].name}..{group[-1].name}"
+                reserve = max(ceil_div(sec.resident_bytes, spec.pmu_kib * 1024) for sec in laid)
+            for sec, (h_in, h_out) in zip(laid, hand_over(laid, spec), strict=True):
                 idx.append(len(sections))
-                sections.append(build_section(group, spec, f"chip{i}:{names}", reserve))
+                sections.append(finish_section(sec, spec, h_in, h_out, reserve))
             per_phase.append(idx)
         chip_fwd.append(per_phase[0])
         chip_bwd.append(per_phase[1] if spec.training else [])

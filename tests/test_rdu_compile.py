@@ -178,7 +178,8 @@ def test_elastic_pmus_go_to_gemms_and_leave_room_for_prefetch():
         for sa, sb in zip(a.stages, b.stages, strict=True):
             assert sb.pmus >= sa.pmus if sa.op.kind == "gemm" else sb.pmus == sa.pmus
         if any(s.op.kind == "gemm" for s in a.stages):
-            assert b.pmus == 1280 > a.pmus  # all that is left goes to the GEMMs
+            # all that is left goes to the GEMMs, but for the room of what is handed over on chip
+            assert b.pmus + math.ceil((b.held_in + b.held_out) / 2**19) == 1280 and b.pmus > a.pmus
             assert a.pmus <= c.pmus < 1280 and c.prefetch_cap > 0  # but room is kept to prefetch into
 
 
@@ -222,3 +223,24 @@ def test_spec_from_scenario_reads_every_key():
                                   "machine.buffer_tiles=3"], text=RDU)
     spec = spec_from_scenario(sc)
     assert (spec.model.hidden_size, spec.fusion, spec.buffer_tiles, spec.pcus) == (1024, "o3", 3, 1280)
+
+
+def test_sections_hand_over_on_chip_what_fits():
+    spec = spec_for("sn30", fusion="o1")
+    prog = compile_program(spec)
+    secs = prog.sections
+    assert secs[0].held_in == 0  # the first reads the model's input from DDR
+    pairs = list(zip(secs, secs[1:], strict=False))
+    assert all(a.held_out == b.held_in for a, b in pairs)
+    a, b = secs[0], secs[1]  # [ln1 qkv_proj] -> [attn_scores_softmax]: Q, K and V stay on chip
+    assert a.held_out == min(a.stages[-1].op.output_bytes, b.stages[0].op.input_bytes) > 0
+    assert a.store_bytes == math.ceil((a.stages[-1].op.output_bytes - a.held_out) / a.tiles)
+    assert b.load_bytes == math.ceil((b.stages[0].op.input_bytes - b.held_in) / b.tiles)
+    assert a.prefetch_cap == (spec.pmus - a.pmus) * 2**19 - a.held_out
+    # a forward section of a training step still stores what it hands over (saved for backward)
+    train = compile_program(spec_for("sn30", fusion="o1", training=True)).sections[0]
+    assert train.held_out > 0 and train.store_bytes == math.ceil(
+        sum(s.op.output_bytes for s in train.stages) / train.tiles)
+    # nothing fits beside a section that spills: it hands nothing over
+    big = compile_program(spec_for("sn10", hidden_size=8192, n_heads=64, n_layers=1, fusion="o0")).sections
+    assert all(s.held_in == s.held_out == 0 for s in big if s.spilled_bytes)
