@@ -213,8 +213,9 @@ def _rdu_lines(s: dict) -> list:
         f"pipeline      bubble (waiting for another chip) {_f(s['pipeline_bubble_fraction'], 3)} of chip-cycles",
         f"tiles         {_f(s['completed'])} of {_f(s['injected'])} done; latency mean {_f(s['latency_mean_cycles'])}, "
         f"p99 {_f(s['latency_p99_cycles'])}, max {_f(s['latency_max_cycles'])} cycles",
-        f"speed         {_f(s['pe_cycles_per_second'] / 1e6, 4)} million PCU-cycles/s; {_f(s['intervals'])} "
-        f"intervals; {_f(s['wall_seconds'], 3)} s wall",
+        f"speed         {_f(s['cycles'] / s['kernel_seconds'] if s.get('kernel_seconds') else math.nan, 3)} "
+        f"simulated cycles/s ({_f(s['pe_cycles_per_second'], 3)} PCU-cycles/s; the kernel jumps between "
+        f"{_f(s['intervals'])} intervals); {_f(s['wall_seconds'], 3)} s wall",
     ]
 
 
