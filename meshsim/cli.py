@@ -41,9 +41,9 @@ def _cmd_validate(args) -> int:
         build(sc)  # placement, task lengths and weights: what a run would refuse
     m = sc.values["machine"]
     if m["type"] == "rdu":
-        from .rdu import compile_program, spec_from_scenario
+        from .rdu import compile_scenario
 
-        prog = compile_program(spec_from_scenario(sc))  # what a run would refuse
+        prog = compile_scenario(sc)  # what a run would refuse
         w = sc.values["workload"]
         print(f"{args.scenario}: valid (rdu {m['preset']}, {prog.chips_total} chip(s) {w['parallelism']}, fusion "
               f"{w['fusion']}: {len(prog.sections)} sections, {int(prog.n_instances.sum())} to run)")

@@ -93,6 +93,15 @@ def spec_from_scenario(sc) -> RduSpec:
                    parallelism=w["parallelism"], microbatches=w["microbatches"], prefetch=w["prefetch"])
 
 
+def compile_scenario(sc) -> RduProgram:
+    """compile_program of a validated rdu scenario; its layout problems name the scenario file."""
+    try:
+        return compile_program(spec_from_scenario(sc))
+    except InputError as e:
+        where = sc.path or "<scenario>"
+        raise InputError([f"{where}: {p}" for p in e.problems]) from None
+
+
 def spec_for(preset: str = "sn30", **kw) -> RduSpec:
     """An RduSpec from a preset and keyword overrides (model fields by name, for tests and scripts)."""
     values = dict(section_switch_cycles=10_000, buffer_tiles=2, elastic_pmus=True, interconnect_gbps=100.0,
@@ -120,6 +129,20 @@ class Op:
     output_bytes: int  # O
     width: int  # N', output elements per token
     collective_cycles: int = 0
+    in_act: int = -1  # bytes of the input that the operator before wrote (-1: all of input_bytes)
+    out_act: int = -1  # bytes of the output the operator after reads (-1: all of output_bytes)
+
+    @property
+    def reads_from_before(self) -> int:
+        """Input bytes the previous operator produced: all of them forward, the output gradient
+        backward (the saved forward input comes from DDR)."""
+        return self.input_bytes if self.in_act < 0 else self.in_act
+
+    @property
+    def passes_on(self) -> int:
+        """Output bytes the next operator consumes: all of them forward, the input gradient
+        backward (a weight gradient goes to DDR)."""
+        return self.output_bytes if self.out_act < 0 else self.out_act
 
 
 @dataclass
@@ -234,11 +257,14 @@ def chip_ops(spec: RduSpec, layers: range, phase: str) -> list[Op]:
     out = []
     for op in chosen:
         short = op.name.split(".")[1]
-        # width: output elements per token of the forward operator (the backward one's mirror it)
-        fwd_out = op.output_bytes if phase == "forward" else next(f.output_bytes for f in forward
-                                                                   if f.name == op.name[: -len(".backward")])
+        # width: output elements per token of the forward operator (the backward one's mirror it);
+        # backward, the output gradient comes from the operator before and the input gradient goes
+        # to the one after
+        f = op if phase == "forward" else next(f for f in forward if f.name == op.name[: -len(".backward")])
         out.append(Op(op.name, op.kind, op.phase, op.layer, op.flops, op.weight_bytes, op.input_bytes,
-                      op.output_bytes, max(1, ceil_div(fwd_out, e * tokens))))
+                      op.output_bytes, max(1, ceil_div(f.output_bytes, e * tokens)),
+                      in_act=-1 if phase == "forward" else f.output_bytes,
+                      out_act=-1 if phase == "forward" else f.input_bytes))
         if t > 1 and (short, op.phase) in ALLREDUCE_AFTER:
             tb = spec.tile_tokens * model.hidden_size * e
             cyc = 2 * (t - 1) * (spec.interconnect_latency_cycles
@@ -262,22 +288,23 @@ def _pmu_need(op: Op, spec: RduSpec, tiles: int) -> int:
 
 def form_sections(ops: list[Op], spec: RduSpec) -> list[list[Op]]:
     """Cut one phase's operators into sections by the fusion mode (docs/rdu.md, "Sections")."""
-    if spec.fusion == "o0":
-        return [[op] for op in ops]
     groups: list[list[Op]] = []
-    if spec.fusion == "o1":
+    if spec.fusion in ("o0", "o1"):
         for op in ops:
             anchored = bool(groups) and any(o.kind in ANCHOR_KINDS for o in groups[-1])
             if op.kind == "collective" and groups:
-                groups[-1].append(op)
-            elif not groups or op.kind == "norm" or (op.kind in ANCHOR_KINDS and anchored):
+                groups[-1].append(op)  # a collective rides along with its operator
+            elif spec.fusion == "o0" or not groups or op.kind == "norm" or (op.kind in ANCHOR_KINDS and anchored):
                 groups.append([op])
             else:
                 groups[-1].append(op)
         return groups
     tiles = _tiles(spec)
-    max_ops = ceil_div(tiles, 2)
+    max_ops = max(2, ceil_div(tiles, 2))
     for op in ops:
+        if op.kind == "collective" and groups:
+            groups[-1].append(op)
+            continue
         if groups:
             cur = groups[-1] + [op]
             compute = sum(1 for o in cur if o.kind != "collective")
@@ -293,12 +320,14 @@ def _allocate_pcus(stages: list[Stage], spec: RduSpec, where: str) -> None:
     compute = [s for s in stages if s.op.kind != "collective"]
     if len(compute) > spec.pcus:
         raise InputError(f"{where}: {len(compute)} compute operators but machine.pcus = {spec.pcus}: a section "
-                         "needs at least one PCU per operator")
+                         "needs at least one PCU per operator (raise machine.pcus, or fuse less with "
+                         "workload.fusion)")
     total = sum(s.op.flops for s in compute)
+    spare = spec.pcus - len(compute)  # every operator has one PCU; these are shared by FLOPs
     for s in compute:
         s.groups = ceil_div(s.op.width, spec.pcu_lanes)
-        share = (spec.pcus * s.op.flops) // total if total else 0
-        s.pcus = min(s.groups, max(1, share))
+        share = (spare * s.op.flops) // total if total else 0
+        s.pcus = min(s.groups, 1 + share)
     left = spec.pcus - sum(s.pcus for s in compute)
     while left > 0:
         best = None
@@ -314,6 +343,7 @@ def _allocate_pcus(stages: list[Stage], spec: RduSpec, where: str) -> None:
     for s in compute:
         s.pcu0 = pcu0
         pcu0 += s.pcus
+    assert pcu0 <= spec.pcus, (where, pcu0, spec.pcus)
 
 
 def _pcu_cycles(x: int, op: Op, spec: RduSpec, tokens: int) -> int:
@@ -352,7 +382,9 @@ def lay_out_section(ops: list[Op], spec: RduSpec, name: str) -> Section:
         q_w = spec.pmus - sum(buffers)
         if q_w < 0:
             raise InputError(f"section {name}: its tile buffers alone need {sum(buffers)} PMUs but machine.pmus = "
-                             f"{spec.pmus}; lower workload.tile_tokens = {spec.tile_tokens}")
+                             f"{spec.pmus} (of machine.pmu_kib = {spec.pmu_kib} KiB); lower workload.tile_tokens = "
+                             f"{spec.tile_tokens} or machine.buffer_tiles = {spec.buffer_tiles}, raise machine.pmus "
+                             "or machine.pmu_kib, or fuse less with workload.fusion")
         sec.resident_bytes = min(w_sec, q_w * qb)
         sec.spilled_bytes = w_sec - sec.resident_bytes
         # The weights' PMUs are shared out like the bytes: each stage keeps its buffers plus its
@@ -397,8 +429,11 @@ def finish_section(sec: Section, spec: RduSpec, held_in: int = 0, held_out: int 
     load = ops[0].input_bytes + sum(max(0, b.input_bytes - a.output_bytes) for a, b in zip(ops, ops[1:], strict=False))
     store = ops[-1].output_bytes
     if spec.training and sec.phase == "forward":
-        store += sum(o.output_bytes for o in ops[:-1])  # saved for the backward pass, handed over or not
-    else:
+        # every activation is saved for the backward pass, handed over or not; an operator's partial
+        # sums count once, as the output of the all-reduce that follows it
+        store += sum(a.output_bytes for a, b in zip(ops, ops[1:], strict=False) if b.kind != "collective")
+    elif not (sec.phase == "forward" and ops[-1].name.split(".")[1].startswith("residual")):
+        # the residual stream is read again by the next residual add, from DDR: it is always stored
         store -= held_out
     sec.load_bytes = ceil_div(load - held_in, tiles) + sec.spilled_bytes
     sec.store_bytes = ceil_div(store, tiles)
@@ -412,13 +447,13 @@ def build_section(ops: list[Op], spec: RduSpec, name: str, reserve: int = 0) -> 
 
 def hand_over(sections: list[Section], spec: RduSpec) -> list[tuple[int, int]]:
     """(held_in, held_out) per section of one phase of a chip (docs/rdu.md, "On-chip hand-over"):
-    the bytes a section reads that the one before wrote, min(O of its last operator, I of the next
-    one's first), stay in PMUs when the PMUs both sections leave free hold them (with the input the
-    first still holds)."""
+    the bytes a section reads that the one before wrote (min of what the last operator passes on and
+    what the next section's first reads from before) stay in PMUs when the PMUs both sections leave
+    free hold them (with the input the first still holds)."""
     qb = spec.pmu_kib * 1024
     held = [[0, 0] for _ in sections]
     for i, (a, b) in enumerate(zip(sections, sections[1:], strict=False)):
-        h = min(a.stages[-1].op.output_bytes, b.stages[0].op.input_bytes)
+        h = min(a.stages[-1].op.passes_on, b.stages[0].op.reads_from_before)
         free_a = (spec.pmus - a.pmus) * qb
         free_b = (spec.pmus - b.pmus) * qb
         if h > 0 and held[i][0] + h <= free_a and h <= free_b:
@@ -456,6 +491,11 @@ def compile_program(spec: RduSpec) -> RduProgram:
     t, p, d = spec.degrees
     model = spec.model
     m = spec.microbatches
+    if p > model.n_layers or model.batch % (d * m) or model.n_heads % t:
+        raise InputError(f"parallelism {spec.parallelism} with {m} microbatches does not divide the model: the "
+                         f"pipeline degree must be at most n_layers = {model.n_layers}, data degree x "
+                         f"microbatches must divide batch = {model.batch}, the tensor degree must divide "
+                         f"n_heads = {model.n_heads}")
     tokens = model.batch // (d * m) * model.seq_len
     e = model.element_bytes
     sections: list[Section] = []

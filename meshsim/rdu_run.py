@@ -17,7 +17,7 @@ from kernels import rdu as K
 
 from . import metrics
 from .errors import InputError
-from .rdu import RduProgram, RduSim, compile_program, spec_from_scenario
+from .rdu import RduProgram, RduSim, compile_scenario
 from .rdu_output import RduResultWriter
 
 
@@ -94,6 +94,7 @@ class _Sums:
         self.ddr_busy_cycles = np.zeros(chips, np.int64)
         self.ddr_wait_cycles = np.zeros(chips, np.int64)
         self.wait_cycles = np.zeros(chips, np.int64)
+        self.done_cycles = np.zeros(chips, np.int64)
         self.run_cycles = np.zeros(chips, np.int64)
 
     def add(self, cycles, series) -> None:
@@ -103,6 +104,7 @@ class _Sums:
         self.ddr_busy_cycles += (series[:, :, K.SR_DDR_BUSY] * w).sum(axis=0)
         self.ddr_wait_cycles += (series[:, :, K.SR_DDR_WAIT] * w).sum(axis=0)
         self.wait_cycles += ((series[:, :, K.SR_PHASE] == K.PH_WAIT) * w).sum(axis=0)
+        self.done_cycles += ((series[:, :, K.SR_PHASE] == K.PH_DONE) * w).sum(axis=0)
         self.run_cycles += ((series[:, :, K.SR_PHASE] == K.PH_RUN) * w).sum(axis=0)
 
 
@@ -127,8 +129,15 @@ def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_se
     lb = metrics.load_balance(busy)
     chip_lb = metrics.load_balance(busy.sum(axis=1))
     lat = sim.tile_latency
-    injected = int(lat.size) if sim.finished else int((lat >= 0).sum())
     completed = int((lat >= 0).sum())
+    # tiles whose first load burst has been issued: those of finished instances, and of the one
+    # under way those loaded or being loaded
+    injected = 0
+    for c in range(chips):
+        for k in range(int(done_inst[c])):
+            injected += int(prog.section[prog.instance[c, k, K.IN_SECTION], K.SE_TILES])
+        if done_inst[c] < prog.n_instances[c]:
+            injected += int(sim.cs[c, K.CS_LOADED]) + (1 if sim.cs[c, K.CS_LDB] > 0 else 0)
     clock = spec.clock_ghz * 1e9
     seconds = cycles / clock if cycles else float("nan")
     flops = 0
@@ -181,8 +190,8 @@ def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_se
         "flops": flops,
         "clock_ghz": spec.clock_ghz,
         "simulated_seconds": seconds,
-        "step_seconds": seconds,
-        "time_per_sample_seconds": seconds / spec.model.batch if cycles else float("nan"),
+        "step_seconds": seconds if sim.finished else float("nan"),
+        "time_per_sample_seconds": seconds / spec.model.batch if cycles and sim.finished else float("nan"),
         "samples_per_second": spec.model.batch / seconds if cycles and sim.finished else float("nan"),
         # every simulated chip stands for its tensor- and data-parallel copies, which do the same
         "achieved_tflops": flops / chips / seconds / 1e12 if cycles else float("nan"),
@@ -191,7 +200,9 @@ def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_se
         "ddr_effective_gbps": eff_gbps,
         "ddr_utilization": eff_gbps / spec.ddr_bandwidth_gbps if cycles else float("nan"),
         "ddr_wait_fraction": int(sums.ddr_wait_cycles.sum()) / chip_cycles if cycles else float("nan"),
-        "pipeline_bubble_fraction": int(sums.wait_cycles.sum()) / chip_cycles if cycles else float("nan"),
+        # waiting for another chip, or done while another still works
+        "pipeline_bubble_fraction": (int(sums.wait_cycles.sum()) + int(sums.done_cycles.sum())) / chip_cycles
+        if cycles else float("nan"),
         "data_parallel_degree": d,
         "intervals": sim.intervals,
         "wall_seconds": wall,
@@ -206,7 +217,7 @@ def run_rdu(scenario, final, *, threads: int, progress: bool, stop_signals, chun
     from .engine import RunInterrupted, _StopRequested
 
     t_start = time.perf_counter()
-    prog = compile_program(spec_from_scenario(scenario))  # InputError before any file exists
+    prog = compile_scenario(scenario)  # InputError before any file exists
     sim = RduSim(prog, chunk=chunk)
     try:
         writer = RduResultWriter(final, scenario, n_chips=prog.n_chips, pcus=prog.spec.pcus, slots=prog.max_stages,

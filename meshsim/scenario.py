@@ -507,7 +507,7 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
     if ok(mtype, wtype) and get(mtype) == "rdu" and get(wtype) == "transformer":
         _check_rdu(ok, get, add, shown)
 
-    if ok(wtype) and get(wtype) == "layer_pipeline":
+    if ok(wtype) and get(wtype) == "layer_pipeline" and not (ok(mtype) and get(mtype) != "mesh"):
         if ok(pol) and get(pol) != "none":
             add(pol, [wtype], "must be \"none\" when workload.type is \"layer_pipeline\" (tasks stay "
                               "in their kernel's region)")
@@ -550,6 +550,9 @@ def _check_rdu(ok, get, add, shown) -> None:
     if t * p * d > 4096:
         add(par, [], f"asks for {t * p * d} chips; at most 4096")
         return
+    if ok(nh) and get(nh) % t != 0:
+        add(par, [nh], f"has tensor degree {t}, which must divide {nh} = {shown(nh)} (each chip of a tensor group "
+                       "holds whole heads)")
     if ok(layers) and p > get(layers):
         add(par, [layers], f"has pipeline degree {p} but {layers} = {shown(layers)}: at most one stage per layer")
     if ok(batch, mb):

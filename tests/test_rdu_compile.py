@@ -8,6 +8,8 @@ from kernels import rdu as K
 from meshsim.errors import InputError
 from meshsim.params import RDU_PRESETS
 from meshsim.rdu import (
+    MACHINE_KEYS,
+    MODEL_KEYS,
     build_section,
     chip_ops,
     compile_program,
@@ -66,6 +68,13 @@ def test_rdu_scenarios_are_checked_key_by_key():
     assert problems(RDU, "workload.tile_tokens=100") == [
         "override workload.tile_tokens=100: workload.tile_tokens = 100: must divide the 8,192 tokens of a "
         "microbatch (workload.batch / (data degree 1 x workload.microbatches) x workload.seq_len)"]
+    assert problems(RDU, "workload.parallelism=T8P1D1") == [
+        'override workload.parallelism=T8P1D1: workload.parallelism = "T8P1D1": has tensor degree 8, which must '
+        "divide workload.n_heads = 12 (default) (each chip of a tensor group holds whole heads)"]
+    # one slip, one message: an rdu given the mesh's transformer workload is told only that
+    assert problems(RDU, "workload.type=layer_pipeline") == [
+        'override workload.type=layer_pipeline: workload.type = "layer_pipeline": must be "transformer" when '
+        'machine.type is "rdu" (the rdu runs a compiled model)']
     assert problems(RDU, "workload.parallelism=T1P13D1") == [
         'override workload.parallelism=T1P13D1: workload.parallelism = "T1P13D1": has pipeline degree 13 but '
         "workload.n_layers = 12 (default): at most one stage per layer"]
@@ -126,22 +135,24 @@ def test_o3_packs_sections_within_the_chip():
         assert sec.spilled_bytes == 0 and sec.pmus <= spec.pmus
 
 
-def test_pcus_go_by_flops_within_each_operators_column_groups():
-    for fusion in ("o0", "o1", "o3"):
-        spec = spec_for("sn10", fusion=fusion, hidden_size=256, n_heads=4)
-        for sec in compile_program(spec).sections:
-            compute = [s for s in sec.stages if s.op.kind != "collective"]
-            assert sum(s.pcus for s in compute) <= spec.pcus
-            p0 = 0
-            for s in compute:
-                assert 1 <= s.pcus <= s.groups == math.ceil(s.op.width / spec.pcu_lanes)
-                q = s.groups // s.pcus
-                assert s.n_hi * (q + (1 if s.n_lo else 0)) + s.n_lo * q == s.groups
-                assert s.pcu0 == p0
-                p0 += s.pcus
-            # every PCU is used unless every operator is at its cap
-            if sum(s.pcus for s in compute) < spec.pcus:
-                assert all(s.pcus == s.groups for s in compute)
+@pytest.mark.parametrize("fusion, hidden, heads", [("o0", 256, 4), ("o1", 256, 4), ("o3", 256, 4), ("o3", 2048, 1)])
+def test_pcus_go_by_flops_within_each_operators_column_groups(fusion, hidden, heads):
+    # o3 with hidden 2,048 and one head packs many operators whose FLOP shares round up: the
+    # one-PCU floor must come out of the chip's PCUs, not on top of them
+    spec = spec_for("sn10", fusion=fusion, hidden_size=hidden, n_heads=heads, n_layers=4)
+    for sec in compile_program(spec).sections:
+        compute = [s for s in sec.stages if s.op.kind != "collective"]
+        assert sum(s.pcus for s in compute) <= spec.pcus
+        p0 = 0
+        for s in compute:
+            assert 1 <= s.pcus <= s.groups == math.ceil(s.op.width / spec.pcu_lanes)
+            q = s.groups // s.pcus
+            assert s.n_hi * (q + (1 if s.n_lo else 0)) + s.n_lo * q == s.groups
+            assert s.pcu0 == p0
+            p0 += s.pcus
+        # every PCU is used unless every operator is at its cap
+        if sum(s.pcus for s in compute) < spec.pcus:
+            assert all(s.pcus == s.groups for s in compute)
 
 
 def test_a_pcu_is_busy_for_its_column_groups_and_fills_its_pipeline():
@@ -220,9 +231,17 @@ def test_layouts_the_chip_cannot_hold_are_refused_by_name():
 
 def test_spec_from_scenario_reads_every_key():
     sc = load_scenario("s.toml", ["workload.hidden_size=1024", "workload.n_heads=16", "workload.fusion=o3",
-                                  "machine.buffer_tiles=3"], text=RDU)
+                                  "machine.buffer_tiles=3", "machine.preset=sn10", "workload.precision=fp32"],
+                       text=RDU)
     spec = spec_from_scenario(sc)
-    assert (spec.model.hidden_size, spec.fusion, spec.buffer_tiles, spec.pcus) == (1024, "o3", 3, 1280)
+    m, w = sc.values["machine"], sc.values["workload"]
+    for key in MACHINE_KEYS:
+        assert getattr(spec, key) == m[key], key
+    for key in MODEL_KEYS:
+        assert getattr(spec.model, key) == w[key], key
+    for key in ("training", "fusion", "tile_tokens", "parallelism", "microbatches", "prefetch"):
+        assert getattr(spec, key) == w[key], key
+    assert (spec.model.hidden_size, spec.fusion, spec.buffer_tiles, spec.pcus) == (1024, "o3", 3, 640)
 
 
 def test_sections_hand_over_on_chip_what_fits():
@@ -244,3 +263,47 @@ def test_sections_hand_over_on_chip_what_fits():
     # nothing fits beside a section that spills: it hands nothing over
     big = compile_program(spec_for("sn10", hidden_size=8192, n_heads=64, n_layers=1, fusion="o0")).sections
     assert all(s.held_in == s.held_out == 0 for s in big if s.spilled_bytes)
+
+
+def test_collectives_stay_with_their_operator_in_every_mode():
+    for fusion in ("o0", "o1", "o3"):
+        spec = spec_for("sn30", fusion=fusion, parallelism="T4P1D1", training=True, n_layers=2, tile_tokens=4096)
+        for sec in compile_program(spec).sections:
+            kinds = [s.op.kind for s in sec.stages]
+            assert kinds[0] != "collective", (fusion, sec.name)
+            for a, b in zip(sec.stages, sec.stages[1:], strict=False):
+                if b.op.kind == "collective":
+                    assert b.op.name == a.op.name + ".allreduce"
+    o0 = compile_program(spec_for("sn30", fusion="o0", parallelism="T4P1D1", n_layers=1)).sections
+    assert len(o0) == 11  # 11 operators, two of them with their all-reduce
+
+
+def test_backward_hands_over_gradients_and_stores_weight_gradients():
+    spec = spec_for("sn30", fusion="o1", training=True, n_layers=2)
+    prog = compile_program(spec)
+    back = [s for s in prog.sections if s.phase == "backward"]
+    assert any(s.held_out for s in back)
+    for a, b in zip(back, back[1:], strict=False):
+        last, first = a.stages[-1].op, b.stages[0].op
+        assert a.held_out <= last.passes_on < last.output_bytes or last.weight_bytes == 0
+        # the weight gradient of a section's last operator always goes to DDR
+        assert a.store_bytes * a.tiles >= last.output_bytes - a.held_out >= last.weight_bytes
+        # the saved forward input of the next section's first operator always comes from DDR
+        assert b.load_bytes * b.tiles >= first.input_bytes - b.held_in >= first.input_bytes - first.reads_from_before
+
+
+def test_the_residual_stream_is_stored_even_when_handed_over():
+    secs = compile_program(spec_for("sn30", fusion="o1", n_layers=2)).sections
+    ends = [s for s in secs if s.stages[-1].op.name.endswith("residual2") and s.held_out]
+    assert ends
+    for s in ends:
+        assert s.store_bytes == math.ceil(s.stages[-1].op.output_bytes / s.tiles)
+
+
+def test_saved_activations_count_partial_sums_once():
+    spec = spec_for("sn30", fusion="o1", training=True, parallelism="T2P1D1", n_layers=1)
+    sec = next(s for s in compile_program(spec).sections if s.stages[0].op.name == "layer0.out_proj")
+    names = [s.op.name for s in sec.stages]
+    assert names == ["layer0.out_proj", "layer0.out_proj.allreduce", "layer0.residual1"]
+    o = [s.op.output_bytes for s in sec.stages]
+    assert sec.store_bytes == math.ceil((o[1] + o[2]) / sec.tiles)

@@ -59,14 +59,16 @@ def test_the_result_file_holds_the_whole_run(result):
     assert s["time_per_sample_seconds"] == pytest.approx(s["cycles"] / (s["clock_ghz"] * 1e9) / 4)
 
 
-def test_the_summary_flops_are_the_models(result):
+def test_the_summary_flops_are_the_chips(result):
     spec = R.spec_from_scenario(scenario(training=True, parallelism="T2P2D1", microbatches=2))
+    per_microbatch = sum(op.flops for layers in R.layer_groups(2, 2) for phase in ("forward", "backward")
+                         for op in R.chip_ops(spec, layers, phase))
+    assert result.summary["flops"] == 2 * per_microbatch  # two microbatches through both stages
     from meshsim.transformer import operators, totals
 
-    model_flops = totals(operators(spec.model, training=True))["flops"]
-    # two microbatches of half the batch; tensor-parallel halves of the GEMMs and attention, whole norms
-    assert result.summary["flops"] * 2 > model_flops / 2
-    assert result.summary["flops"] <= model_flops
+    # a tensor-parallel half of the GEMMs and attention, the norms and adds whole
+    model = totals(operators(spec.model, training=True))["flops"]
+    assert model / 2 < result.summary["flops"] < model
 
 
 def test_xarray_opens_the_series(result):
@@ -131,8 +133,22 @@ def test_an_interrupted_run_leaves_a_readable_incomplete_file(tmp_path, monkeypa
         cycles = f["series/interval_cycles"][:]
         assert len(cycles) == 100 and int(cycles.sum()) == f.attrs["cycles_done"] == e.value.cycles_done
         assert f["summary"].attrs["cycles"] == e.value.cycles_done
+        summary = f["summary"].attrs
+        assert summary["injected"] >= summary["completed"] and summary["in_system_at_end"] >= 0
+        assert np.isnan(summary["time_per_sample_seconds"])
         busy = f["series/busy_pcus"][:, 0]
         assert int(busy @ cycles) == int(f["units/pcu_busy_cycles"][:].sum())
+
+
+def test_busy_pcus_never_exceed_the_chip(tmp_path):
+    # many small operators in few sections: the one-PCU floor must come out of the chip's PCUs
+    sc = scenario(fusion="o3", hidden_size=2048, n_heads=1, n_layers=4, machine={"pcus": 8})
+    res = run_scenario(sc, tmp_path / "p.h5", progress=False)
+    with h5py.File(res.path) as f:
+        cycles = f["series/interval_cycles"][:]
+        busy = f["series/busy_pcus"][:]
+        assert busy.max() <= 8
+        assert int(busy[:, 0] @ cycles) == int(f["units/pcu_busy_cycles"][:].sum())
 
 
 def test_the_command_line_runs_and_refuses_rdu_scenarios(tmp_path):
@@ -148,6 +164,12 @@ def test_the_command_line_runs_and_refuses_rdu_scenarios(tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert 'workload.fusion = "o5": must be one of "o0", "o1", "o3"' in bad.stderr
     assert not (tmp_path / "b.h5").exists() and not (tmp_path / "b.incomplete.h5").exists()
+    # a layout the chip cannot hold: named by the scenario file and the keys to change
+    tight = subprocess.run([sys.executable, "-m", "meshsim", "validate", str(good), "machine.pcus=2"],
+                           capture_output=True, text=True)
+    assert tight.returncode == 2 and "Traceback" not in tight.stderr
+    assert f"meshsim: error: {good}: section chip0:layer0.ln2..layer0.gelu: 3 compute operators but machine.pcus = 2" \
+        in tight.stderr
 
 
 # The directions a user expects (docs/rdu.md; the magnitudes are in the README).
