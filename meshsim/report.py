@@ -210,7 +210,8 @@ def _rdu_lines(s: dict) -> list:
         f"DDR           {_f(s['ddr_bytes'] / 1e9)} GB moved, busy {_f(s['ddr_busy_fraction'], 3)}, effective "
         f"{_f(s['ddr_effective_gbps'])} GB/s per chip ({_f(s['ddr_utilization'], 3)} of the cap); waiting on DDR "
         f"{_f(s['ddr_wait_fraction'], 3)} of the time",
-        f"pipeline      bubble (waiting for another chip) {_f(s['pipeline_bubble_fraction'], 3)} of chip-cycles",
+        f"pipeline      bubble (waiting for another chip, or done before it) {_f(s['pipeline_bubble_fraction'], 3)} "
+        "of chip-cycles",
         f"tiles         {_f(s['completed'])} of {_f(s['injected'])} done; latency mean {_f(s['latency_mean_cycles'])}, "
         f"p99 {_f(s['latency_p99_cycles'])}, max {_f(s['latency_max_cycles'])} cycles",
         f"speed         {_f(s['cycles'] / s['kernel_seconds'] if s.get('kernel_seconds') else math.nan, 3)} "
