@@ -10,17 +10,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from kernels import rdu as K
 
 from .errors import InputError
-from .params import RDU_PRESETS
+from .params import RDU_PRESETS, param
 from .transformer import Model, backward_of, operators
 
-FUSION_MODES = ("o0", "o1", "o3")
 ANCHOR_KINDS = ("gemm", "attention")
 # Operators followed by a tensor-parallel all-reduce of their output (Megatron): row-parallel
 # projections forward, the input gradient of the column-parallel ones backward.
@@ -83,14 +82,14 @@ MACHINE_KEYS = ("pcus", "pcu_lanes", "pcu_stages", "pmus", "pmu_kib", "pmu_bytes
                 "ddr_burst_kib", "clock_ghz", "section_switch_cycles", "buffer_tiles", "elastic_pmus",
                 "interconnect_gbps", "interconnect_latency_cycles")
 MODEL_KEYS = ("hidden_size", "n_layers", "n_heads", "seq_len", "batch", "ffn_multiplier", "precision")
+RUN_KEYS = ("training", "fusion", "tile_tokens", "parallelism", "microbatches", "prefetch")
 
 
 def spec_from_scenario(sc) -> RduSpec:
     """The RduSpec of a validated rdu scenario."""
     m, w = sc.values["machine"], sc.values["workload"]
-    return RduSpec(**{k: m[k] for k in MACHINE_KEYS}, model=Model(**{k: w[k] for k in MODEL_KEYS}),
-                   training=w["training"], fusion=w["fusion"], tile_tokens=w["tile_tokens"],
-                   parallelism=w["parallelism"], microbatches=w["microbatches"], prefetch=w["prefetch"])
+    return RduSpec(**{k: m[k] for k in MACHINE_KEYS}, **{k: w[k] for k in RUN_KEYS},
+                   model=Model(**{k: w[k] for k in MODEL_KEYS}))
 
 
 def compile_scenario(sc) -> RduProgram:
@@ -103,16 +102,15 @@ def compile_scenario(sc) -> RduProgram:
 
 
 def spec_for(preset: str = "sn30", **kw) -> RduSpec:
-    """An RduSpec from a preset and keyword overrides (model fields by name, for tests and scripts)."""
-    values = dict(section_switch_cycles=10_000, buffer_tiles=2, elastic_pmus=True, interconnect_gbps=100.0,
-                  interconnect_latency_cycles=2000, ddr_burst_kib=256, training=False, fusion="o1",
-                  tile_tokens=64, parallelism="T1P1D1", microbatches=1, prefetch=True)
+    """An RduSpec from a preset and keyword overrides (model fields by name), every other value the
+    parameter table's default: for tests and scripts that do without a scenario."""
+    values = {k: param("machine", k).default for k in MACHINE_KEYS}
+    values.update({k: param("workload", k).default for k in RUN_KEYS})
     values.update(RDU_PRESETS[preset])
-    model = {k: kw.pop(k) for k in list(kw) if k in MODEL_KEYS}
-    base = dict(hidden_size=768, n_layers=12, n_heads=12, seq_len=1024, batch=8)
-    base.update(model)
+    model = {k: param("workload", k).default for k in MODEL_KEYS}
+    model.update({k: kw.pop(k) for k in list(kw) if k in MODEL_KEYS})
     values.update(kw)
-    return RduSpec(**values, model=Model(**base))
+    return RduSpec(**values, model=Model(**model))
 
 
 @dataclass(frozen=True)
@@ -200,11 +198,8 @@ class RduProgram:
     burst_bytes: int
     ddr_bytes_per_kcycle: int
     sections: list  # Section templates, in the order of the section table
-    chip_sections: list = field(default_factory=list)  # per chip: its template indices
     instance_microbatch: np.ndarray | None = None  # [chip, instance], -1 for the gradient all-reduce
-    tokens_per_microbatch: int = 0
     chips_total: int = 1
-    chip_weight_bytes: list = field(default_factory=list)
 
     @property
     def n_chips(self) -> int:
@@ -217,10 +212,6 @@ class RduProgram:
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _bytes_per_cycle(gbps: float, clock_ghz: float) -> float:
-    return gbps / clock_ghz
 
 
 def _cycles_for(nbytes: int, gbps: float, clock_ghz: float) -> int:
@@ -524,14 +515,13 @@ def compile_program(spec: RduSpec) -> RduProgram:
     delay = lat + _cycles_for(tokens * model.hidden_size * e, spec.interconnect_gbps, spec.clock_ghz)
     programs = []
     for i in range(p):
-        prog = []  # (template, dep_chip, dep_inst, delay, microbatch)
-        fwd_first = {}
+        prog = []  # (template, microbatch, phase "f", "b" or "g", position in the phase)
         for j in range(m):
             for n, x in enumerate(chip_fwd[i]):
-                prog.append((x, -1, -1, 0, j, "f", n))
+                prog.append((x, j, "f", n))
         for j in reversed(range(m)) if spec.training else ():
             for n, x in enumerate(chip_bwd[i]):
-                prog.append((x, -1, -1, 0, j, "b", n))
+                prog.append((x, j, "b", n))
         if spec.training and d > 1:
             cyc = 2 * (d - 1) * (lat + _cycles_for(ceil_div(chip_weights[i], d), spec.interconnect_gbps,
                                                     spec.clock_ghz))
@@ -539,17 +529,16 @@ def compile_program(spec: RduSpec) -> RduProgram:
             st = Stage(op, dur=cyc)
             sec = Section(name=op.name, phase="backward", stages=[st], tiles=1,
                           prefetch_cap=spec.pmus * spec.pmu_kib * 1024)
-            prog.append((len(sections), -1, -1, 0, -1, "g", 0))
+            prog.append((len(sections), -1, "g", 0))
             sections.append(sec)
         programs.append(prog)
-        del fwd_first
     # Dependencies between chips: first forward section of microbatch j on chip i waits for the
     # last forward section of j on chip i-1; first backward section on i for the last on i+1.
-    where = [{(mb, ph, n): k for k, (_, _, _, _, mb, ph, n) in enumerate(prog)} for prog in programs]
+    where = [{(mb, ph, n): k for k, (_, mb, ph, n) in enumerate(prog)} for prog in programs]
     rows = []
     for i, prog in enumerate(programs):
         out = []
-        for x, _, _, _, mb, ph, n in prog:
+        for x, mb, ph, n in prog:
             dep = (-1, -1, 0)
             if ph == "f" and n == 0 and i > 0 and chip_fwd[i - 1]:
                 dep = (i - 1, where[i - 1][(mb, "f", len(chip_fwd[i - 1]) - 1)], delay)
@@ -584,11 +573,8 @@ def compile_program(spec: RduSpec) -> RduProgram:
         burst_bytes=spec.ddr_burst_kib * 1024,
         ddr_bytes_per_kcycle=max(1, round(1024 * spec.ddr_bandwidth_gbps / spec.clock_ghz)),
         sections=sections,
-        chip_sections=[f + b for f, b in zip(chip_fwd, chip_bwd, strict=True)],
         instance_microbatch=mbs,
-        tokens_per_microbatch=tokens,
         chips_total=t * p * d,
-        chip_weight_bytes=chip_weights,
     )
 
 
