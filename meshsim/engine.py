@@ -485,7 +485,6 @@ def _summary(sim, totals: _Totals, wall, timing, threads) -> dict:
     cycles = sim.cycle
     n_units = st.q_len.size
     busy = busy_cycles(st)
-    lb = metrics.load_balance(busy)
     injected = int(st.tot_injected.sum(dtype=np.int64))
     refused = int(st.tot_refused.sum(dtype=np.int64))
     completed = int(st.tot_completed.sum(dtype=np.int64))
@@ -501,16 +500,7 @@ def _summary(sim, totals: _Totals, wall, timing, threads) -> dict:
     return {
         "cycles": cycles,
         "n_units": n_units,
-        "li": lb["li"],
-        "percent_imbalance": lb["percent_imbalance"],
-        "jain_index": lb["jain_index"],
-        "cv": lb["cv"],
-        "busy_min_cycles": lb["min"],
-        "busy_max_cycles": lb["max"],
-        "busy_mean_cycles": lb["mean"],
-        "compute_time_spread": metrics.compute_time_spread(busy),
-        "active_units": int(np.count_nonzero(busy)),
-        "utilization": metrics.utilization(int(busy.sum()), n_units, cycles),
+        **metrics.balance_figures(busy, cycles),
         "latency_mean_cycles": lat["mean"],
         "latency_var_cycles2": lat["var"],
         "latency_p50_cycles": lat["p50"],

@@ -41,6 +41,26 @@ def load_balance(load) -> dict:
     )
 
 
+def balance_figures(busy, cycles: int) -> dict:
+    """The summary's load-balance figures (DESIGN.md sections 3 and 5) of per-unit busy cycles over
+    a run of `cycles` cycles: li, percent_imbalance, jain_index, cv, busy_min/max/mean_cycles,
+    compute_time_spread, active_units (units that did any work) and utilization."""
+    a = np.asarray(busy, dtype=np.int64)
+    lb = load_balance(a)
+    return {
+        "li": lb["li"],
+        "percent_imbalance": lb["percent_imbalance"],
+        "jain_index": lb["jain_index"],
+        "cv": lb["cv"],
+        "busy_min_cycles": lb["min"],
+        "busy_max_cycles": lb["max"],
+        "busy_mean_cycles": lb["mean"],
+        "compute_time_spread": compute_time_spread(a),
+        "active_units": int(np.count_nonzero(a)),
+        "utilization": utilization(int(a.sum()), a.size, cycles),
+    }
+
+
 def compute_time_spread(busy) -> float:
     """(max - min) / mean of per-unit busy time over the active units (busy > 0); NaN if none."""
     a = np.asarray(busy, dtype=np.int64).ravel()

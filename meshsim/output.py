@@ -135,22 +135,99 @@ def describe(ds, units: str, description: str) -> None:
     ds.attrs["description"] = description
 
 
-class ResultWriter:
-    """Writes one mesh run's HDF5 file incrementally. Use as a context manager around the run:
-    leaving it by an exception keeps the file as NAME.incomplete.h5 marked incomplete."""
+class ResultFile:
+    """The life of one result file (DESIGN.md section 5), shared by the machines' writers: written as
+    NAME.incomplete.h5, flushed as the run goes, renamed to NAME.h5 by `finish` when complete. Use as
+    a context manager around the run: leaving it by an exception keeps the file marked incomplete."""
+
+    def __init__(self, final_path, scenario, machine: str, threads: int, cycles_requested: int,
+                 compression_level: int):
+        self.final_path = Path(final_path)
+        self.path = incomplete_path(self.final_path)
+        self.comp = dict(compression="gzip", compression_opts=compression_level) if compression_level > 0 else {}
+        self.finished = False
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.f = open_result(self.path, scenario, machine, threads, cycles_requested)
+
+    def _scale(self, parent, name, values, units, description, grow=False, chunk=8192):
+        kw = dict(maxshape=(None,), chunks=(chunk,)) if grow else dict(chunks=True)
+        ds = parent.create_dataset(name, data=values, **kw, **self.comp)
+        describe(ds, units, description)
+        ds.make_scale(name)
+        return ds
+
+    @staticmethod
+    def _append(ds, data) -> None:
+        n = ds.shape[0]
+        ds.resize(n + len(data), axis=0)
+        ds[n:] = data
+
+    @staticmethod
+    def _put(ds, t0: int, data) -> None:
+        n = t0 + len(data)
+        if ds.shape[0] != n:
+            ds.resize(n, axis=0)
+        ds[t0:n] = data
+
+    def flush(self, cycles_done: int) -> None:
+        """Make everything written so far durable and readable."""
+        self.f.attrs["cycles_done"] = cycles_done
+        self.f.flush()
+
+    def write_summary(self, summary: dict) -> None:
+        """The run's figures as attributes of /summary (replacing those written before)."""
+        s = self.f["summary"].attrs
+        for k, v in summary.items():
+            s[k] = v
+
+    def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
+        """Write the summary, mark the file and close it; rename to the final name if complete."""
+        self.write_summary(summary)
+        self.f.attrs["cycles_done"] = cycles_done
+        self.f.attrs["complete"] = complete
+        self.f.close()
+        self.finished = True
+        if complete:
+            try:
+                os.replace(self.path, self.final_path)
+            except OSError as e:
+                from .errors import InputError
+
+                raise InputError(f"{self.final_path}: the run is complete in {self.path} but it could not be "
+                                 f"renamed ({e.strerror or e})") from None
+            return self.final_path
+        return self.path
+
+    def close_incomplete(self) -> Path:
+        """Close a file whose run broke off before `finish`, keeping it marked incomplete."""
+        if not self.finished:
+            try:
+                self.f.attrs["complete"] = False
+                self.f.close()
+            finally:
+                self.finished = True
+        return self.path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.close_incomplete()
+        return False
+
+
+class ResultWriter(ResultFile):
+    """Writes one mesh run's HDF5 file incrementally (see ResultFile for its life)."""
 
     def __init__(self, final_path, scenario, *, rows: int, cols: int, queue_capacity: int, latency_bins: int,
                  threads: int, compression_level: int, regions=None, traffic: bool = False,
                  pipeline: bool = False, layers=None):
-        self.final_path = Path(final_path)
-        self.path = incomplete_path(self.final_path)
+        super().__init__(final_path, scenario, "mesh", threads, scenario.get("run", "cycles"), compression_level)
+        f = self.f
         self.rows, self.cols, self.q = rows, cols, queue_capacity
-        self.comp = dict(compression="gzip", compression_opts=compression_level) if compression_level > 0 else {}
         self.latency_bins = latency_bins
-        self.finished = False
         self.n_cycles = 0
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = self.f = open_result(self.path, scenario, "mesh", threads, scenario.get("run", "cycles"))
 
         self.cycle = self._scale(f, "cycle", np.arange(0, dtype=np.int64), "cycle", "cycle number", grow=True)
         self.row = self._scale(f, "row", np.arange(rows, dtype=np.int32), "PE", "PE row")
@@ -240,26 +317,6 @@ class ResultWriter:
         describe(ds, "1", f"name of each {scale}")
         ds.dims[0].attach_scale(sc)
         return g, sc
-
-    def _scale(self, parent, name, values, units, description, grow=False):
-        kw = dict(maxshape=(None,), chunks=(8192,)) if grow else dict(chunks=True)
-        ds = parent.create_dataset(name, data=values, **kw, **self.comp)
-        describe(ds, units, description)
-        ds.make_scale(name)
-        return ds
-
-    @staticmethod
-    def _append(ds, data) -> None:
-        n = ds.shape[0]
-        ds.resize(n + len(data), axis=0)
-        ds[n:] = data
-
-    @staticmethod
-    def _put(ds, t0: int, data) -> None:
-        n = t0 + len(data)
-        if ds.shape[0] != n:
-            ds.resize(n, axis=0)
-        ds[t0:n] = data
 
     def append_cycles(self, t0: int, series: np.ndarray, depth_series: np.ndarray) -> None:
         """Per-cycle series and depth histograms of cycles t0 .. t0 + len(series) - 1, written at
@@ -370,50 +427,3 @@ class ResultWriter:
         h.dims[0].attach_scale(bins)
         for k, v in latency.items():
             lg.attrs[k] = v
-
-    def flush(self, cycles_done: int) -> None:
-        """Make everything written so far durable and readable."""
-        self.f.attrs["cycles_done"] = cycles_done
-        self.f.flush()
-
-    def write_summary(self, summary: dict) -> None:
-        """The run's figures as attributes of /summary (replacing those written before)."""
-        s = self.f["summary"].attrs
-        for k, v in summary.items():
-            s[k] = v
-
-    def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
-        """Write the summary, mark the file and close it; rename to the final name if complete."""
-        self.write_summary(summary)
-        self.f.attrs["cycles_done"] = cycles_done
-        self.f.attrs["complete"] = complete
-        self.f.close()
-        self.finished = True
-        if complete:
-            try:
-                os.replace(self.path, self.final_path)
-            except OSError as e:
-                from .errors import InputError
-
-                raise InputError(f"{self.final_path}: the run is complete in {self.path} but it could not be "
-                                 f"renamed ({e.strerror or e})") from None
-            return self.final_path
-        return self.path
-
-    def close_incomplete(self) -> Path:
-        """Close a file whose run broke off before `finish`, keeping it marked incomplete."""
-        if not self.finished:
-            try:
-                self.f.attrs["complete"] = False
-                self.f.close()
-            finally:
-                self.finished = True
-        return self.path
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
-            self.close_incomplete()
-        return False

@@ -7,7 +7,6 @@ observable is constant, `interval_start` and `series/interval_cycles` giving whe
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import h5py
@@ -15,7 +14,7 @@ import numpy as np
 
 from kernels import rdu as K
 
-from .output import describe, incomplete_path, open_result
+from .output import ResultFile, describe
 
 # name -> (series column, units, description), one value per interval and chip.
 SERIES = {
@@ -69,22 +68,18 @@ OPERATORS = {
 }
 
 
-class RduResultWriter:
-    """Writes one rdu run's HDF5 file incrementally; leaving the context by an exception keeps it as
-    NAME.incomplete.h5 marked incomplete."""
+class RduResultWriter(ResultFile):
+    """Writes one rdu run's HDF5 file incrementally (see meshsim.output.ResultFile for its life)."""
 
     def __init__(self, final_path, scenario, *, n_chips: int, pcus: int, slots: int, threads: int,
                  compression_level: int):
-        self.final_path = Path(final_path)
-        self.path = incomplete_path(self.final_path)
-        self.comp = dict(compression="gzip", compression_opts=compression_level) if compression_level > 0 else {}
-        self.finished = False
+        # cycles_requested: a step runs as long as it takes; set to the cycles done when complete
+        super().__init__(final_path, scenario, "rdu", threads, 0, compression_level)
+        f = self.f
         self.n = 0
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = self.f = open_result(self.path, scenario, "rdu", threads, 0)
         f.attrs["chips_simulated"] = n_chips
         self.start = self._scale(f, "interval_start", np.zeros(0, np.int64), "cycle",
-                                 "first cycle of the interval", grow=True)
+                                 "first cycle of the interval", grow=True, chunk=65536)
         self.chip = self._scale(f, "chip", np.arange(n_chips, dtype=np.int32), "1", "chip (pipeline stage)")
         self.slot = self._scale(f, "slot", np.arange(slots, dtype=np.int32), "1", "stage of the running section")
         self.pcu = self._scale(f, "pcu", np.arange(pcus, dtype=np.int32), "1", "PCU index")
@@ -118,28 +113,14 @@ class RduResultWriter:
                            ("summary", "the run's figures (DESIGN.md section 5)")):
             f.create_group(name).attrs["description"] = desc
 
-    def _scale(self, parent, name, values, units, description, grow=False):
-        kw = dict(maxshape=(None,), chunks=(65536,)) if grow else dict(chunks=True)
-        ds = parent.create_dataset(name, data=values, **kw, **self.comp)
-        describe(ds, units, description)
-        ds.make_scale(name)
-        return ds
-
-    @staticmethod
-    def _grow(ds, t0: int, data) -> None:
-        n = t0 + len(data)
-        if ds.shape[0] != n:
-            ds.resize(n, axis=0)
-        ds[t0:n] = data
-
     def append_intervals(self, starts, cycles, series, stage_busy) -> None:
         """The intervals just recorded, appended after those written before."""
         t0 = self.n
-        self._grow(self.start, t0, starts)
-        self._grow(self.cycles, t0, cycles)
+        self._put(self.start, t0, starts)
+        self._put(self.cycles, t0, cycles)
         for name, (col, _, _) in SERIES.items():
-            self._grow(self.series[name], t0, series[:, :, col].astype(np.int32))
-        self._grow(self.stage_busy, t0, stage_busy.astype(np.int32))
+            self._put(self.series[name], t0, series[:, :, col].astype(np.int32))
+        self._put(self.stage_busy, t0, stage_busy.astype(np.int32))
         self.n = t0 + len(starts)
 
     def _table(self, group: str, description: str, columns: dict, data: dict, scale: str) -> None:
@@ -185,42 +166,8 @@ class RduResultWriter:
             self._table("operators", "one row per stage of every section instance", OPERATORS, operators,
                         "operator_row")
 
-    def flush(self, cycles_done: int) -> None:
-        self.f.attrs["cycles_done"] = cycles_done
-        self.f.flush()
-
-    def write_summary(self, summary: dict) -> None:
-        s = self.f["summary"].attrs
-        for k, v in summary.items():
-            s[k] = v
-
     def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
-        """Write the summary, mark the file and close it; rename to the final name if complete."""
-        self.write_summary(summary)
-        self.f.attrs["cycles_done"] = cycles_done
-        self.f.attrs["cycles_requested"] = cycles_done if complete else 0
-        self.f.attrs["complete"] = complete
-        self.f.close()
-        self.finished = True
+        """As ResultFile.finish; a complete step also records its length as the cycles requested."""
         if complete:
-            try:
-                os.replace(self.path, self.final_path)
-            except OSError as e:
-                from .errors import InputError
-
-                raise InputError(f"{self.final_path}: the run is complete in {self.path} but it could not be "
-                                 f"renamed ({e.strerror or e})") from None
-            return self.final_path
-        return self.path
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None and not self.finished:
-            try:
-                self.f.attrs["complete"] = False
-                self.f.close()
-            finally:
-                self.finished = True
-        return False
+            self.f.attrs["cycles_requested"] = cycles_done
+        return super().finish(summary, cycles_done, complete)

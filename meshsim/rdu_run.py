@@ -126,7 +126,6 @@ def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_se
     cycles = sim.cycle
     done_inst = (sim.finish >= 0).sum(axis=1)
     busy = pcu_busy_cycles(prog, sim)
-    lb = metrics.load_balance(busy)
     chip_lb = metrics.load_balance(busy.sum(axis=1))
     lat = sim.tile_latency
     completed = int((lat >= 0).sum())
@@ -154,16 +153,7 @@ def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_se
     return {
         "cycles": cycles,
         "n_units": spec.pcus * chips,
-        "li": lb["li"],
-        "percent_imbalance": lb["percent_imbalance"],
-        "jain_index": lb["jain_index"],
-        "cv": lb["cv"],
-        "busy_min_cycles": lb["min"],
-        "busy_max_cycles": lb["max"],
-        "busy_mean_cycles": lb["mean"],
-        "compute_time_spread": metrics.compute_time_spread(busy),
-        "active_units": int(np.count_nonzero(busy)),
-        "utilization": metrics.utilization(int(busy.sum()), busy.size, cycles),
+        **metrics.balance_figures(busy, cycles),
         "pcu_utilization": flops / peak if peak else float("nan"),
         "pmu_utilization": int(sums.pmu_cycles.sum()) / (spec.pmus * chip_cycles) if cycles else float("nan"),
         "latency_mean_cycles": la["mean"],
