@@ -2,7 +2,7 @@
 (DESIGN.md sections 2.2, 3 and 5; the figures are defined in docs/rdu.md, "Metrics").
 
 `meshsim.engine.run_scenario` hands rdu scenarios here; the run has the mesh's file life (written
-as NAME.incomplete.h5, flushed after every chunk, renamed when complete, kept on Ctrl-C).
+as NAME.incomplete.h5, flushed every FLUSH_SECONDS, renamed when complete, kept on Ctrl-C).
 """
 
 from __future__ import annotations
@@ -202,6 +202,11 @@ def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_se
     }
 
 
+# Seconds between flushes of the result file: an rdu step's chunks of intervals come fast, and a
+# flush costs more than writing a chunk (an interruption still writes everything done).
+FLUSH_SECONDS = 1.0
+
+
 def run_rdu(scenario, final, *, threads: int, progress: bool, stop_signals, chunk: int = 65_536):
     """Run a validated rdu scenario into `final` (checked writable); returns (path, summary)."""
     from .engine import RunInterrupted, _StopRequested
@@ -216,6 +221,7 @@ def run_rdu(scenario, final, *, threads: int, progress: bool, stop_signals, chun
         raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
     sums = _Sums(prog.n_chips)
     kernel = 0.0
+    last_flush = time.perf_counter()
     bar = tqdm(total=int(prog.n_instances.sum()), unit="section", disable=not progress, delay=2.0, file=sys.stderr,
                dynamic_ncols=True)
 
@@ -236,7 +242,9 @@ def run_rdu(scenario, final, *, threads: int, progress: bool, stop_signals, chun
                     writer.append_intervals(sim.out_start[:n], sim.out_cycles[:n], sim.out_series[:n],
                                             sim.out_stage_busy[:n])
                     sums.add(sim.out_cycles[:n], sim.out_series[:n])
-                    writer.flush(sim.cycle)
+                    if time.perf_counter() - last_flush >= FLUSH_SECONDS:
+                        writer.flush(sim.cycle)
+                        last_flush = time.perf_counter()
                     bar.n = int((sim.finish >= 0).sum())
                     bar.refresh()
                     if stop_signals.requested and not sim.finished:
