@@ -211,7 +211,8 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
         writer = ResultWriter(final, scenario, rows=inputs.rows, cols=inputs.cols,
                               queue_capacity=inputs.queue_capacity, latency_bins=inputs.latency_bins,
                               threads=n_threads, compression_level=out["compression_level"], regions=regions,
-                              traffic=inputs.traffic, pipeline=pipe is not None, layers=layers)
+                              traffic=inputs.traffic, pipeline=pipe is not None, layers=layers,
+                              window_busy_cycles=window if out["window_busy"] else 0)
     except OSError as e:
         raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
     if pipe is not None:
@@ -312,7 +313,7 @@ def _close_window(writer, sim, totals, start: dict, regions) -> None:
                    utilization=metrics.utilization(int(busy.sum()), busy.size, end - start["cycle"]),
                    completed=completed, latency_mean=latency / completed if completed else float("nan"))
     by_region = region_figures(regions, busy, end - start["cycle"]) if regions is not None else None
-    writer.append_window(start["cycle"], figures, by_region)
+    writer.append_window(start["cycle"], figures, by_region, busy)
     start.update(cycle=end, busy=busy_now, completed=totals.sums["completed"], latency_sum=totals.sums["latency_sum"])
 
 

@@ -222,7 +222,7 @@ class ResultWriter(ResultFile):
 
     def __init__(self, final_path, scenario, *, rows: int, cols: int, queue_capacity: int, latency_bins: int,
                  threads: int, compression_level: int, regions=None, traffic: bool = False,
-                 pipeline: bool = False, layers=None):
+                 pipeline: bool = False, layers=None, window_busy_cycles: int = 0):
         super().__init__(final_path, scenario, "mesh", threads, scenario.get("run", "cycles"), compression_level)
         f = self.f
         self.rows, self.cols, self.q = rows, cols, queue_capacity
@@ -279,6 +279,15 @@ class ResultWriter(ResultFile):
             describe(ds, units, desc)
             ds.dims[0].attach_scale(self.window_start)
             self.windows[name] = ds
+        self.window_busy = None
+        if window_busy_cycles:
+            # the narrowest type that holds a whole window's busy cycles
+            dtype = next(t for t in (np.uint8, np.uint16, np.uint32) if window_busy_cycles <= np.iinfo(t).max)
+            self.window_busy = w.create_dataset("busy_cycles", shape=(0, rows, cols), maxshape=(None, rows, cols),
+                                                dtype=dtype, chunks=(1, rows, cols), **self.comp)
+            describe(self.window_busy, "cycles", "cycles each PE did work in the window")
+            for i, sc in enumerate((self.window_start, self.row, self.col)):
+                self.window_busy.dims[i].attach_scale(sc)
         self.regions = regions
         if regions is not None:
             rg, self.region = self._named_group(
@@ -334,11 +343,14 @@ class ResultWriter(ResultFile):
         self._append(self.frames["queue_depth"], queue_depth[None])
         self._append(self.frames["in_service"], in_service[None].astype(np.uint8))
 
-    def append_window(self, start: int, figures: dict, region_figures: dict | None = None) -> None:
-        """One window's load-balance figures (keys of WINDOWS) and, with regions, each region's."""
+    def append_window(self, start: int, figures: dict, region_figures: dict | None = None, busy=None) -> None:
+        """One window's load-balance figures (keys of WINDOWS), with regions each region's, and
+        (when the file keeps them) every PE's busy cycles in it."""
         self._append(self.window_start, [start])
         for name in WINDOWS:
             self._append(self.windows[name], [figures[name]])
+        if self.window_busy is not None:
+            self._append(self.window_busy, np.asarray(busy)[None].astype(self.window_busy.dtype))
         if self.regions is not None:
             self._append(self.window_regions["region_li"], region_figures["li"][None])
             self._append(self.window_regions["region_utilization"], region_figures["utilization"][None])

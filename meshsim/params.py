@@ -287,6 +287,9 @@ PARAMS: tuple[Param, ...] = (
     Param("output", "flush_every_cycles", "int", "cycles", 500,
           "Cycles between flushes of the result file (what an interrupted run keeps).",
           (1, 1_000_000), _MESH),
+    Param("output", "window_busy", "bool", "", True,
+          "Write every PE's busy cycles in every window, so that report can recompute window figures "
+          "(also at multiples of the window) from the file; false saves the space.", None, _MESH),
     Param("output", "compression_level", "int", "", 1,
           "Gzip level of the result datasets; 0 means uncompressed.", (0, 9)),
     Param("output", "latency_histogram_max_cycles", "int", "cycles", 16384,

@@ -53,6 +53,7 @@ SECTIONS = {
 OPERATORS = {
     "section_row": (np.int64, "1", "row of the instance in the sections group"),
     "kind": (np.int8, "1", "0 compute, 1 collective"),
+    "pcu0": (np.int32, "1", "first PCU of the operator (its PCUs are consecutive, class hi first)"),
     "pcus": (np.int32, "PCUs", "PCUs of the operator"),
     "pcus_hi": (np.int32, "PCUs", "PCUs with one more column group (class hi)"),
     "pcus_lo": (np.int32, "PCUs", "PCUs with one fewer (class lo)"),

@@ -46,8 +46,8 @@ def tables(prog: RduProgram, sim: RduSim) -> tuple[dict, dict]:
     secs = {k: [] for k in ("name", "chip", "instance", "template", "microbatch", "start_cycle", "end_cycle", "tiles",
                             "operators", "pcus", "pmus", "flops", "weight_bytes", "spilled_bytes",
                             "load_bytes_per_tile", "store_bytes_per_tile", "li", "utilization")}
-    ops = {k: [] for k in ("name", "section_row", "kind", "pcus", "pcus_hi", "pcus_lo", "column_groups", "cycles_hi",
-                           "cycles_lo", "cycles_per_tile", "pmus", "flops", "busy_hi", "busy_lo", "li")}
+    ops = {k: [] for k in ("name", "section_row", "kind", "pcu0", "pcus", "pcus_hi", "pcus_lo", "column_groups",
+                           "cycles_hi", "cycles_lo", "cycles_per_tile", "pmus", "flops", "busy_hi", "busy_lo", "li")}
     for c in range(prog.n_chips):
         start = 0
         for k in range(int(prog.n_instances[c])):
@@ -76,7 +76,7 @@ def tables(prog: RduProgram, sim: RduSim) -> tuple[dict, dict]:
                 li = (s.n_hi * bh + s.n_lo * bl) / (n * top) if n and top else float("nan")
                 ops["name"].append(s.op.name)
                 for key, v in (("section_row", len(secs["name"]) - 1), ("kind", int(s.op.kind == "collective")),
-                               ("pcus", s.pcus), ("pcus_hi", s.n_hi), ("pcus_lo", s.n_lo),
+                               ("pcu0", s.pcu0), ("pcus", s.pcus), ("pcus_hi", s.n_hi), ("pcus_lo", s.n_lo),
                                ("column_groups", s.groups), ("cycles_hi", s.c_hi), ("cycles_lo", s.c_lo),
                                ("cycles_per_tile", s.dur), ("pmus", s.pmus), ("flops", s.op.flops), ("busy_hi", bh),
                                ("busy_lo", bl), ("li", li)):
