@@ -57,11 +57,60 @@ def _cmd_validate(args) -> int:
 
 
 def _cmd_report(args) -> int:
+    import json
+
+    from .analysis import analyse, format_comparison, format_report
     from .report import format_summary, read_regions, read_summary, summary_json
 
-    root, summary = read_summary(args.result)
-    regions = read_regions(args.result)
-    print(summary_json(summary, root, regions) if args.json else format_summary(summary, root, args.result, regions))
+    if args.window is not None and args.window < 1:
+        raise InputError(f"--window {args.window}: must be an integer >= 1 (cycles)")
+    if len(args.result) > 1:
+        items = [analyse(p, args.window, args.target) for p in args.result]
+        print(json.dumps({"files": items}, indent=2, default=_json_default) if args.json else format_comparison(items))
+        return 0
+    path = args.result[0]
+    root, summary = read_summary(path)
+    regions = read_regions(path)
+    try:
+        analysis, why = analyse(path, args.window, args.target), None
+    except InputError as e:
+        if root.get("complete"):
+            raise
+        analysis, why = None, "; ".join(e.problems)  # a run killed before it wrote its totals
+    if args.json:
+        data = json.loads(summary_json(summary, root, regions))
+        data["analysis"] = analysis
+        print(json.dumps(data, indent=2, default=_json_default))
+        return 0
+    print(format_summary(summary, root, path, regions))
+    print()
+    print(format_report(analysis) if analysis is not None else f"no recomputation: {why}")
+    return 0
+
+
+def _json_default(v):
+    import numpy as np
+
+    if isinstance(v, np.generic):
+        return v.item()
+    raise TypeError(type(v).__name__)
+
+
+def _cmd_roofline(args) -> int:
+    from .roofline import format_table, values_of_file
+
+    values = None
+    if args.file:
+        if str(args.file).endswith(".toml"):
+            from .scenario import load_scenario
+
+            values = load_scenario(args.file).values
+        else:
+            from .report import read_summary
+
+            read_summary(args.file)  # a meshsim result, or a clear error
+            values = values_of_file(args.file)
+    print(format_table(values))
     return 0
 
 
@@ -102,10 +151,19 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--resolved", action="store_true", help="print the scenario with every default filled in")
     v.set_defaults(func=_cmd_validate)
 
-    rep = sub.add_parser("report", help="print the summary of a result file")
-    rep.add_argument("result")
+    rep = sub.add_parser("report", help="figures of a result file recomputed from its datasets, with a diagnosis; "
+                                        "several files side by side")
+    rep.add_argument("result", nargs="+", help="result file(s)")
     rep.add_argument("--json", action="store_true", help="machine-readable JSON")
+    rep.add_argument("--window", type=int, default=None, help="window length in cycles (mesh: a multiple of the "
+                     "run's window_cycles)")
+    rep.add_argument("--target", type=float, default=None, help="the LI to diagnose against (default: mesh 0.98, "
+                     "rdu 0.85, ipu 0.80)")
     rep.set_defaults(func=_cmd_report)
+
+    rf = sub.add_parser("roofline", help="the platforms' rooflines and a scenario's or result's kernels on its own")
+    rf.add_argument("file", nargs="?", help="a scenario (.toml) or result file (.h5)")
+    rf.set_defaults(func=_cmd_roofline)
 
     b = sub.add_parser("bench", help="measure simulation speed, compile time, memory and output overhead")
     b.add_argument("--json", action="store_true", help="print the figures as JSON")

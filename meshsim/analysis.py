@@ -1,0 +1,332 @@
+"""Every metric of a run recomputed from its result file alone (DESIGN.md sections 3 and 5), and a
+diagnosis of a load imbalance from what the file shows.
+
+`analyse(path)` reads the raw datasets (per-unit busy cycles, per-window busy cycles, latency
+histogram or tile latencies, the rdu's operators and intervals), never the figures the run stored,
+and returns plain data; `meshsim report` prints it as a table or JSON, and compares files side by
+side.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from . import metrics
+from .errors import InputError
+from .report import read_summary
+from .roofline import kernels, model_of, platform_of, values_of_file
+
+#: The LI a platform is expected to reach (DESIGN.md section 3: below 0.9 is notable); report
+#: --target overrides it.
+TARGET_LI = {"mesh": 0.98, "rdu": 0.85, "ipu": 0.80}
+
+_WHOLE = ("li", "percent_imbalance", "jain_index", "cv", "busy_min_cycles", "busy_max_cycles", "busy_mean_cycles",
+          "compute_time_spread", "active_units", "utilization")
+
+
+def analyse(path, window: int | None = None, target: float | None = None) -> dict:
+    """The figures of a result file, recomputed from its datasets, and the diagnosis against the
+    target LI (default TARGET_LI of its machine). `window`: the window length in cycles (mesh: a
+    multiple of the run's window_cycles; rdu: any), default the run's."""
+    root, _ = read_summary(path)  # a meshsim result with a summary, or InputError
+    machine = root.get("machine")
+    if machine not in ("mesh", "rdu"):
+        raise InputError(f"{path}: machine {machine!r}: report knows mesh and rdu results")
+    values = values_of_file(path)
+    with h5py.File(path, "r") as f:
+        out = dict(file=str(path), machine=machine, scenario=root.get("scenario_name", ""),
+                   complete=bool(root.get("complete")), cycles=int(root.get("cycles_done", 0)))
+        if machine == "mesh":
+            out.update(_mesh(f, values, out["cycles"], window, path))
+        else:
+            out.update(_rdu(f, values, out["cycles"], window))
+    goal = TARGET_LI[machine] if target is None else target
+    out["diagnosis"] = dict(target_li=goal, li=out["whole"]["li"], meets=bool(out["whole"]["li"] >= goal),
+                            findings=_findings(out, values, goal))
+    return out
+
+
+def _need(f, names, path):
+    missing = [n for n in names if n not in f]
+    if missing:
+        raise InputError(f"{path}: not a complete meshsim result: it lacks {', '.join(missing)}")
+
+
+def _mesh(f, values, cycles, window, path) -> dict:
+    _need(f, ["units/busy_cycles", "latency/histogram", "units/completed", "units/injected", "units/refused"], path)
+    busy = f["units/busy_cycles"][()].astype(np.int64)
+    whole = metrics.balance_figures(busy, cycles)
+    lg = f["latency/histogram"]
+    la = f["latency"].attrs
+    lat = metrics.latency_stats(lg[()], int(la["count"]), int(la["sum"]), int(la["sum_sq"]), int(la["max"]))
+    whole.update(n_units=int(busy.size), idle_units=int((busy == 0).sum()),
+                 injected=int(f["units/injected"][()].sum(dtype=np.int64)),
+                 refused=int(f["units/refused"][()].sum(dtype=np.int64)),
+                 completed=int(f["units/completed"][()].sum(dtype=np.int64)),
+                 migrated=int(f["units/migrated_out"][()].sum(dtype=np.int64)) if "units/migrated_out" in f else 0,
+                 **{f"latency_{k}_cycles": lat[k] for k in ("mean", "p50", "p90", "p99", "max")},
+                 latency_var_cycles2=lat["var"])
+    whole["throughput_per_cycle"] = whole["completed"] / cycles if cycles else math.nan
+    run_window = values["run"]["window_cycles"]
+    out = dict(whole=whole, windows=_mesh_windows(f, busy.shape, cycles, run_window, window, path))
+    if "regions/region_map" in f and "regions/name" in f:
+        labels = f["regions/region_map"][()]
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in f["regions/name"][()]]
+        rows = []
+        for k, name in enumerate(names):
+            part = busy[labels == k]
+            lb = metrics.load_balance(part)
+            rows.append(dict(name=name, n_units=int(part.size), li=lb["li"],
+                             utilization=metrics.utilization(int(part.sum()), part.size, cycles),
+                             idle_units=int((part == 0).sum())))
+        out["regions"] = rows
+    if "units/link_messages" in f:
+        links = f["units/link_messages"][()].astype(np.int64)
+        rows_, cols_ = links.shape[:2]
+        exists = np.ones(links.shape, bool)
+        exists[0, :, 0] = exists[:, cols_ - 1, 1] = exists[rows_ - 1, :, 2] = exists[:, 0, 3] = False
+        bw = values["machine"]["link_messages_per_cycle"]
+        util = links[exists] / (bw * cycles) if cycles and exists.any() else np.zeros(1)
+        whole["link_utilization_max"] = float(util.max())
+        whole["link_utilization_mean"] = float(util.mean())
+    elif "series/link_sent" in f and cycles:
+        rows_, cols_ = busy.shape
+        n_links = 2 * (rows_ * (cols_ - 1) + cols_ * (rows_ - 1))
+        bw = values["machine"]["link_messages_per_cycle"]
+        sent = int(f["series/link_sent"][()].sum(dtype=np.int64))
+        whole["link_utilization_mean"] = sent / (n_links * bw * cycles) if n_links else 0.0
+    return out
+
+
+def _mesh_windows(f, shape, cycles, run_window, window, path) -> dict:
+    """Per-window figures: from every PE's busy cycles per window when the file keeps them (and at
+    any multiple of the run's window), else the figures the run stored."""
+    n = run_window if window is None else window
+    if "windows/busy_cycles" not in f:
+        if n != run_window:
+            raise InputError(f"{path}: --window {n}: this file keeps no per-window busy cycles (run with "
+                             f"output.window_busy = true); only its own window of {run_window} cycles is available")
+        w = f["windows"]
+        starts = w["window_start"][()]
+        rows = [dict(start=int(s), end=int(e), li=float(li), utilization=float(u), source="stored")
+                for s, e, li, u in zip(starts, w["window_end"][()], w["li"][()], w["utilization"][()], strict=True)]
+        return dict(window_cycles=n, source="stored figures (windows/li)", rows=rows)
+    if n % run_window:
+        raise InputError(f"--window {n}: must be a multiple of the run's run.window_cycles = {run_window}")
+    k = n // run_window
+    ds = f["windows/busy_cycles"]
+    starts = f["windows/window_start"][()]
+    ends = f["windows/window_end"][()]
+    rows = []
+    for i in range(0, ds.shape[0], k):
+        acc = np.zeros(shape, np.int64)
+        for j in range(i, min(i + k, ds.shape[0])):
+            acc += ds[j]
+        start, end = int(starts[i]), int(ends[min(i + k, ds.shape[0]) - 1])
+        lb = metrics.load_balance(acc)
+        rows.append(dict(start=start, end=end, li=lb["li"], percent_imbalance=lb["percent_imbalance"],
+                         jain_index=lb["jain_index"], cv=lb["cv"], busy_min=lb["min"], busy_max=lb["max"],
+                         utilization=metrics.utilization(int(acc.sum()), acc.size, end - start)))
+    return dict(window_cycles=n, source="windows/busy_cycles", rows=rows)
+
+
+def _rdu(f, values, cycles, window) -> dict:
+    busy = f["units/pcu_busy_cycles"][()].astype(np.int64)
+    chips, pcus = busy.shape
+    whole = metrics.balance_figures(busy, cycles)
+    lat = f["latency/tile_latency"][()]
+    done = lat[lat >= 0]
+    whole.update(n_units=int(busy.size), idle_units=int((busy == 0).sum()), tiles=int(lat.size),
+                 tiles_done=int(done.size), chip_li=metrics.load_balance(busy.sum(axis=1))["li"])
+    if done.size:
+        mean = float(done.mean())
+        whole.update(latency_mean_cycles=mean, latency_var_cycles2=float(((done - mean) ** 2).mean()),
+                     **{f"latency_p{q}_cycles": int(np.quantile(done, q / 100, method="inverted_cdf"))
+                        for q in (50, 90, 99)}, latency_max_cycles=int(done.max()))
+    ic = f["series/interval_cycles"][()].astype(np.int64)
+    series = {name: f[f"series/{name}"][()].astype(np.int64)
+              for name in ("busy_pcus", "pmus_in_use", "ddr_busy", "ddr_wait", "phase")}
+    chip_cycles = cycles * chips
+    m = values["machine"]
+    if chip_cycles:
+        whole["pmu_utilization"] = int((series["pmus_in_use"] * ic[:, None]).sum()) / (m["pmus"] * chip_cycles)
+        whole["ddr_busy_fraction"] = int((series["ddr_busy"] * ic[:, None]).sum()) / chip_cycles
+        whole["ddr_wait_fraction"] = int((series["ddr_wait"] * ic[:, None]).sum()) / chip_cycles
+        idle = (series["phase"] == 1) | (series["phase"] == 3)  # waiting for another chip, or done
+        whole["pipeline_bubble_fraction"] = int((idle * ic[:, None]).sum()) / chip_cycles
+        ddr = int(f["units/ddr_bytes"][()].sum())
+        seconds = cycles / (m["clock_ghz"] * 1e9)
+        whole["ddr_effective_gbps"] = ddr / chips / seconds / 1e9
+    out = dict(whole=whole)
+    # Sections: every PCU's busy cycles in the instance, from its operators' hi and lo classes.
+    if "sections" in f:
+        s, o = f["sections"], f["operators"]
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in s["name"][()]]
+        srow = o["section_row"][()]
+        cols = {k: o[k][()].astype(np.int64) for k in ("pcu0", "pcus_hi", "pcus_lo", "busy_hi", "busy_lo")}
+        rows = []
+        for r, name in enumerate(names):
+            per = np.zeros(pcus, np.int64)
+            for j in np.flatnonzero(srow == r):
+                p0, nh, nl = cols["pcu0"][j], cols["pcus_hi"][j], cols["pcus_lo"][j]
+                per[p0:p0 + nh] += cols["busy_hi"][j]
+                per[p0 + nh:p0 + nh + nl] += cols["busy_lo"][j]
+            span = int(s["end_cycle"][r]) - int(s["start_cycle"][r]) + 1
+            rows.append(dict(name=name, chip=int(s["chip"][r]), start=int(s["start_cycle"][r]),
+                             end=int(s["end_cycle"][r]), li=metrics.load_balance(per)["li"],
+                             utilization=metrics.utilization(int(per.sum()), pcus, span),
+                             spilled_bytes=int(s["spilled_bytes"][r])))
+        out["sections"] = rows
+        op_li = o["li"][()]
+        out["operators_li_min"] = float(np.nanmin(op_li)) if np.isfinite(op_li).any() else math.nan
+        out["operators_below_0_9"] = int((op_li < 0.9).sum())
+    out["windows"] = _rdu_windows(f, ic, series, cycles, chips, pcus, window)
+    return out
+
+
+def _rdu_windows(f, ic, series, cycles, chips, pcus, window) -> dict:
+    """Utilisation, DDR busy and DDR wait per window of `window` cycles (default: ten windows), exact
+    from the run-length encoded series. (LI per window needs per-PCU busy per window, which the
+    rdu keeps per section instead.)"""
+    n = window or max(1, -(-cycles // 10))
+    start = np.concatenate([[0], np.cumsum(ic)[:-1]]) if ic.size else np.zeros(0, np.int64)
+    rows = []
+    for w0 in range(0, cycles, n):
+        w1 = min(cycles, w0 + n)
+        overlap = np.clip(np.minimum(start + ic, w1) - np.maximum(start, w0), 0, None)
+        span = (w1 - w0) * chips
+        rows.append(dict(start=w0, end=w1,
+                         utilization=int((series["busy_pcus"] * overlap[:, None]).sum()) / (pcus * span),
+                         ddr_busy=int((series["ddr_busy"] * overlap[:, None]).sum()) / span,
+                         ddr_wait=int((series["ddr_wait"] * overlap[:, None]).sum()) / span))
+    return dict(window_cycles=n, source="series (run-length encoded)", rows=rows)
+
+
+def _findings(a: dict, values: dict, goal: float) -> list[dict]:
+    """Likely causes of an LI below the target, each with the figure it rests on."""
+    w = a["whole"]
+    out = []
+
+    def add(text, figure):
+        out.append(dict(finding=text, figure=figure))
+
+    if w["li"] >= goal:
+        return out
+    unit = "PEs" if a["machine"] == "mesh" else "PCUs"
+    if w.get("idle_units"):
+        add(f"{w['idle_units']:,} of {w['n_units']:,} {unit} never worked",
+            f"units/{'busy_cycles' if a['machine'] == 'mesh' else 'pcu_busy_cycles'} == 0 at {w['idle_units']:,}")
+    for r in a.get("regions", []):
+        if r["n_units"] and r["utilization"] > 1.5 * w["utilization"] and r["name"] != "idle":
+            add(f"region {r['name']} is busy {r['utilization']:.3g} of the time against {w['utilization']:.3g} "
+                "overall: the load is concentrated there", f"regions/utilization[{r['name']}] = {r['utilization']:.4g}")
+    if w.get("refused"):
+        add(f"queues overflowed: {w['refused']:,} tasks refused", f"units/refused sum = {w['refused']:,}")
+    if w.get("link_utilization_max", 0) > 0.9:
+        add(f"links saturated: the busiest carries {w['link_utilization_max']:.3g} of its capacity",
+            f"units/link_messages max / (link_messages_per_cycle x cycles) = {w['link_utilization_max']:.4g}")
+    if a["machine"] == "mesh" and w.get("migrated") and w.get("link_utilization_mean", 0) > 0.5:
+        add(f"migration keeps the links {w['link_utilization_mean']:.3g} busy on average",
+            f"series/link_sent / (links x cycles) = {w['link_utilization_mean']:.4g}")
+    rows = a.get("windows", {}).get("rows", [])
+    lis = [r["li"] for r in rows if "li" in r and not math.isnan(r["li"])]
+    if len(lis) > 1 and min(lis) < goal:
+        worst = min((r for r in rows if "li" in r and not math.isnan(r["li"])), key=lambda r: r["li"])
+        add(f"LI dips to {worst['li']:.3g} in cycles {worst['start']:,}-{worst['end']:,}",
+            f"windows [{worst['start']}, {worst['end']}) li = {worst['li']:.4g}")
+    secs = a.get("sections", [])
+    if secs:
+        worst = min(secs, key=lambda r: r["li"] if not math.isnan(r["li"]) else 2)
+        add(f"section {worst['name']} has the lowest LI, {worst['li']:.3g} (cycles {worst['start']:,}-"
+            f"{worst['end']:,})", f"sections/li[{worst['name']}] = {worst['li']:.4g}")
+        spilled = [r for r in secs if r["spilled_bytes"]]
+        if spilled:
+            add(f"{len(spilled)} section instances spill weights to DDR", "sections/spilled_bytes > 0")
+    if w.get("ddr_wait_fraction", 0) > 0.1:
+        add(f"the chips wait on DDR {w['ddr_wait_fraction']:.3g} of the time",
+            f"series/ddr_wait (cycle-weighted) = {w['ddr_wait_fraction']:.4g}")
+    if w.get("pipeline_bubble_fraction", 0) > 0.05:
+        add(f"pipeline bubble: chips idle for another {w['pipeline_bubble_fraction']:.3g} of the time",
+            f"series/phase in (1, 3), cycle-weighted = {w['pipeline_bubble_fraction']:.4g}")
+    if a.get("operators_below_0_9"):
+        add(f"{a['operators_below_0_9']} operators spread unevenly over their PCUs (lanes wasted; LI down to "
+            f"{a['operators_li_min']:.3g})", f"operators/li < 0.9 at {a['operators_below_0_9']}")
+    found = model_of(values)
+    if found is not None:
+        plat = platform_of(values)
+        mem = [k for k in kernels(*found, plat) if k["bound"] == "memory"]
+        if mem:
+            names = ", ".join(k["name"] for k in mem[:4]) + (" ..." if len(mem) > 4 else "")
+            add(f"{len(mem)} kernels per layer are memory-bound on {plat.name} (ridge {plat.ridge:.3g} FLOP/B): "
+                f"{names}", f"roofline: arithmetic intensity < {plat.ridge:.4g}")
+    return out
+
+
+def format_report(a: dict) -> str:
+    """A readable table of one analysis."""
+    w = a["whole"]
+    lines = [f"{a['scenario']}: {a['machine']}, {'complete' if a['complete'] else 'INCOMPLETE'}, "
+             f"{a['cycles']:,} cycles ({a['file']})",
+             "recomputed from the file's datasets:"]
+    for k in (*_WHOLE, "n_units", "idle_units", "latency_mean_cycles", "latency_var_cycles2", "latency_p50_cycles",
+              "latency_p99_cycles", "latency_max_cycles", "chip_li", "pmu_utilization", "ddr_busy_fraction",
+              "ddr_wait_fraction", "ddr_effective_gbps", "pipeline_bubble_fraction", "link_utilization_max",
+              "link_utilization_mean", "throughput_per_cycle"):
+        if k in w:
+            lines.append(f"  {k:<28}{_fmt(w[k])}")
+    win = a.get("windows", {})
+    rows = win.get("rows", [])
+    if rows:
+        lines.append(f"windows of {win['window_cycles']:,} cycles ({len(rows)}; from {win['source']}):")
+        keys = [k for k in ("li", "utilization", "ddr_busy", "ddr_wait") if k in rows[0]]
+        lines.append(f"  {'start':>14}{'end':>14}" + "".join(f"{k:>14}" for k in keys))
+        shown = rows if len(rows) <= 12 else rows[:6] + [None] + rows[-5:]
+        for r in shown:
+            if r is None:
+                lines.append(f"  {'...':>14}")
+                continue
+            lines.append(f"  {r['start']:>14,}{r['end']:>14,}" + "".join(f"{_fmt(r[k]):>14}" for k in keys))
+    for group in ("regions", "sections"):
+        rows = a.get(group, [])
+        if rows:
+            lines.append(f"{group} ({len(rows)}):")
+            shown = rows if len(rows) <= 12 else sorted(rows, key=lambda r: r["li"])[:12]
+            if len(rows) > 12:
+                lines[-1] = f"{group} ({len(rows)}; the 12 with the lowest LI):"
+            for r in shown:
+                lines.append(f"  {r['name'][:44]:<46}LI {_fmt(r['li']):>8}  utilisation {_fmt(r['utilization']):>8}")
+    d = a["diagnosis"]
+    verdict = "meets" if d["meets"] else "falls short of"
+    lines.append(f"diagnosis: LI {_fmt(d['li'])} {verdict} the target {d['target_li']:g}")
+    for item in d["findings"]:
+        lines.append(f"  - {item['finding']}  [{item['figure']}]")
+    return "\n".join(lines)
+
+
+def format_comparison(items: list[dict]) -> str:
+    """Whole-run figures of several analyses side by side."""
+    names = [Path(a["file"]).name for a in items]
+    width = max(14, *(len(n) + 2 for n in names))
+    keys = [k for k in dict.fromkeys(k for a in items for k in a["whole"])]
+    lines = [f"{'':<28}" + "".join(f"{n:>{width}}" for n in names)]
+    lines.append(f"{'machine':<28}" + "".join(f"{a['machine']:>{width}}" for a in items))
+    lines.append(f"{'cycles':<28}" + "".join(f"{a['cycles']:>{width},}" for a in items))
+    for k in keys:
+        lines.append(f"{k:<28}" + "".join(f"{_fmt(a['whole'].get(k, math.nan)):>{width}}" for a in items))
+    verdicts = [f"{'yes' if a['diagnosis']['meets'] else 'no'} ({a['diagnosis']['target_li']:g})" for a in items]
+    lines.append(f"{'meets target LI':<28}" + "".join(f"{v:>{width}}" for v in verdicts))
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return "n/a" if math.isnan(v) else f"{v:.4g}"
+    return str(v)

@@ -1,0 +1,132 @@
+"""Rooflines of the platforms and of a run's machine (DESIGN.md section 3: arithmetic intensity =
+FLOPs / bytes moved; the ridge point is peak FLOP/s / bandwidth, computed from the preset, never
+typed in).
+
+Platform presets and their sources:
+
+- WSE-2: 7.5 PFLOP/s (16-bit) over about 850,000 PEs, and 20 PB/s of on-chip memory bandwidth
+  (Cerebras, "Cerebras Systems: Achieving Industry Best AI Performance Through A Systems Approach",
+  2021, and the CS-2 product brief). Its weights live in the PEs' SRAM, so SRAM bandwidth is the
+  roof.
+- SN10, SN30: the rdu presets (`meshsim.params.RDU_PRESETS`): peak = PCUs x lanes x stages x 2 x
+  clock, bandwidth = the DDR bandwidth sections stream from.
+- GC200: 250 TFLOP/s (16-bit) and 47.5 TB/s of in-processor memory bandwidth (Graphcore IPU-M2000
+  and GC200 product brief, 2020).
+
+For a result file or scenario, the platform is its own machine: a mesh of rows x cols PEs at
+`pe_flops_per_cycle` and `clock_ghz`, with the WSE-2's SRAM bandwidth per PE; an rdu chip from its
+keys. The kernels are the transformer's operators of one layer (`meshsim.transformer`), each with
+its FLOPs and bytes moved (weights, inputs and outputs).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+
+from .params import RDU_PRESETS
+from .transformer import Model, operators
+
+WSE2_PEAK_FLOPS = 7.5e15
+WSE2_PES = 850_000
+WSE2_SRAM_BYTES_PER_SECOND = 20e15
+GC200_PEAK_FLOPS = 250e12
+GC200_SRAM_BYTES_PER_SECOND = 47.5e12
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A roofline: peak FLOP/s and the bandwidth (bytes/s) of the memory the roof is drawn for."""
+
+    name: str
+    peak_flops: float
+    bandwidth: float
+    memory: str
+
+    @property
+    def ridge(self) -> float:
+        """FLOPs per byte at which the roof turns from memory- to compute-bound: peak / bandwidth."""
+        return self.peak_flops / self.bandwidth
+
+    def attainable(self, intensity: float) -> float:
+        """FLOP/s the roof allows at an arithmetic intensity: min(peak, intensity x bandwidth)."""
+        return min(self.peak_flops, intensity * self.bandwidth)
+
+
+def _rdu(name: str, keys: dict) -> Platform:
+    peak = keys["pcus"] * keys["pcu_lanes"] * keys["pcu_stages"] * 2 * keys["clock_ghz"] * 1e9
+    return Platform(name, peak, keys["ddr_bandwidth_gbps"] * 1e9, "DDR")
+
+
+def presets() -> dict[str, Platform]:
+    """The platform presets, by key."""
+    return {
+        "wse2": Platform("WSE-2", WSE2_PEAK_FLOPS, WSE2_SRAM_BYTES_PER_SECOND, "SRAM"),
+        "sn10": _rdu("SN10", RDU_PRESETS["sn10"]),
+        "sn30": _rdu("SN30", RDU_PRESETS["sn30"]),
+        "gc200": Platform("GC200", GC200_PEAK_FLOPS, GC200_SRAM_BYTES_PER_SECOND, "SRAM"),
+    }
+
+
+def platform_of(values: dict) -> Platform:
+    """The roofline of a resolved scenario's machine (`Scenario.values`, or a result file's
+    scenario_resolved read back)."""
+    m = values["machine"]
+    if m["type"] == "rdu":
+        return _rdu(f"rdu {m['preset']} ({m['pcus']} PCUs)", m)
+    n = m["rows"] * m["cols"]
+    return Platform(f"mesh {m['rows']} x {m['cols']}", n * m["pe_flops_per_cycle"] * m["clock_ghz"] * 1e9,
+                    n * WSE2_SRAM_BYTES_PER_SECOND / WSE2_PES, "SRAM")
+
+
+def model_of(values: dict) -> tuple[Model, bool] | None:
+    """(the transformer, training) of a scenario whose workload is one, else None."""
+    w = values["workload"]
+    if w["type"] not in ("layer_pipeline", "transformer"):
+        return None
+    return Model(w["hidden_size"], w["n_layers"], w["n_heads"], w["seq_len"], w["batch"], w["ffn_multiplier"],
+                 w["precision"]), w["training"]
+
+
+def kernels(model: Model, training: bool, platform: Platform) -> list[dict]:
+    """One row per operator of one layer (layer 0; every layer is the same): name, kind, FLOPs,
+    bytes moved, arithmetic intensity, the FLOP/s the roof allows and the verdict."""
+    rows = []
+    for op in operators(model, training):
+        if op.layer != 0:
+            continue
+        ai = op.arithmetic_intensity
+        rows.append(dict(name=op.name.split(".", 1)[1], kind=op.kind, flops=op.flops, bytes=op.bytes_moved,
+                         intensity=ai, attainable_flops=platform.attainable(ai),
+                         bound="memory" if ai < platform.ridge else "compute"))
+    return rows
+
+
+def values_of_file(path) -> dict:
+    """The resolved scenario stored in a result file, as `Scenario.values`."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        text = f.attrs["scenario_resolved"]
+    return tomllib.loads(text.decode() if isinstance(text, bytes) else text)
+
+
+def format_table(values: dict | None = None) -> str:
+    """The presets' roofs and, for a scenario with a transformer, its kernels on its own machine."""
+    lines = [f"{'platform':<28}{'peak TFLOP/s':>14}{'bandwidth TB/s':>16}{'ridge FLOP/B':>14}  memory"]
+    plats = list(presets().values())
+    if values is not None:
+        plats.append(platform_of(values))
+    for p in plats:
+        lines.append(f"{p.name:<28}{p.peak_flops / 1e12:>14,.1f}{p.bandwidth / 1e12:>16,.3f}{p.ridge:>14,.3g}  "
+                     f"{p.memory}")
+    found = model_of(values) if values is not None else None
+    if found is not None:
+        plat = platform_of(values)
+        model, training = found
+        lines += ["", f"kernels of one layer on {plat.name} (ridge {plat.ridge:.3g} FLOP/B)",
+                  f"{'kernel':<32}{'kind':<12}{'GFLOP':>10}{'MB':>10}{'FLOP/B':>10}{'roof TFLOP/s':>14}  bound"]
+        for k in kernels(model, training, plat):
+            lines.append(f"{k['name']:<32}{k['kind']:<12}{k['flops'] / 1e9:>10,.2f}{k['bytes'] / 1e6:>10,.2f}"
+                         f"{k['intensity']:>10,.3g}{k['attainable_flops'] / 1e12:>14,.1f}  {k['bound']}")
+    return "\n".join(lines)
