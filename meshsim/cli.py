@@ -96,6 +96,15 @@ def _json_default(v):
     raise TypeError(type(v).__name__)
 
 
+def _cmd_plot(args) -> int:
+    from .plots import plot
+
+    kinds = [k.strip() for part in (args.kind or []) for k in part.split(",") if k.strip()]
+    for path in plot(args.result, args.output, kinds or None, args.format, args.cycle):
+        print(path)
+    return 0
+
+
 def _cmd_roofline(args) -> int:
     from .roofline import format_table, values_of_file
 
@@ -160,6 +169,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--target", type=float, default=None, help="the LI to diagnose against (default: mesh 0.98, "
                      "rdu 0.85, ipu 0.80)")
     rep.set_defaults(func=_cmd_report)
+
+    pl = sub.add_parser("plot", help="draw a result file's figures (heat map, animation, timeline, latency, busy "
+                                     "time, links, Gantt, roofline)")
+    pl.add_argument("result")
+    pl.add_argument("--kind", action="append", help="plot kinds, comma-separated or repeated (default: every kind "
+                    "the file has data for): heatmap, animation, timeline, latency, busy, links, gantt, roofline")
+    pl.add_argument("-o", "--output", help="folder for the figures (default: beside the file, named after it)")
+    pl.add_argument("--format", default="png", help="png (default), svg or pdf")
+    pl.add_argument("--cycle", type=int, default=None, help="heatmap: the frame nearest this cycle (default: last)")
+    pl.set_defaults(func=_cmd_plot)
 
     rf = sub.add_parser("roofline", help="the platforms' rooflines and a scenario's or result's kernels on its own")
     rf.add_argument("file", nargs="?", help="a scenario (.toml) or result file (.h5)")

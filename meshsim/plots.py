@@ -1,0 +1,400 @@
+"""The bundled plots of a result file (`meshsim plot`), each also an importable function.
+
+Every function takes a result path and an output folder, writes its figure(s) there and returns the
+paths written. Figures are matplotlib `Figure` objects drawn without pyplot, so nothing depends on a
+display or changes the caller's backend. Colour maps are viridis and cividis (readable with colour
+blindness); every axis says its unit; every title names the scenario. Long series are reduced to at
+most `MAX_POINTS` points by exact cycle-weighted means, and animations to at most `MAX_FRAMES`
+frames, so a full-wafer, 10,000-cycle run draws in seconds.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from . import metrics
+from .errors import InputError
+from .report import read_summary
+
+MAX_POINTS = 4000
+MAX_FRAMES = 60
+FORMATS = ("png", "svg", "pdf")
+KINDS = ("heatmap", "animation", "timeline", "latency", "busy", "links", "gantt", "roofline")
+
+
+def _figure(w=8.0, h=5.0) -> Figure:
+    fig = Figure(figsize=(w, h), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Figure, out: Path, name: str, fmt: str) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.{fmt}"
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def _title(f) -> str:
+    name = f.attrs.get("scenario_name", "")
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def _binned(values: np.ndarray, lengths: np.ndarray | None = None, points: int = MAX_POINTS):
+    """(start cycle, mean value) of at most `points` bins of a per-cycle series (lengths None) or a
+    run-length encoded one (value i holds for lengths[i] cycles), cycle-weighted and exact."""
+    values = np.asarray(values, np.float64)
+    if lengths is None:
+        lengths = np.ones(values.size, np.int64)
+    lengths = np.asarray(lengths, np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0), np.zeros(0)
+    edges = np.linspace(0, total, min(points, total) + 1).round().astype(np.int64)
+    ends = np.cumsum(lengths)
+    area = np.concatenate([[0.0], np.cumsum(values * lengths)])
+
+    def integral(t):  # the series integrated over cycles [0, t)
+        i = np.searchsorted(ends, t, side="right")
+        i = np.minimum(i, values.size - 1)
+        before = ends[i] - lengths[i]
+        return area[i] + values[i] * np.clip(t - before, 0, lengths[i])
+
+    inner = integral(edges)
+    return edges[:-1], np.diff(inner) / np.diff(edges)
+
+
+def heatmap(path, out, cycle: int | None = None, fmt: str = "png") -> list[Path]:
+    """Queue depth of every PE in the frame nearest `cycle` (default the last), with the outlines of
+    the workload's regions."""
+    with h5py.File(path, "r") as f:
+        frames = f["occupancy/queue_depth"]
+        if frames.shape[0] == 0:
+            raise InputError(f"{path}: no occupancy frames (output.frame_every_cycles = 0): no heat map to draw")
+        at = f["occupancy/frame_cycle"][()]
+        i = len(at) - 1 if cycle is None else int(np.argmin(np.abs(at - cycle)))
+        depth = frames[i]
+        labels = f["regions/region_map"][()] if "regions/region_map" in f else None
+        title = _title(f)
+    fig = _figure(9, 6.5)
+    ax = fig.add_subplot()
+    im = ax.imshow(depth, cmap="viridis", interpolation="nearest", aspect="auto", vmin=0)
+    if labels is not None:
+        ax.contour(labels, levels=np.unique(labels)[:-1] + 0.5, colors="white", linewidths=0.6)
+    fig.colorbar(im, ax=ax, label="queue depth (tasks)")
+    ax.set_xlabel("column (PE)")
+    ax.set_ylabel("row (PE)")
+    ax.set_title(f"{title}: queue depth at the end of cycle {int(at[i]):,}")
+    return [_save(fig, Path(out), "heatmap", fmt)]
+
+
+def animation(path, out, fmt: str = "png") -> list[Path]:
+    """The queue-depth frames as a GIF (and an MP4 when ffmpeg is installed), at most MAX_FRAMES of
+    them, evenly spaced."""
+    from matplotlib.animation import FFMpegWriter, FuncAnimation, PillowWriter
+
+    with h5py.File(path, "r") as f:
+        frames = f["occupancy/queue_depth"]
+        n = frames.shape[0]
+        if n < 2:
+            raise InputError(f"{path}: {n} occupancy frame(s): an animation needs at least 2")
+        pick = np.unique(np.linspace(0, n - 1, min(n, MAX_FRAMES)).round().astype(int))
+        data = np.stack([frames[i] for i in pick])
+        at = f["occupancy/frame_cycle"][()][pick]
+        q = int(f["occupancy/depth"][()].max())
+        title = _title(f)
+    fig = _figure(8, 6)
+    ax = fig.add_subplot()
+    im = ax.imshow(data[0], cmap="viridis", interpolation="nearest", aspect="auto", vmin=0, vmax=max(1, q))
+    fig.colorbar(im, ax=ax, label="queue depth (tasks)")
+    ax.set_xlabel("column (PE)")
+    ax.set_ylabel("row (PE)")
+    head = ax.set_title("")
+
+    def draw(k):
+        im.set_data(data[k])
+        head.set_text(f"{title}: queue depth, cycle {int(at[k]):,}")
+        return im, head
+
+    anim = FuncAnimation(fig, draw, frames=len(pick), blit=False)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    written = [Path(out) / "animation.gif"]
+    anim.save(written[0], writer=PillowWriter(fps=8), dpi=80)
+    if shutil.which("ffmpeg"):
+        written.append(Path(out) / "animation.mp4")
+        anim.save(written[1], writer=FFMpegWriter(fps=8), dpi=80)
+    return written
+
+
+def timeline(path, out, fmt: str = "png") -> list[Path]:
+    """LI per window, utilisation and queued work over time (mesh); PCU, PMU and DDR use over time
+    (rdu)."""
+    with h5py.File(path, "r") as f:
+        title = _title(f)
+        if f.attrs.get("machine") == "rdu":
+            return _rdu_timeline(f, Path(out), fmt, title)
+        n = f["units/busy_cycles"].size if "units/busy_cycles" in f else f["row"].size * f["col"].size
+        busy = f["series/busy"][()]
+        queued = f["series/queued"][()]
+        w_start, w_end, w_li = (f["windows/window_start"][()], f["windows/window_end"][()], f["windows/li"][()])
+    fig = _figure(9, 7)
+    a1, a2, a3 = fig.subplots(3, 1, sharex=True)
+    mid = (w_start + w_end) / 2
+    a1.plot(mid, w_li, marker="o", ms=3, color="#0072B2")
+    a1.axhline(0.9, color="0.5", ls="--", lw=0.8, label="0.9: a notable imbalance below")
+    a1.set_ylabel("LI (mean/max busy)")
+    a1.set_ylim(0, 1.05)
+    a1.legend(loc="lower right", fontsize=8)
+    t, u = _binned(busy / n)
+    a2.plot(t, u, color="#009E73")
+    a2.set_ylabel("utilisation (busy PEs / PEs)")
+    a2.set_ylim(0, 1.05)
+    t, qd = _binned(queued)
+    a3.plot(t, qd, color="#D55E00")
+    a3.set_ylabel("queued tasks")
+    a3.set_xlabel("cycle")
+    fig.suptitle(f"{title}: load balance over time")
+    return [_save(fig, out, "timeline", fmt)]
+
+
+def _rdu_timeline(f, out, fmt, title) -> list[Path]:
+    ic = f["series/interval_cycles"][()]
+    chips = f["chip"].size
+    pcus = f["pcu"].size
+    pmus = None
+    fig = _figure(9, 7)
+    axes = fig.subplots(3, 1, sharex=True)
+    for c in range(chips):
+        for ax, name, scale, label in ((axes[0], "busy_pcus", pcus, "busy PCUs / PCUs"),
+                                       (axes[1], "pmus_in_use", pmus, "PMUs in use"),
+                                       (axes[2], "ddr_busy", 1, "DDR busy (fraction)")):
+            t, v = _binned(f[f"series/{name}"][:, c], ic)
+            ax.plot(t, v / (scale or 1), lw=0.8, label=f"chip {c}")
+            ax.set_ylabel(label)
+    axes[2].set_xlabel("cycle")
+    if chips > 1:
+        axes[0].legend(fontsize=8, ncol=min(chips, 4))
+    fig.suptitle(f"{title}: PCU, PMU and DDR use over time")
+    return [_save(fig, out, "timeline", fmt)]
+
+
+def latency(path, out, fmt: str = "png") -> list[Path]:
+    """Histogram and CDF of task (or measured packet, or rdu tile) latency, mean, p99 and variance
+    marked."""
+    with h5py.File(path, "r") as f:
+        title = _title(f)
+        if "latency/tile_latency" in f:
+            lat = f["latency/tile_latency"][()]
+            lat = lat[lat >= 0]
+            if lat.size == 0:
+                raise InputError(f"{path}: no tile finished: no latency to draw")
+            counts, edges = np.histogram(lat, bins=min(200, max(10, lat.size // 20)))
+            values = edges[:-1]
+            stats = dict(mean=float(lat.mean()), var=float(lat.var()),
+                         p99=float(np.quantile(lat, 0.99, method="inverted_cdf")))
+            what, widths, cdf_x = "tiles", np.diff(edges), edges[1:]
+        else:
+            h = f["latency/histogram"][()]
+            a = f["latency"].attrs
+            st = metrics.latency_stats(h, int(a["count"]), int(a["sum"]), int(a["sum_sq"]), int(a["max"]))
+            if st["count"] == 0:
+                raise InputError(f"{path}: no task completed: no latency to draw")
+            top = int(np.flatnonzero(h)[-1]) + 1
+            counts, values = h[:top], np.arange(top)
+            stats = dict(mean=st["mean"], var=st["var"], p99=float(st["p99"]))
+            units = f["latency/histogram"].attrs.get("units", "tasks")
+            what, widths = (units.decode() if isinstance(units, bytes) else str(units)), np.ones(top)
+            cdf_x = values  # bin i is latency i: the fraction at or below i includes it
+    fig = _figure(9, 4.5)
+    a1, a2 = fig.subplots(1, 2)
+    a1.bar(values, counts, width=widths, align="edge", color="#0072B2")
+    a2.plot(cdf_x, np.cumsum(counts) / counts.sum(), color="#0072B2", drawstyle="steps-post")
+    for ax in (a1, a2):
+        ax.axvline(stats["mean"], color="#D55E00", label=f"mean {stats['mean']:.4g}")
+        ax.axvline(stats["p99"], color="#CC79A7", ls="--", label=f"p99 {stats['p99']:.4g}")
+        ax.set_xlabel("latency (cycles)")
+    a1.set_ylabel(what)
+    a2.set_ylabel("fraction at or below")
+    a1.legend(title=f"variance {stats['var']:.4g} cycles²", fontsize=8)
+    fig.suptitle(f"{title}: latency of {what}")
+    return [_save(fig, out, "latency", fmt)]
+
+
+def busy(path, out, fmt: str = "png") -> list[Path]:
+    """Busy cycles of every PE (or PCU, chip by chip) as a map, and their distribution with the
+    compute-time spread."""
+    with h5py.File(path, "r") as f:
+        title = _title(f)
+        rdu = "units/pcu_busy_cycles" in f
+        b = f["units/pcu_busy_cycles" if rdu else "units/busy_cycles"][()]
+        cycles = int(f.attrs.get("cycles_done", 0))
+    fig = _figure(10, 4.5)
+    a1, a2 = fig.subplots(1, 2, width_ratios=(3, 2))
+    im = a1.imshow(b, cmap="cividis", interpolation="nearest", aspect="auto")
+    fig.colorbar(im, ax=a1, label="busy cycles")
+    a1.set_xlabel("PCU" if rdu else "column (PE)")
+    a1.set_ylabel("chip" if rdu else "row (PE)")
+    lb = metrics.load_balance(b)
+    spread = metrics.compute_time_spread(b)
+    a2.hist(b.ravel(), bins=60, color="#009E73")
+    a2.axvline(lb["mean"], color="#D55E00", label=f"mean {lb['mean']:.4g}")
+    a2.axvline(lb["max"], color="#CC79A7", ls="--", label=f"max {lb['max']:,}")
+    a2.set_xlabel(f"busy cycles (of {cycles:,})")
+    a2.set_ylabel("PCUs" if rdu else "PEs")
+    a2.legend(title=f"LI {lb['li']:.3g}, spread {spread:.3g}", fontsize=8)
+    fig.suptitle(f"{title}: busy time per {'PCU' if rdu else 'PE'}")
+    return [_save(fig, out, "busy", fmt)]
+
+
+def links(path, out, fmt: str = "png") -> list[Path]:
+    """Utilisation of every link of a routed run: eastward and westward, southward and northward
+    links, as maps."""
+    with h5py.File(path, "r") as f:
+        if "units/link_messages" not in f:
+            raise InputError(f"{path}: no per-link totals (only routed traffic and layer_pipeline runs have them)")
+        m = f["units/link_messages"][()].astype(np.float64)
+        cycles = int(f.attrs.get("cycles_done", 0))
+        import tomllib
+
+        text = f.attrs["scenario_resolved"]
+        bw = tomllib.loads(text.decode() if isinstance(text, bytes) else text)["machine"]["link_messages_per_cycle"]
+        title = _title(f)
+    util = m / (bw * max(cycles, 1))
+    fig = _figure(10, 7)
+    axes = fig.subplots(2, 2)
+    for ax, d, name in zip(axes.ravel(), (1, 3, 2, 0), ("east", "west", "south", "north"), strict=True):
+        im = ax.imshow(util[:, :, d], cmap="viridis", interpolation="nearest", aspect="auto", vmin=0,
+                       vmax=max(1e-9, float(util.max())))
+        ax.set_title(f"{name}ward links", fontsize=9)
+        ax.set_xlabel("column (PE)")
+        ax.set_ylabel("row (PE)")
+    fig.colorbar(im, ax=axes, label="utilisation (messages / capacity)")
+    fig.suptitle(f"{title}: link utilisation over the run")
+    return [_save(fig, out, "links", fmt)]
+
+
+def gantt(path, out, fmt: str = "png") -> list[Path]:
+    """rdu: the section instances of every chip over time, with busy PCUs, PMUs in use and DDR busy
+    underneath."""
+    with h5py.File(path, "r") as f:
+        if "sections" not in f:
+            raise InputError(f"{path}: not an rdu result with sections: no Gantt chart to draw")
+        s = f["sections"]
+        chip, start, end = s["chip"][()], s["start_cycle"][()], s["end_cycle"][()]
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in s["name"][()]]
+        mb = s["microbatch"][()]
+        ic = f["series/interval_cycles"][()]
+        series = {k: f[f"series/{k}"][()] for k in ("busy_pcus", "pmus_in_use", "ddr_busy")}
+        pcus = f["pcu"].size
+        title = _title(f)
+    chips = int(chip.max()) + 1 if chip.size else 1
+    fig = _figure(11, 3 + 1.2 * chips)
+    axes = fig.subplots(4, 1, sharex=True, height_ratios=(max(1, chips), 1, 1, 1))
+    colours = {"forward": "#0072B2", "backward": "#E69F00", "collective": "#009E73"}
+    for i, (c, s0, e0, name) in enumerate(zip(chip, start, end, names, strict=True)):
+        kind = "collective" if mb[i] < 0 or name.endswith("allreduce") else (
+            "backward" if ".backward" in name else "forward")
+        axes[0].broken_barh([(s0, e0 - s0 + 1)], (c - 0.4, 0.8), facecolors=colours[kind], edgecolor="white",
+                            linewidth=0.2)
+    axes[0].set_yticks(range(chips), [f"chip {c}" for c in range(chips)])
+    axes[0].invert_yaxis()
+    handles = [axes[0].barh([0], [0], color=v, label=k) for k, v in colours.items()]
+    axes[0].legend(handles=handles, fontsize=8, loc="upper right")
+    for ax, name, scale, label in ((axes[1], "busy_pcus", pcus, "busy PCUs / PCUs"),
+                                   (axes[2], "pmus_in_use", None, "PMUs in use"),
+                                   (axes[3], "ddr_busy", 1, "DDR busy")):
+        for c in range(series[name].shape[1]):
+            t, v = _binned(series[name][:, c], ic)
+            ax.plot(t, v / (scale or 1), lw=0.8)
+        ax.set_ylabel(label, fontsize=8)
+    axes[3].set_xlabel("cycle")
+    fig.suptitle(f"{title}: sections over time ({len(names)} instances)")
+    return [_save(fig, out, "gantt", fmt)]
+
+
+def roofline(path, out, fmt: str = "png") -> list[Path]:
+    """The platforms' rooflines and the run's transformer kernels on its machine."""
+    from .roofline import kernels, model_of, platform_of, presets, values_of_file
+
+    values = values_of_file(path)
+    found = model_of(values)
+    if found is None:
+        raise InputError(f"{path}: its workload is no transformer: no kernels to place on a roofline")
+    plat = platform_of(values)
+    rows = kernels(*found, plat)
+    with h5py.File(path, "r") as f:
+        title = _title(f)
+    fig = _figure(9, 6)
+    ax = fig.add_subplot()
+    ai = np.logspace(-2, 5, 400)
+    styles = ["-", "--", "-.", ":"]
+    for k, p in enumerate([*presets().values(), plat]):
+        mine = k == len(presets())
+        ax.plot(ai, [p.attainable(x) / 1e12 for x in ai], ls="-" if mine else styles[k % 4],
+                lw=2.2 if mine else 1.0, color="black" if mine else None,
+                label=f"{p.name} (ridge {p.ridge:.3g} FLOP/B)")
+    for r in rows:
+        y = r["attainable_flops"] / 1e12
+        ax.scatter([r["intensity"]], [y], s=28, zorder=3, color="#D55E00" if r["bound"] == "memory" else "#0072B2")
+        if not r["name"].endswith(".backward"):  # a backward kernel sits near its forward one
+            ax.annotate(r["name"], (r["intensity"], y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs / byte)")
+    ax.set_ylabel("attainable (TFLOP/s)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(f"{title}: kernels of one layer on {plat.name} (orange: memory-bound)")
+    return [_save(fig, out, "roofline", fmt)]
+
+
+def applicable(path) -> list[str]:
+    """The kinds of plot a result file has the data for, in KINDS order."""
+    from .roofline import model_of, values_of_file
+
+    out = []
+    with h5py.File(path, "r") as f:
+        rdu = f.attrs.get("machine") == "rdu"
+        frames = f["occupancy/queue_depth"].shape[0] if "occupancy/queue_depth" in f else 0
+        if not rdu and frames >= 1:
+            out.append("heatmap")
+        if not rdu and frames >= 2:
+            out.append("animation")
+        out += ["timeline", "latency", "busy"]
+        if "units/link_messages" in f:
+            out.append("links")
+        if rdu and "sections" in f:
+            out.append("gantt")
+    if model_of(values_of_file(path)) is not None:
+        out.append("roofline")
+    return out
+
+
+def plot(path, out=None, kinds=None, fmt: str = "png", cycle: int | None = None) -> list[Path]:
+    """Every plot kind the file has data for (or `kinds`), written under `out` (default: a folder
+    beside the file named after it). Returns the paths written."""
+    read_summary(path)  # a meshsim result, or a clear error
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt}: must be one of {', '.join(FORMATS)}")
+    out = Path(out) if out is not None else Path(path).with_suffix("")
+    have = applicable(path)
+    wanted = have if not kinds else list(dict.fromkeys(kinds))
+    unknown = [k for k in wanted if k not in KINDS]
+    if unknown:
+        raise InputError(f"--kind {', '.join(unknown)}: must be among {', '.join(KINDS)}")
+    missing = [k for k in wanted if k not in have]
+    if missing:
+        raise InputError(f"{path}: no data for --kind {', '.join(missing)}; this file has {', '.join(have)}")
+    written = []
+    for k in wanted:
+        fn = globals()[k]
+        written += fn(path, out, cycle=cycle, fmt=fmt) if k == "heatmap" else fn(path, out, fmt=fmt)
+    return written
+
+
+__all__ = ["plot", "applicable", *KINDS]

@@ -1,0 +1,171 @@
+"""`meshsim report`'s recomputation from the file (meshsim.analysis) against independent numpy
+computations on the raw datasets, the diagnosis, comparisons and the roofline."""
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from meshsim.analysis import analyse, format_comparison, format_report
+from meshsim.cli import main
+from meshsim.engine import run_scenario
+from meshsim.errors import InputError
+from meshsim.roofline import kernels, platform_of, presets
+from meshsim.scenario import scenario_from_dict
+from meshsim.transformer import Model
+
+
+def hotspot(**output):
+    return scenario_from_dict({
+        "run": {"cycles": 400, "window_cycles": 50},
+        "machine": {"rows": 12, "cols": 16},
+        "workload": {"type": "hotspot", "injection_rate": 0.02, "hot_rate": 0.3, "hot_regions": [[3, 4, 7, 9]]},
+        "output": {"frame_every_cycles": 50, **output}})
+
+
+@pytest.fixture(scope="module")
+def mesh_file(tmp_path_factory):
+    return run_scenario(hotspot(), tmp_path_factory.mktemp("a") / "hot.h5", progress=False).path
+
+
+@pytest.fixture(scope="module")
+def rdu_file(tmp_path_factory):
+    sc = scenario_from_dict({"machine": {"type": "rdu", "preset": "sn10"},
+                             "workload": {"type": "transformer", "hidden_size": 256, "n_heads": 4, "n_layers": 2,
+                                          "seq_len": 256, "batch": 4, "tile_tokens": 32, "training": True,
+                                          "parallelism": "T2P2D1", "microbatches": 2}})
+    return run_scenario(sc, tmp_path_factory.mktemp("r") / "rdu.h5", progress=False).path
+
+
+def test_whole_run_figures_equal_numpy_on_the_raw_datasets(mesh_file):
+    a = analyse(mesh_file)
+    with h5py.File(mesh_file) as f:
+        b = f["units/busy_cycles"][()].astype(float)
+        h = f["latency/histogram"][()]
+        cycles = f.attrs["cycles_done"]
+    w = a["whole"]
+    assert w["li"] == pytest.approx(b.mean() / b.max())
+    assert w["jain_index"] == pytest.approx(b.sum() ** 2 / (b.size * (b ** 2).sum()))
+    assert w["cv"] == pytest.approx(b.std() / b.mean())
+    assert w["utilization"] == pytest.approx(b.sum() / (b.size * cycles))
+    lat = np.repeat(np.arange(h.size), h)
+    assert w["latency_mean_cycles"] == pytest.approx(lat.mean())
+    assert w["latency_var_cycles2"] == pytest.approx(lat.var())
+    assert w["latency_p99_cycles"] == int(np.quantile(lat, 0.99, method="inverted_cdf"))
+    assert w["idle_units"] == int((b == 0).sum())
+
+
+def test_windows_from_the_file_match_the_run_and_regroup(mesh_file):
+    own = analyse(mesh_file)["windows"]
+    with h5py.File(mesh_file) as f:
+        stored = f["windows/li"][()]
+        per = f["windows/busy_cycles"][()].astype(float)
+    assert own["source"] == "windows/busy_cycles" and len(own["rows"]) == 8
+    assert [r["li"] for r in own["rows"]] == pytest.approx(stored.tolist())
+    wide = analyse(mesh_file, window=200)["windows"]["rows"]
+    assert [(r["start"], r["end"]) for r in wide] == [(0, 200), (200, 400)]
+    first = per[:4].sum(axis=0)
+    assert wide[0]["li"] == pytest.approx(first.mean() / first.max())
+    with pytest.raises(InputError, match="multiple"):
+        analyse(mesh_file, window=75)
+
+
+def test_without_window_busy_the_stored_figures_serve_and_say_so(tmp_path):
+    path = run_scenario(hotspot(window_busy=False), tmp_path / "nw.h5", progress=False).path
+    win = analyse(path)["windows"]
+    assert win["source"].startswith("stored") and len(win["rows"]) == 8
+    with pytest.raises(InputError, match="keeps no per-window busy cycles"):
+        analyse(path, window=100)
+
+
+def test_regions_and_the_diagnosis_name_the_hot_spot(mesh_file):
+    a = analyse(mesh_file)
+    with h5py.File(mesh_file) as f:
+        b = f["units/busy_cycles"][()].astype(float)
+        labels = f["regions/region_map"][()]
+    hot = next(r for r in a["regions"] if r["name"] == "hot_1")
+    part = b[labels == 1]
+    assert hot["li"] == pytest.approx(part.mean() / part.max())
+    d = a["diagnosis"]
+    assert d["target_li"] == 0.98 and not d["meets"]
+    assert any("hot_1" in x["finding"] and "regions/utilization" in x["figure"] for x in d["findings"])
+    assert analyse(mesh_file, target=0.1)["diagnosis"]["findings"] == []
+    text = format_report(a)
+    assert "diagnosis: LI" in text and "hot_1" in text
+
+
+def test_rdu_figures_from_the_file_match_the_run(rdu_file):
+    a = analyse(rdu_file)
+    with h5py.File(rdu_file) as f:
+        s = dict(f["summary"].attrs)
+        stored = f["sections/li"][()]
+        b = f["units/pcu_busy_cycles"][()].astype(float)
+    w = a["whole"]
+    assert w["li"] == pytest.approx(b.mean() / b.max())
+    assert w["chip_li"] == pytest.approx(b.sum(axis=1).mean() / b.sum(axis=1).max())
+    for key in ("ddr_wait_fraction", "pipeline_bubble_fraction", "pmu_utilization", "ddr_busy_fraction",
+                "latency_mean_cycles", "latency_p99_cycles", "ddr_effective_gbps"):
+        assert w[key] == pytest.approx(s[key]), key
+    assert [r["li"] for r in a["sections"]] == pytest.approx(stored.tolist())
+    rows = a["windows"]["rows"]
+    util, span = [r["utilization"] for r in rows], [r["end"] - r["start"] for r in rows]
+    assert len(util) == 10 and sum(span) == s["cycles"]
+    assert np.average(util, weights=span) == pytest.approx(s["utilization"], rel=1e-9)
+    assert a["diagnosis"]["target_li"] == 0.85
+
+
+def test_report_compares_files_side_by_side(mesh_file, rdu_file, capsys):
+    assert main(["report", str(mesh_file), str(rdu_file)]) == 0
+    out = capsys.readouterr().out
+    assert "hot.h5" in out and "rdu.h5" in out and "meets target LI" in out
+    assert main(["report", str(mesh_file), str(rdu_file), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [d["machine"] for d in data["files"]] == ["mesh", "rdu"]
+    assert "machine" in format_comparison([analyse(mesh_file)])
+
+
+def test_report_json_holds_the_analysis(mesh_file, capsys):
+    assert main(["report", str(mesh_file), "--json", "--window", "100"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["summary"]["cycles"] == 400 and len(data["analysis"]["windows"]["rows"]) == 4
+    assert main(["report", str(mesh_file), "--window", "0"]) == 2
+    assert "--window 0: must be an integer >= 1" in capsys.readouterr().err
+
+
+def test_report_refuses_what_is_not_a_result(tmp_path, capsys):
+    bad = tmp_path / "x.h5"
+    with h5py.File(bad, "w") as f:
+        f.attrs["something"] = 1
+    assert main(["report", str(bad)]) == 2
+    assert "not a meshsim result file" in capsys.readouterr().err
+
+
+def test_ridges_come_from_the_presets():
+    p = presets()
+    assert p["wse2"].ridge == pytest.approx(7.5e15 / 20e15)
+    assert p["sn30"].peak_flops == pytest.approx(688e12, rel=1e-3)
+    assert p["sn30"].ridge == pytest.approx(p["sn30"].peak_flops / 200e9)
+    assert p["gc200"].ridge == pytest.approx(250e12 / 47.5e12)
+
+
+def test_kernels_get_a_verdict_by_their_intensity():
+    values = {"machine": {"type": "rdu", "preset": "sn30", "pcus": 1280, "pcu_lanes": 16, "pcu_stages": 6,
+                          "clock_ghz": 2.799, "ddr_bandwidth_gbps": 200.0}}
+    plat = platform_of(values)
+    rows = kernels(Model(4096, 1, 32, 2048, 8), False, plat)
+    by = {r["name"]: r for r in rows}
+    assert by["ffn_up"]["intensity"] > by["gelu"]["intensity"]
+    assert by["gelu"]["bound"] == "memory"
+    for r in rows:
+        assert r["bound"] == ("memory" if r["intensity"] < plat.ridge else "compute")
+        assert r["attainable_flops"] == pytest.approx(min(plat.peak_flops, r["intensity"] * plat.bandwidth))
+
+
+def test_roofline_command_prints_platforms_and_kernels(rdu_file, capsys):
+    assert main(["roofline"]) == 0
+    out = capsys.readouterr().out
+    assert "WSE-2" in out and "GC200" in out and "ridge" in out
+    assert main(["roofline", str(rdu_file)]) == 0
+    out = capsys.readouterr().out
+    assert "kernels of one layer" in out and "ffn_up" in out and ("memory" in out or "compute" in out)

@@ -1,0 +1,122 @@
+"""Every plot kind rendered headlessly from small real result files; the data drawn is the file's."""
+
+import h5py
+import numpy as np
+import pytest
+from PIL import Image
+
+from meshsim import plots
+from meshsim.cli import main
+from meshsim.engine import run_scenario
+from meshsim.errors import InputError
+from meshsim.scenario import scenario_from_dict
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plots")
+    out = {}
+    out["hotspot"] = run_scenario(scenario_from_dict({
+        "run": {"cycles": 300, "window_cycles": 50}, "machine": {"rows": 12, "cols": 16},
+        "workload": {"type": "hotspot", "injection_rate": 0.02, "hot_rate": 0.3},
+        "output": {"frame_every_cycles": 25}}), d / "hot.h5", progress=False).path
+    out["traffic"] = run_scenario(scenario_from_dict({
+        "run": {"cycles": 300}, "machine": {"rows": 6, "cols": 6}, "migration": {"policy": "none"},
+        "workload": {"type": "traffic", "injection_rate": 0.1, "warmup_cycles": 50, "measure_cycles": 150}}),
+        d / "noc.h5", progress=False).path
+    out["pipeline"] = run_scenario(scenario_from_dict({
+        "run": {"cycles": 400}, "machine": {"rows": 24, "cols": 24}, "migration": {"policy": "none"},
+        "workload": {"type": "layer_pipeline", "hidden_size": 64, "n_layers": 1, "n_heads": 2, "seq_len": 16,
+                     "batch": 1}}), d / "pipe.h5", progress=False).path
+    out["rdu"] = run_scenario(scenario_from_dict({
+        "machine": {"type": "rdu", "preset": "sn10"},
+        "workload": {"type": "transformer", "hidden_size": 256, "n_heads": 4, "n_layers": 2, "seq_len": 256,
+                     "batch": 4, "tile_tokens": 32, "parallelism": "T1P2D1", "microbatches": 2}}),
+        d / "rdu.h5", progress=False).path
+    return out
+
+
+EXPECTED = {"hotspot": ["heatmap", "animation", "timeline", "latency", "busy"],
+            "traffic": ["heatmap", "animation", "timeline", "latency", "busy", "links"],
+            "pipeline": ["heatmap", "animation", "timeline", "latency", "busy", "links", "roofline"],
+            "rdu": ["timeline", "latency", "busy", "gantt", "roofline"]}
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_every_applicable_kind_renders(files, name, tmp_path):
+    assert plots.applicable(files[name]) == EXPECTED[name]
+    written = plots.plot(files[name], tmp_path)
+    assert {p.stem for p in written} == set(EXPECTED[name])
+    for p in written:
+        assert p.stat().st_size > 5_000
+        with Image.open(p) as im:
+            assert im.size[0] >= 600 and im.size[1] >= 400
+            if p.suffix == ".gif":
+                assert 2 <= im.n_frames <= plots.MAX_FRAMES
+
+
+def test_other_formats(files, tmp_path):
+    for fmt in ("svg", "pdf"):
+        [p] = plots.plot(files["hotspot"], tmp_path, ["busy"], fmt)
+        assert p.suffix == f".{fmt}" and p.stat().st_size > 5_000
+
+
+def capture(monkeypatch):
+    figs = []
+    real = plots._save
+
+    def keep(fig, out, name, fmt):
+        figs.append(fig)
+        return real(fig, out, name, fmt)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    return figs
+
+
+def test_the_heat_map_shows_the_frame_nearest_the_cycle(files, tmp_path, monkeypatch):
+    figs = capture(monkeypatch)
+    plots.heatmap(files["hotspot"], tmp_path, cycle=130)
+    with h5py.File(files["hotspot"]) as f:
+        at = f["occupancy/frame_cycle"][()]
+        i = int(np.argmin(np.abs(at - 130)))
+        frame = f["occupancy/queue_depth"][i]
+    shown = figs[0].axes[0].images[0].get_array()
+    assert np.array_equal(np.asarray(shown), frame)
+    assert f"cycle {int(at[i]):,}" in figs[0].axes[0].get_title()
+
+
+def test_the_busy_map_is_the_files_busy_cycles(files, tmp_path, monkeypatch):
+    figs = capture(monkeypatch)
+    plots.busy(files["rdu"], tmp_path)
+    with h5py.File(files["rdu"]) as f:
+        b = f["units/pcu_busy_cycles"][()]
+    assert np.array_equal(np.asarray(figs[0].axes[0].images[0].get_array()), b)
+
+
+def test_binning_is_the_exact_cycle_weighted_mean():
+    rng = np.random.default_rng(1)
+    values = rng.integers(0, 50, 997)
+    lengths = rng.integers(1, 9, 997)
+    starts, means = plots._binned(values, lengths, points=40)
+    per_cycle = np.repeat(values, lengths)
+    edges = list(starts) + [per_cycle.size]
+    for k in range(len(means)):
+        assert means[k] == pytest.approx(per_cycle[edges[k]:edges[k + 1]].mean())
+    s2, m2 = plots._binned(per_cycle, None, points=40)
+    assert np.allclose(m2, means)
+
+
+def test_plot_refuses_what_the_file_cannot_show(files, tmp_path):
+    with pytest.raises(InputError, match="no data for --kind gantt"):
+        plots.plot(files["hotspot"], tmp_path, ["gantt"])
+    with pytest.raises(InputError, match="must be among"):
+        plots.plot(files["hotspot"], tmp_path, ["pie"])
+    with pytest.raises(InputError, match="--format"):
+        plots.plot(files["hotspot"], tmp_path, ["busy"], "jpg")
+
+
+def test_the_command_line_draws_and_refuses(files, tmp_path, capsys):
+    assert main(["plot", str(files["hotspot"]), "--kind", "heatmap,latency", "-o", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heatmap.png", "latency.png"]
+    assert main(["plot", str(files["hotspot"]), "--kind", "links", "-o", str(tmp_path)]) == 2
+    assert "no data for --kind links" in capsys.readouterr().err
