@@ -163,7 +163,15 @@ def _rdu(f, values, cycles, window) -> dict:
         whole["ddr_effective_gbps"] = ddr / chips / seconds / 1e9
     out = dict(whole=whole)
     # Sections: every PCU's busy cycles in the instance, from its operators' hi and lo classes.
-    if "sections" in f:
+    if "sections" in f and "pcu0" not in f["operators"]:
+        # written before operators kept their first PCU: the run's own section figures
+        s = f["sections"]
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in s["name"][()]]
+        out["sections"] = [dict(name=name, chip=int(s["chip"][r]), start=int(s["start_cycle"][r]),
+                                end=int(s["end_cycle"][r]), li=float(s["li"][r]),
+                                utilization=float(s["utilization"][r]), spilled_bytes=int(s["spilled_bytes"][r]))
+                           for r, name in enumerate(names)]
+    elif "sections" in f:
         s, o = f["sections"], f["operators"]
         names = [n.decode() if isinstance(n, bytes) else str(n) for n in s["name"][()]]
         srow = o["section_row"][()]

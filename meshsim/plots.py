@@ -108,10 +108,13 @@ def animation(path, out, fmt: str = "png") -> list[Path]:
         data = np.stack([frames[i] for i in pick])
         at = f["occupancy/frame_cycle"][()][pick]
         q = int(f["occupancy/depth"][()].max())
+        labels = f["regions/region_map"][()] if "regions/region_map" in f else None
         title = _title(f)
     fig = _figure(8, 6)
     ax = fig.add_subplot()
     im = ax.imshow(data[0], cmap="viridis", interpolation="nearest", aspect="auto", vmin=0, vmax=max(1, q))
+    if labels is not None:
+        ax.contour(labels, levels=np.unique(labels)[:-1] + 0.5, colors="white", linewidths=0.6)
     fig.colorbar(im, ax=ax, label="queue depth (tasks)")
     ax.set_xlabel("column (PE)")
     ax.set_ylabel("row (PE)")

@@ -169,3 +169,32 @@ def test_roofline_command_prints_platforms_and_kernels(rdu_file, capsys):
     assert main(["roofline", str(rdu_file)]) == 0
     out = capsys.readouterr().out
     assert "kernels of one layer" in out and "ffn_up" in out and ("memory" in out or "compute" in out)
+
+
+def test_the_diagnosis_names_idle_units_ddr_waits_and_memory_bound_kernels(tmp_path):
+    # a layer pipeline whose kernels leave PEs idle
+    pipe = run_scenario(scenario_from_dict({
+        "run": {"cycles": 300}, "machine": {"rows": 20, "cols": 20}, "migration": {"policy": "none"},
+        "workload": {"type": "layer_pipeline", "hidden_size": 64, "n_layers": 1, "n_heads": 2, "seq_len": 16,
+                     "batch": 1, "replicas": 3}}), tmp_path / "p.h5", progress=False).path
+    found = analyse(pipe)["diagnosis"]["findings"]
+    assert any("never worked" in x["finding"] and x["figure"].startswith("units/busy_cycles") for x in found)
+    # an rdu whose sections spill and wait on DDR
+    rdu = run_scenario(scenario_from_dict({
+        "machine": {"type": "rdu", "preset": "sn10", "pmus": 8, "pmu_kib": 64, "ddr_bandwidth_gbps": 5.0},
+        "workload": {"type": "transformer", "hidden_size": 256, "n_heads": 4, "n_layers": 1, "seq_len": 128,
+                     "batch": 2, "fusion": "o0"}}), tmp_path / "r.h5", progress=False).path
+    found = analyse(rdu)["diagnosis"]["findings"]
+    figures = " ".join(x["figure"] for x in found)
+    assert "series/ddr_wait" in figures and "sections/spilled_bytes" in figures and "roofline" in figures
+
+
+def test_an_rdu_file_without_operator_pcus_uses_the_runs_section_figures(rdu_file, tmp_path):
+    import shutil
+
+    old = tmp_path / "old.h5"
+    shutil.copy(rdu_file, old)
+    with h5py.File(old, "a") as f:
+        del f["operators/pcu0"]
+        stored = f["sections/li"][()]
+    assert [r["li"] for r in analyse(old)["sections"]] == pytest.approx(stored.tolist())

@@ -120,3 +120,16 @@ def test_the_command_line_draws_and_refuses(files, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["heatmap.png", "latency.png"]
     assert main(["plot", str(files["hotspot"]), "--kind", "links", "-o", str(tmp_path)]) == 2
     assert "no data for --kind links" in capsys.readouterr().err
+
+
+def test_the_timeline_and_latency_show_the_files_figures(files, tmp_path, monkeypatch):
+    figs = capture(monkeypatch)
+    plots.timeline(files["hotspot"], tmp_path)
+    plots.latency(files["hotspot"], tmp_path)
+    with h5py.File(files["hotspot"]) as f:
+        li = f["windows/li"][()]
+        h = f["latency/histogram"][()]
+    assert np.array_equal(figs[0].axes[0].lines[0].get_ydata(), li)
+    bars = [p.get_height() for p in figs[1].axes[0].patches]
+    top = int(np.flatnonzero(h)[-1]) + 1
+    assert bars == h[:top].tolist()
