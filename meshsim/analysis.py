@@ -24,6 +24,14 @@ from .roofline import kernels, model_of, platform_of, values_of_file
 #: --target overrides it.
 TARGET_LI = {"mesh": 0.98, "rdu": 0.85, "ipu": 0.80}
 
+class MissingData(InputError):
+    """The file lacks datasets a recomputation needs (a run killed before it wrote its totals)."""
+
+
+#: At most this many windows in one report (a window of a few cycles over a billion-cycle step
+#: would be a table nobody reads).
+MAX_WINDOWS = 100_000
+
 _WHOLE = ("li", "percent_imbalance", "jain_index", "cv", "busy_min_cycles", "busy_max_cycles", "busy_mean_cycles",
           "compute_time_spread", "active_units", "utilization")
 
@@ -45,15 +53,21 @@ def analyse(path, window: int | None = None, target: float | None = None) -> dic
         else:
             out.update(_rdu(f, values, out["cycles"], window))
     goal = TARGET_LI[machine] if target is None else target
-    out["diagnosis"] = dict(target_li=goal, li=out["whole"]["li"], meets=bool(out["whole"]["li"] >= goal),
-                            findings=_findings(out, values, goal))
+    if not (0 < goal <= 1):
+        raise InputError(f"--target {goal}: must be a number in (0, 1] (an LI)")
+    li = out["whole"]["li"]
+    if math.isnan(li):  # no unit did any work: a traffic run, say; balance does not apply
+        out["diagnosis"] = dict(target_li=goal, li=li, meets=None, findings=[],
+                                note="LI does not apply: no unit did any compute work")
+    else:
+        out["diagnosis"] = dict(target_li=goal, li=li, meets=bool(li >= goal), findings=_findings(out, values, goal))
     return out
 
 
 def _need(f, names, path):
     missing = [n for n in names if n not in f]
     if missing:
-        raise InputError(f"{path}: not a complete meshsim result: it lacks {', '.join(missing)}")
+        raise MissingData(f"{path}: not a complete meshsim result: it lacks {', '.join(missing)}")
 
 
 def _mesh(f, values, cycles, window, path) -> dict:
@@ -63,14 +77,20 @@ def _mesh(f, values, cycles, window, path) -> dict:
     lg = f["latency/histogram"]
     la = f["latency"].attrs
     lat = metrics.latency_stats(lg[()], int(la["count"]), int(la["sum"]), int(la["sum_sq"]), int(la["max"]))
+    # The histogram holds measured packets for routed traffic, completed tasks otherwise.
+    units = lg.attrs.get("units", "tasks")
+    kind = "packet_latency" if (units.decode() if isinstance(units, bytes) else str(units)) == "packets" else "latency"
     whole.update(n_units=int(busy.size), idle_units=int((busy == 0).sum()),
                  injected=int(f["units/injected"][()].sum(dtype=np.int64)),
                  refused=int(f["units/refused"][()].sum(dtype=np.int64)),
                  completed=int(f["units/completed"][()].sum(dtype=np.int64)),
-                 migrated=int(f["units/migrated_out"][()].sum(dtype=np.int64)) if "units/migrated_out" in f else 0,
-                 **{f"latency_{k}_cycles": lat[k] for k in ("mean", "p50", "p90", "p99", "max")},
-                 latency_var_cycles2=lat["var"])
-    whole["throughput_per_cycle"] = whole["completed"] / cycles if cycles else math.nan
+                 migrated=int(f["units/migrated_out"][()].sum(dtype=np.int64)) if "units/migrated_out" in f else 0)
+    whole.update({f"{kind}_{k}_cycles": lat[k] for k in ("mean", "p50", "p90", "p99", "max")})
+    whole[f"{kind}_var_cycles2"] = lat["var"]
+    if kind == "packet_latency":
+        whole["packets_delivered"] = int(f["units/packets_delivered"][()].sum(dtype=np.int64))
+        whole["packets_measured_delivered"] = int(la["count"])
+    whole["throughput_tasks_per_cycle"] = whole["completed"] / cycles if cycles else math.nan
     run_window = values["run"]["window_cycles"]
     out = dict(whole=whole, windows=_mesh_windows(f, busy.shape, cycles, run_window, window, path))
     if "regions/region_map" in f and "regions/name" in f:
@@ -84,6 +104,14 @@ def _mesh(f, values, cycles, window, path) -> dict:
                              utilization=metrics.utilization(int(part.sum()), part.size, cycles),
                              idle_units=int((part == 0).sum())))
         out["regions"] = rows
+        if "pipeline" in f:
+            # a layer pipeline: the PEs in its regions (not "idle") are the ones meant to work
+            idle = names.index("idle") if "idle" in names else -1
+            active = busy[labels != idle]
+            whole["active_units_in_regions"] = int(active.size)
+            whole["li_active"] = metrics.load_balance(active)["li"]
+            whole["utilization_active"] = metrics.utilization(int(active.sum()), active.size, cycles)
+            whole["idle_units"] = int((active == 0).sum())
     if "units/link_messages" in f:
         links = f["units/link_messages"][()].astype(np.int64)
         rows_, cols_ = links.shape[:2]
@@ -162,6 +190,10 @@ def _rdu(f, values, cycles, window) -> dict:
         seconds = cycles / (m["clock_ghz"] * 1e9)
         whole["ddr_effective_gbps"] = ddr / chips / seconds / 1e9
     out = dict(whole=whole)
+    out["chips"] = [dict(name=f"chip {c}", li=metrics.load_balance(busy[c])["li"],
+                         utilization=metrics.utilization(int(busy[c].sum()), pcus, cycles),
+                         busy_pcu_cycles=int(busy[c].sum()), idle_units=int((busy[c] == 0).sum()))
+                    for c in range(chips)]
     # Sections: every PCU's busy cycles in the instance, from its operators' hi and lo classes.
     if "sections" in f and "pcu0" not in f["operators"]:
         # written before operators kept their first PCU: the run's own section figures
@@ -196,42 +228,66 @@ def _rdu(f, values, cycles, window) -> dict:
     return out
 
 
+def integral_at(values: np.ndarray, lengths: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """A run-length encoded series (value i for lengths[i] cycles) summed over cycles [0, t) for
+    each t, exactly (values int64 [intervals, ...])."""
+    ends = np.cumsum(lengths)
+    area = np.concatenate([np.zeros((1,) + values.shape[1:], np.int64),
+                           np.cumsum(values * lengths.reshape((-1,) + (1,) * (values.ndim - 1)), axis=0)])
+    i = np.minimum(np.searchsorted(ends, t, side="right"), len(lengths) - 1)
+    before = ends[i] - lengths[i]
+    part = np.clip(t - before, 0, lengths[i]).reshape((-1,) + (1,) * (values.ndim - 1))
+    return area[i] + values[i] * part
+
+
 def _rdu_windows(f, ic, series, cycles, chips, pcus, window) -> dict:
     """Utilisation, DDR busy and DDR wait per window of `window` cycles (default: ten windows), exact
     from the run-length encoded series. (LI per window needs per-PCU busy per window, which the
     rdu keeps per section instead.)"""
     n = window or max(1, -(-cycles // 10))
-    start = np.concatenate([[0], np.cumsum(ic)[:-1]]) if ic.size else np.zeros(0, np.int64)
-    rows = []
-    for w0 in range(0, cycles, n):
-        w1 = min(cycles, w0 + n)
-        overlap = np.clip(np.minimum(start + ic, w1) - np.maximum(start, w0), 0, None)
-        span = (w1 - w0) * chips
-        rows.append(dict(start=w0, end=w1,
-                         utilization=int((series["busy_pcus"] * overlap[:, None]).sum()) / (pcus * span),
-                         ddr_busy=int((series["ddr_busy"] * overlap[:, None]).sum()) / span,
-                         ddr_wait=int((series["ddr_wait"] * overlap[:, None]).sum()) / span))
+    if -(-cycles // n) > MAX_WINDOWS:
+        raise InputError(f"--window {n}: {-(-cycles // n):,} windows over {cycles:,} cycles; at most "
+                         f"{MAX_WINDOWS:,}, so a window of at least {-(-cycles // MAX_WINDOWS):,} cycles")
+    if cycles == 0 or ic.size == 0:
+        return dict(window_cycles=n, source="series (run-length encoded)", rows=[])
+    edges = np.append(np.arange(0, cycles, n), cycles)
+    span = np.diff(edges) * chips
+    sums = {k: np.diff(integral_at(series[k], ic, edges), axis=0).sum(axis=1)
+            for k in ("busy_pcus", "ddr_busy", "ddr_wait")}
+    rows = [dict(start=int(edges[i]), end=int(edges[i + 1]), utilization=int(sums["busy_pcus"][i]) / (pcus * span[i]),
+                 ddr_busy=int(sums["ddr_busy"][i]) / span[i], ddr_wait=int(sums["ddr_wait"][i]) / span[i])
+            for i in range(len(span))]
     return dict(window_cycles=n, source="series (run-length encoded)", rows=rows)
 
 
 def _findings(a: dict, values: dict, goal: float) -> list[dict]:
-    """Likely causes of an LI below the target, each with the figure it rests on."""
+    """Likely causes of an LI below the target, each with the figure it rests on. Thresholds: a
+    region busy more than 1.5 times the mean, a link above 0.9 of its capacity, links more than
+    half busy with migration on, a window below the target, DDR waits above 0.1 of the time, a
+    pipeline bubble above 0.05, operators with LI below 0.9; memory-bound kernels only where the
+    DDR waits show it."""
     w = a["whole"]
     out = []
 
     def add(text, figure):
         out.append(dict(finding=text, figure=figure))
 
-    if w["li"] >= goal:
+    if math.isnan(w["li"]) or w["li"] >= goal:
         return out
     unit = "PEs" if a["machine"] == "mesh" else "PCUs"
     if w.get("idle_units"):
-        add(f"{w['idle_units']:,} of {w['n_units']:,} {unit} never worked",
+        where = "of the pipeline's " if "active_units_in_regions" in w else "of "
+        total = w.get("active_units_in_regions", w["n_units"])
+        add(f"{w['idle_units']:,} {where}{total:,} {unit} never worked",
             f"units/{'busy_cycles' if a['machine'] == 'mesh' else 'pcu_busy_cycles'} == 0 at {w['idle_units']:,}")
-    for r in a.get("regions", []):
-        if r["n_units"] and r["utilization"] > 1.5 * w["utilization"] and r["name"] != "idle":
-            add(f"region {r['name']} is busy {r['utilization']:.3g} of the time against {w['utilization']:.3g} "
-                "overall: the load is concentrated there", f"regions/utilization[{r['name']}] = {r['utilization']:.4g}")
+    base = w.get("utilization_active", w["utilization"])
+    regions = [r for r in a.get("regions", []) if r["name"] != "idle" and r["n_units"]]
+    if regions:
+        top = max(regions, key=lambda r: r["utilization"])
+        if top["utilization"] > 1.5 * base:
+            add(f"region {top['name']} is busy {top['utilization']:.3g} of the time against {base:.3g} "
+                "overall: the load is concentrated there",
+                f"regions/utilization[{top['name']}] = {top['utilization']:.4g}")
     if w.get("refused"):
         add(f"queues overflowed: {w['refused']:,} tasks refused", f"units/refused sum = {w['refused']:,}")
     if w.get("link_utilization_max", 0) > 0.9:
@@ -240,21 +296,21 @@ def _findings(a: dict, values: dict, goal: float) -> list[dict]:
     if a["machine"] == "mesh" and w.get("migrated") and w.get("link_utilization_mean", 0) > 0.5:
         add(f"migration keeps the links {w['link_utilization_mean']:.3g} busy on average",
             f"series/link_sent / (links x cycles) = {w['link_utilization_mean']:.4g}")
-    rows = a.get("windows", {}).get("rows", [])
-    lis = [r["li"] for r in rows if "li" in r and not math.isnan(r["li"])]
-    if len(lis) > 1 and min(lis) < goal:
-        worst = min((r for r in rows if "li" in r and not math.isnan(r["li"])), key=lambda r: r["li"])
+    rows = [r for r in a.get("windows", {}).get("rows", []) if "li" in r and not math.isnan(r["li"])]
+    if len(rows) > 1 and min(r["li"] for r in rows) < goal:
+        worst = min(rows, key=lambda r: r["li"])
         add(f"LI dips to {worst['li']:.3g} in cycles {worst['start']:,}-{worst['end']:,}",
             f"windows [{worst['start']}, {worst['end']}) li = {worst['li']:.4g}")
-    secs = a.get("sections", [])
+    secs = [r for r in a.get("sections", []) if not math.isnan(r["li"])]
     if secs:
-        worst = min(secs, key=lambda r: r["li"] if not math.isnan(r["li"]) else 2)
+        worst = min(secs, key=lambda r: r["li"])
         add(f"section {worst['name']} has the lowest LI, {worst['li']:.3g} (cycles {worst['start']:,}-"
             f"{worst['end']:,})", f"sections/li[{worst['name']}] = {worst['li']:.4g}")
-        spilled = [r for r in secs if r["spilled_bytes"]]
-        if spilled:
-            add(f"{len(spilled)} section instances spill weights to DDR", "sections/spilled_bytes > 0")
-    if w.get("ddr_wait_fraction", 0) > 0.1:
+    spilled = [r for r in a.get("sections", []) if r["spilled_bytes"]]
+    if spilled:
+        add(f"{len(spilled)} section instances spill weights to DDR", "sections/spilled_bytes > 0")
+    waits = w.get("ddr_wait_fraction", 0) > 0.1
+    if waits:
         add(f"the chips wait on DDR {w['ddr_wait_fraction']:.3g} of the time",
             f"series/ddr_wait (cycle-weighted) = {w['ddr_wait_fraction']:.4g}")
     if w.get("pipeline_bubble_fraction", 0) > 0.05:
@@ -264,13 +320,13 @@ def _findings(a: dict, values: dict, goal: float) -> list[dict]:
         add(f"{a['operators_below_0_9']} operators spread unevenly over their PCUs (lanes wasted; LI down to "
             f"{a['operators_li_min']:.3g})", f"operators/li < 0.9 at {a['operators_below_0_9']}")
     found = model_of(values)
-    if found is not None:
+    if found is not None and waits:
         plat = platform_of(values)
         mem = [k for k in kernels(*found, plat) if k["bound"] == "memory"]
         if mem:
             names = ", ".join(k["name"] for k in mem[:4]) + (" ..." if len(mem) > 4 else "")
-            add(f"{len(mem)} kernels per layer are memory-bound on {plat.name} (ridge {plat.ridge:.3g} FLOP/B): "
-                f"{names}", f"roofline: arithmetic intensity < {plat.ridge:.4g}")
+            add(f"{len(mem)} kernels per layer are memory-bound on {plat.name} (ridge {plat.ridge:.3g} FLOP/B), "
+                f"which the DDR waits bear out: {names}", f"roofline: arithmetic intensity < {plat.ridge:.4g}")
     return out
 
 
@@ -280,10 +336,13 @@ def format_report(a: dict) -> str:
     lines = [f"{a['scenario']}: {a['machine']}, {'complete' if a['complete'] else 'INCOMPLETE'}, "
              f"{a['cycles']:,} cycles ({a['file']})",
              "recomputed from the file's datasets:"]
-    for k in (*_WHOLE, "n_units", "idle_units", "latency_mean_cycles", "latency_var_cycles2", "latency_p50_cycles",
-              "latency_p99_cycles", "latency_max_cycles", "chip_li", "pmu_utilization", "ddr_busy_fraction",
-              "ddr_wait_fraction", "ddr_effective_gbps", "pipeline_bubble_fraction", "link_utilization_max",
-              "link_utilization_mean", "throughput_per_cycle"):
+    for k in (*_WHOLE, "n_units", "idle_units", "li_active", "utilization_active", "latency_mean_cycles",
+              "latency_var_cycles2", "latency_p50_cycles", "latency_p99_cycles", "latency_max_cycles",
+              "packet_latency_mean_cycles", "packet_latency_var_cycles2", "packet_latency_p50_cycles",
+              "packet_latency_p99_cycles", "packet_latency_max_cycles", "packets_delivered", "chip_li",
+              "pmu_utilization", "ddr_busy_fraction", "ddr_wait_fraction", "ddr_effective_gbps",
+              "pipeline_bubble_fraction", "link_utilization_max", "link_utilization_mean",
+              "throughput_tasks_per_cycle"):
         if k in w:
             lines.append(f"  {k:<28}{_fmt(w[k])}")
     win = a.get("windows", {})
@@ -298,16 +357,19 @@ def format_report(a: dict) -> str:
                 lines.append(f"  {'...':>14}")
                 continue
             lines.append(f"  {r['start']:>14,}{r['end']:>14,}" + "".join(f"{_fmt(r[k]):>14}" for k in keys))
-    for group in ("regions", "sections"):
+    for group in ("regions", "sections", "chips"):
         rows = a.get(group, [])
         if rows:
             lines.append(f"{group} ({len(rows)}):")
-            shown = rows if len(rows) <= 12 else sorted(rows, key=lambda r: r["li"])[:12]
+            shown = rows if len(rows) <= 12 else sorted(rows, key=lambda r: (math.isnan(r["li"]), r["li"]))[:12]
             if len(rows) > 12:
                 lines[-1] = f"{group} ({len(rows)}; the 12 with the lowest LI):"
             for r in shown:
                 lines.append(f"  {r['name'][:44]:<46}LI {_fmt(r['li']):>8}  utilisation {_fmt(r['utilization']):>8}")
     d = a["diagnosis"]
+    if d["meets"] is None:
+        lines.append(f"diagnosis: {d['note']}")
+        return "\n".join(lines)
     verdict = "meets" if d["meets"] else "falls short of"
     lines.append(f"diagnosis: LI {_fmt(d['li'])} {verdict} the target {d['target_li']:g}")
     for item in d["findings"]:
@@ -325,7 +387,8 @@ def format_comparison(items: list[dict]) -> str:
     lines.append(f"{'cycles':<28}" + "".join(f"{a['cycles']:>{width},}" for a in items))
     for k in keys:
         lines.append(f"{k:<28}" + "".join(f"{_fmt(a['whole'].get(k, math.nan)):>{width}}" for a in items))
-    verdicts = [f"{'yes' if a['diagnosis']['meets'] else 'no'} ({a['diagnosis']['target_li']:g})" for a in items]
+    verdicts = [f"{ {True: 'yes', False: 'no', None: 'n/a'}[a['diagnosis']['meets']]} "
+                f"({a['diagnosis']['target_li']:g})" for a in items]
     lines.append(f"{'meets target LI':<28}" + "".join(f"{v:>{width}}" for v in verdicts))
     return "\n".join(lines)
 

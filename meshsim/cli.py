@@ -59,28 +59,33 @@ def _cmd_validate(args) -> int:
 def _cmd_report(args) -> int:
     import json
 
-    from .analysis import analyse, format_comparison, format_report
+    from .analysis import MissingData, analyse, format_comparison, format_report
     from .report import format_summary, read_regions, read_summary, summary_json
 
     if args.window is not None and args.window < 1:
         raise InputError(f"--window {args.window}: must be an integer >= 1 (cycles)")
+    if args.target is not None and not (0 < args.target <= 1):
+        raise InputError(f"--target {args.target}: must be a number in (0, 1] (an LI)")
     if len(args.result) > 1:
-        items = [analyse(p, args.window, args.target) for p in args.result]
-        print(json.dumps({"files": items}, indent=2, default=_json_default) if args.json else format_comparison(items))
+        items = []
+        for p in args.result:
+            try:
+                items.append(analyse(p, args.window, args.target))
+            except InputError as e:
+                raise InputError([m if m.startswith(str(p)) else f"{p}: {m}" for m in e.problems]) from None
+        print(_json({"files": items}) if args.json else format_comparison(items))
         return 0
     path = args.result[0]
     root, summary = read_summary(path)
     regions = read_regions(path)
     try:
         analysis, why = analyse(path, args.window, args.target), None
-    except InputError as e:
-        if root.get("complete"):
-            raise
+    except MissingData as e:
         analysis, why = None, "; ".join(e.problems)  # a run killed before it wrote its totals
     if args.json:
         data = json.loads(summary_json(summary, root, regions))
         data["analysis"] = analysis
-        print(json.dumps(data, indent=2, default=_json_default))
+        print(_json(data))
         return 0
     print(format_summary(summary, root, path, regions))
     print()
@@ -88,12 +93,25 @@ def _cmd_report(args) -> int:
     return 0
 
 
-def _json_default(v):
+def _json(data) -> str:
+    """JSON text with numpy scalars as plain numbers and NaN as null (as `summary_json` writes it)."""
+    import json
+    import math
+
     import numpy as np
 
-    if isinstance(v, np.generic):
-        return v.item()
-    raise TypeError(type(v).__name__)
+    def clean(v):
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        if isinstance(v, np.generic):
+            v = v.item()
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        return v
+
+    return json.dumps(clean(data), indent=2)
 
 
 def _cmd_plot(args) -> int:

@@ -34,9 +34,18 @@ def _figure(w=8.0, h=5.0) -> Figure:
     return fig
 
 
+def _folder(out) -> Path:
+    """The output folder, made if need be; InputError if it cannot be."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"-o {out}: cannot make the folder for the figures ({e.strerror or e})") from None
+    return out
+
+
 def _save(fig: Figure, out: Path, name: str, fmt: str) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}.{fmt}"
+    path = _folder(out) / f"{name}.{fmt}"
     fig.savefig(path, dpi=110)
     return path
 
@@ -78,6 +87,8 @@ def heatmap(path, out, cycle: int | None = None, fmt: str = "png") -> list[Path]
         if frames.shape[0] == 0:
             raise InputError(f"{path}: no occupancy frames (output.frame_every_cycles = 0): no heat map to draw")
         at = f["occupancy/frame_cycle"][()]
+        if cycle is not None and not (0 <= cycle <= int(f.attrs.get("cycles_done", 0))):
+            raise InputError(f"--cycle {cycle}: the run has cycles 0 to {int(f.attrs.get('cycles_done', 0)) - 1}")
         i = len(at) - 1 if cycle is None else int(np.argmin(np.abs(at - cycle)))
         depth = frames[i]
         labels = f["regions/region_map"][()] if "regions/region_map" in f else None
@@ -126,8 +137,7 @@ def animation(path, out, fmt: str = "png") -> list[Path]:
         return im, head
 
     anim = FuncAnimation(fig, draw, frames=len(pick), blit=False)
-    Path(out).mkdir(parents=True, exist_ok=True)
-    written = [Path(out) / "animation.gif"]
+    written = [_folder(out) / "animation.gif"]
     anim.save(written[0], writer=PillowWriter(fps=8), dpi=80)
     if shutil.which("ffmpeg"):
         written.append(Path(out) / "animation.mp4")
@@ -142,7 +152,9 @@ def timeline(path, out, fmt: str = "png") -> list[Path]:
         title = _title(f)
         if f.attrs.get("machine") == "rdu":
             return _rdu_timeline(f, Path(out), fmt, title)
-        n = f["units/busy_cycles"].size if "units/busy_cycles" in f else f["row"].size * f["col"].size
+        n = f["row"].size * f["col"].size
+        if not f["series/busy"][()].any() and "series/packets_delivered" in f:
+            return _traffic_timeline(f, Path(out), fmt, title, n)
         busy = f["series/busy"][()]
         queued = f["series/queued"][()]
         w_start, w_end, w_li = (f["windows/window_start"][()], f["windows/window_end"][()], f["windows/li"][()])
@@ -163,6 +175,29 @@ def timeline(path, out, fmt: str = "png") -> list[Path]:
     a3.set_ylabel("queued tasks")
     a3.set_xlabel("cycle")
     fig.suptitle(f"{title}: load balance over time")
+    return [_save(fig, out, "timeline", fmt)]
+
+
+def _traffic_timeline(f, out, fmt, title, n) -> list[Path]:
+    """Routed traffic has no compute load: packets offered and delivered, packets waiting, and link
+    use over time."""
+    rows, cols = f["row"].size, f["col"].size
+    links = 2 * (rows * (cols - 1) + cols * (rows - 1))
+    fig = _figure(9, 7)
+    a1, a2, a3 = fig.subplots(3, 1, sharex=True)
+    for name, label in (("packets_offered", "offered"), ("packets_delivered", "delivered")):
+        t, v = _binned(f[f"series/{name}"][()] / n)
+        a1.plot(t, v, label=label)
+    a1.set_ylabel("packets / PE / cycle")
+    a1.legend(fontsize=8)
+    t, v = _binned(f["series/packets_in_source"][()] + f["series/packets_in_router"][()])
+    a2.plot(t, v, color="#D55E00")
+    a2.set_ylabel("packets waiting (source and router queues)")
+    t, v = _binned(f["series/link_sent"][()] / max(links, 1))
+    a3.plot(t, v, color="#009E73")
+    a3.set_ylabel("link use (messages / link / cycle)")
+    a3.set_xlabel("cycle")
+    fig.suptitle(f"{title}: routed traffic over time")
     return [_save(fig, out, "timeline", fmt)]
 
 
@@ -224,6 +259,7 @@ def latency(path, out, fmt: str = "png") -> list[Path]:
         ax.set_xlabel("latency (cycles)")
     a1.set_ylabel(what)
     a2.set_ylabel("fraction at or below")
+    a2.set_ylim(0, 1.02)
     a1.legend(title=f"variance {stats['var']:.4g} cycles²", fontsize=8)
     fig.suptitle(f"{title}: latency of {what}")
     return [_save(fig, out, "latency", fmt)]
@@ -243,6 +279,8 @@ def busy(path, out, fmt: str = "png") -> list[Path]:
     fig.colorbar(im, ax=a1, label="busy cycles")
     a1.set_xlabel("PCU" if rdu else "column (PE)")
     a1.set_ylabel("chip" if rdu else "row (PE)")
+    if rdu:
+        a1.set_yticks(range(b.shape[0]))
     lb = metrics.load_balance(b)
     spread = metrics.compute_time_spread(b)
     a2.hist(b.ravel(), bins=60, color="#009E73")
@@ -293,18 +331,28 @@ def gantt(path, out, fmt: str = "png") -> list[Path]:
         names = [n.decode() if isinstance(n, bytes) else str(n) for n in s["name"][()]]
         mb = s["microbatch"][()]
         ic = f["series/interval_cycles"][()]
-        series = {k: f[f"series/{k}"][()] for k in ("busy_pcus", "pmus_in_use", "ddr_busy")}
+        series = {k: f[f"series/{k}"][()] for k in ("busy_pcus", "pmus_in_use", "ddr_busy", "phase")}
         pcus = f["pcu"].size
         title = _title(f)
     chips = int(chip.max()) + 1 if chip.size else 1
     fig = _figure(11, 3 + 1.2 * chips)
     axes = fig.subplots(4, 1, sharex=True, height_ratios=(max(1, chips), 1, 1, 1))
-    colours = {"forward": "#0072B2", "backward": "#E69F00", "collective": "#009E73"}
+    colours = {"forward": "#0072B2", "backward": "#E69F00", "gradient all-reduce": "#009E73",
+               "switching or waiting": "#BBBBBB"}
     for i, (c, s0, e0, name) in enumerate(zip(chip, start, end, names, strict=True)):
-        kind = "collective" if mb[i] < 0 or name.endswith("allreduce") else (
-            "backward" if ".backward" in name else "forward")
+        kind = "gradient all-reduce" if mb[i] < 0 else ("backward" if ".backward" in name else "forward")
         axes[0].broken_barh([(s0, e0 - s0 + 1)], (c - 0.4, 0.8), facecolors=colours[kind], edgecolor="white",
                             linewidth=0.2)
+    # the cycles a chip spent reconfiguring or waiting for another chip, over its sections' bars
+    t0 = np.concatenate([[0], np.cumsum(ic)[:-1]])
+    for c in range(series["phase"].shape[1]):
+        ph = series["phase"][:, c]
+        off = (ph == 0) | (ph == 1)
+        if off.any():
+            edge = np.flatnonzero(np.diff(np.concatenate([[0], off.astype(np.int8), [0]])))
+            spans = [(int(t0[a]), int(t0[b - 1] + ic[b - 1] - t0[a])) for a, b in zip(edge[::2], edge[1::2],
+                                                                                     strict=True)]
+            axes[0].broken_barh(spans, (c - 0.4, 0.8), facecolors=colours["switching or waiting"], linewidth=0)
     axes[0].set_yticks(range(chips), [f"chip {c}" for c in range(chips)])
     axes[0].invert_yaxis()
     handles = [axes[0].barh([0], [0], color=v, label=k) for k, v in colours.items()]
@@ -337,10 +385,11 @@ def roofline(path, out, fmt: str = "png") -> list[Path]:
     ax = fig.add_subplot()
     ai = np.logspace(-2, 5, 400)
     styles = ["-", "--", "-.", ":"]
+    greys = ["#56B4E9", "#999999", "#CC79A7", "#F0E442"]  # roofs in colours the kernels' dots do not use
     for k, p in enumerate([*presets().values(), plat]):
         mine = k == len(presets())
         ax.plot(ai, [p.attainable(x) / 1e12 for x in ai], ls="-" if mine else styles[k % 4],
-                lw=2.2 if mine else 1.0, color="black" if mine else None,
+                lw=2.2 if mine else 1.2, color="black" if mine else greys[k % 4],
                 label=f"{p.name} (ridge {p.ridge:.3g} FLOP/B)")
     for r in rows:
         y = r["attainable_flops"] / 1e12
@@ -368,7 +417,12 @@ def applicable(path) -> list[str]:
             out.append("heatmap")
         if not rdu and frames >= 2:
             out.append("animation")
-        out += ["timeline", "latency", "busy"]
+        if ("windows/li" in f and "series/busy" in f) or "series/interval_cycles" in f:
+            out.append("timeline")
+        if "latency/histogram" in f or "latency/tile_latency" in f:
+            out.append("latency")
+        if "units/busy_cycles" in f or "units/pcu_busy_cycles" in f:
+            out.append("busy")
         if "units/link_messages" in f:
             out.append("links")
         if rdu and "sections" in f:
@@ -392,7 +446,10 @@ def plot(path, out=None, kinds=None, fmt: str = "png", cycle: int | None = None)
         raise InputError(f"--kind {', '.join(unknown)}: must be among {', '.join(KINDS)}")
     missing = [k for k in wanted if k not in have]
     if missing:
-        raise InputError(f"{path}: no data for --kind {', '.join(missing)}; this file has {', '.join(have)}")
+        raise InputError(f"{path}: no data for --kind {', '.join(missing)}; this file has "
+                         f"{', '.join(have) or 'none (a run stopped before it wrote its totals)'}")
+    if cycle is not None and "heatmap" not in wanted:
+        raise InputError("--cycle: applies only to --kind heatmap")
     written = []
     for k in wanted:
         fn = globals()[k]

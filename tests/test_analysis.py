@@ -122,7 +122,9 @@ def test_report_compares_files_side_by_side(mesh_file, rdu_file, capsys):
     assert main(["report", str(mesh_file), str(rdu_file), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [d["machine"] for d in data["files"]] == ["mesh", "rdu"]
-    assert "machine" in format_comparison([analyse(mesh_file)])
+    table = format_comparison([analyse(mesh_file), analyse(rdu_file)])
+    cycles = next(line for line in table.splitlines() if line.startswith("cycles"))
+    assert cycles.split()[1:] == ["400", f"{analyse(rdu_file)['cycles']:,}"]
 
 
 def test_report_json_holds_the_analysis(mesh_file, capsys):
@@ -196,5 +198,37 @@ def test_an_rdu_file_without_operator_pcus_uses_the_runs_section_figures(rdu_fil
     shutil.copy(rdu_file, old)
     with h5py.File(old, "a") as f:
         del f["operators/pcu0"]
-        stored = f["sections/li"][()]
-    assert [r["li"] for r in analyse(old)["sections"]] == pytest.approx(stored.tolist())
+    # the run's stored figures stand in for the ones recomputed from the operators' PCUs
+    derived = [r["li"] for r in analyse(rdu_file)["sections"]]
+    assert [r["li"] for r in analyse(old)["sections"]] == pytest.approx(derived)
+
+
+def test_a_traffic_run_reports_packet_latency_and_no_balance(tmp_path):
+    path = run_scenario(scenario_from_dict({
+        "run": {"cycles": 300}, "machine": {"rows": 6, "cols": 6}, "migration": {"policy": "none"},
+        "workload": {"type": "traffic", "injection_rate": 0.1, "warmup_cycles": 50, "measure_cycles": 150}}),
+        tmp_path / "noc.h5", progress=False)
+    a = analyse(path.path)
+    w = a["whole"]
+    assert "latency_mean_cycles" not in w
+    assert w["packet_latency_mean_cycles"] == pytest.approx(path.summary["packet_latency_mean_cycles"])
+    assert w["packets_delivered"] == path.summary["packets_delivered"]
+    assert a["diagnosis"]["meets"] is None and "does not apply" in a["diagnosis"]["note"]
+    assert "LI does not apply" in format_report(a)
+
+
+def test_a_file_killed_before_its_totals_reports_what_it_has(mesh_file, tmp_path, capsys):
+    import shutil
+
+    cut = tmp_path / "cut.incomplete.h5"
+    shutil.copy(mesh_file, cut)
+    with h5py.File(cut, "a") as f:
+        for g in ("units", "latency"):
+            for k in list(f[g]):
+                del f[g][k]
+        f.attrs["complete"] = False
+    assert main(["report", str(cut)]) == 0
+    assert "no recomputation" in capsys.readouterr().out
+    assert main(["report", str(cut), "--window", "75"]) == 0  # nothing to regroup: said, not refused
+    assert main(["report", str(mesh_file), "--target", "1.5"]) == 2
+    assert "--target 1.5: must be a number in (0, 1]" in capsys.readouterr().err

@@ -133,3 +133,28 @@ def test_the_timeline_and_latency_show_the_files_figures(files, tmp_path, monkey
     bars = [p.get_height() for p in figs[1].axes[0].patches]
     top = int(np.flatnonzero(h)[-1]) + 1
     assert bars == h[:top].tolist()
+
+
+def test_a_file_without_totals_draws_what_it_has_and_refuses_the_rest(files, tmp_path, capsys):
+    import shutil
+
+    cut = tmp_path / "cut.incomplete.h5"
+    shutil.copy(files["hotspot"], cut)
+    with h5py.File(cut, "a") as f:
+        for g in ("units", "latency"):
+            for k in list(f[g]):
+                del f[g][k]
+    assert plots.applicable(cut) == ["heatmap", "animation", "timeline"]
+    assert main(["plot", str(cut), "--kind", "busy", "-o", str(tmp_path / "o")]) == 2
+    assert "no data for --kind busy" in capsys.readouterr().err
+
+
+def test_cycles_and_folders_are_checked(files, tmp_path, capsys):
+    assert main(["plot", str(files["hotspot"]), "--kind", "heatmap", "--cycle", "99999", "-o", str(tmp_path)]) == 2
+    assert "--cycle 99999: the run has cycles 0 to 299" in capsys.readouterr().err
+    assert main(["plot", str(files["hotspot"]), "--kind", "busy", "--cycle", "5", "-o", str(tmp_path)]) == 2
+    assert "--cycle: applies only to --kind heatmap" in capsys.readouterr().err
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["plot", str(files["hotspot"]), "--kind", "busy", "-o", str(blocker)]) == 2
+    assert "cannot make the folder" in capsys.readouterr().err
