@@ -118,6 +118,19 @@ def _cmd_plot(args) -> int:
     from .plots import plot
 
     kinds = [k.strip() for part in (args.kind or []) for k in part.split(",") if k.strip()]
+    if str(args.result).endswith(".csv"):  # a sweep's summary table
+        from .plots import sweep
+
+        if not args.metric or not args.x:
+            raise InputError(f"{args.result}: a sweep table needs --metric and --x (and --y for a heat map)")
+        if args.format not in ("png", "svg", "pdf"):
+            raise InputError(f"--format {args.format}: must be one of png, svg, pdf")
+        out = args.output or str(args.result)[: -len(".csv")]
+        for path in sweep(args.result, out, args.metric, args.x, args.y, args.format):
+            print(path)
+        return 0
+    if args.metric or args.x or args.y:
+        raise InputError("--metric, --x and --y: apply only to a sweep's summary table (.csv)")
     for path in plot(args.result, args.output, kinds or None, args.format, args.cycle):
         print(path)
     return 0
@@ -189,13 +202,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=_cmd_report)
 
     pl = sub.add_parser("plot", help="draw a result file's figures (heat map, animation, timeline, latency, busy "
-                                     "time, links, Gantt, roofline)")
-    pl.add_argument("result")
+                                     "time, links, Gantt, roofline), or a metric of a sweep's table (.csv)")
+    pl.add_argument("result", help="result file (.h5), or a sweep's summary table (.csv)")
     pl.add_argument("--kind", action="append", help="plot kinds, comma-separated or repeated (default: every kind "
                     "the file has data for): heatmap, animation, timeline, latency, busy, links, gantt, roofline")
     pl.add_argument("-o", "--output", help="folder for the figures (default: beside the file, named after it)")
     pl.add_argument("--format", default="png", help="png (default), svg or pdf")
     pl.add_argument("--cycle", type=int, default=None, help="heatmap: the frame nearest this cycle (default: last)")
+    pl.add_argument("--metric", help="sweep table: the summary column to draw, e.g. li")
+    pl.add_argument("--x", help="sweep table: the swept key on the x axis, e.g. migration.threshold")
+    pl.add_argument("--y", help="sweep table: a second swept key, for a heat map")
     pl.set_defaults(func=_cmd_plot)
 
     rf = sub.add_parser("roofline", help="the platforms' rooflines and a scenario's or result's kernels on its own")

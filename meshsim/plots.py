@@ -405,6 +405,81 @@ def roofline(path, out, fmt: str = "png") -> list[Path]:
     return [_save(fig, out, "roofline", fmt)]
 
 
+def read_table(path) -> list[dict]:
+    """The rows of a sweep's summary table (CSV with a header: one column per swept key, such as
+    migration.threshold, and one per summary figure, such as li), numbers as floats."""
+    import csv
+
+    try:
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the table ({e.strerror or e})") from None
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: not a CSV table ({e})") from None
+    if not rows:
+        raise InputError(f"{path}: the table has no rows")
+
+    def value(v):
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            return v
+
+    return [{k: value(v) for k, v in r.items()} for r in rows]
+
+
+def sweep(path, out, metric: str, x: str, y: str | None = None, fmt: str = "png") -> list[Path]:
+    """A summary figure against one swept parameter (a line, with the range over repetitions and
+    any other swept parameter shaded) or two (a heat map of the mean), from a sweep's summary
+    table."""
+    rows = read_table(path)
+    cols = list(rows[0])
+    for name, key in (("--metric", metric), ("--x", x), ("--y", y)):
+        if key is not None and key not in cols:
+            raise InputError(f"{path}: {name} {key}: no such column; the columns are {', '.join(cols)}")
+    rows = [r for r in rows if isinstance(r[metric], float) and not np.isnan(r[metric])]
+    if not rows:
+        raise InputError(f"{path}: --metric {metric}: no row has a number there")
+    xs = sorted({r[x] for r in rows}, key=lambda v: (isinstance(v, str), v))
+    fig = _figure(8, 5)
+    ax = fig.add_subplot()
+    label = Path(path).stem
+    if y is None:
+        groups = [[r[metric] for r in rows if r[x] == v] for v in xs]
+        pos = xs if all(isinstance(v, float) for v in xs) else list(range(len(xs)))
+        ax.plot(pos, [np.mean(g) for g in groups], marker="o", color="#0072B2", label="mean")
+        ax.fill_between(pos, [min(g) for g in groups], [max(g) for g in groups], color="#0072B2", alpha=0.2,
+                        label="range")
+        if pos is not xs:
+            ax.set_xticks(pos, [str(v) for v in xs])
+        ax.set_xlabel(x)
+        ax.set_ylabel(metric)
+        ax.legend(fontsize=8)
+        name = f"sweep_{metric}_vs_{x}"
+    else:
+        ys = sorted({r[y] for r in rows}, key=lambda v: (isinstance(v, str), v))
+        grid = np.full((len(ys), len(xs)), np.nan)
+        for j, vy in enumerate(ys):
+            for i, vx in enumerate(xs):
+                g = [r[metric] for r in rows if r[x] == vx and r[y] == vy]
+                if g:
+                    grid[j, i] = np.mean(g)
+        im = ax.imshow(grid, cmap="viridis", origin="lower", aspect="auto")
+        ax.set_xticks(range(len(xs)), [f"{v:g}" if isinstance(v, float) else v for v in xs])
+        ax.set_yticks(range(len(ys)), [f"{v:g}" if isinstance(v, float) else v for v in ys])
+        for j in range(len(ys)):
+            for i in range(len(xs)):
+                if not np.isnan(grid[j, i]):
+                    ax.text(i, j, f"{grid[j, i]:.3g}", ha="center", va="center", fontsize=7, color="white")
+        fig.colorbar(im, ax=ax, label=metric)
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        name = f"sweep_{metric}_vs_{x}_{y}"
+    ax.set_title(f"{label}: {metric}")
+    return [_save(fig, out, name.replace(".", "_"), fmt)]
+
+
 def applicable(path) -> list[str]:
     """The kinds of plot a result file has the data for, in KINDS order."""
     from .roofline import model_of, values_of_file
@@ -457,4 +532,4 @@ def plot(path, out=None, kinds=None, fmt: str = "png", cycle: int | None = None)
     return written
 
 
-__all__ = ["plot", "applicable", *KINDS]
+__all__ = ["plot", "applicable", "sweep", "read_table", *KINDS]

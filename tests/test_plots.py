@@ -158,3 +158,50 @@ def test_cycles_and_folders_are_checked(files, tmp_path, capsys):
     blocker.write_text("x")
     assert main(["plot", str(files["hotspot"]), "--kind", "busy", "-o", str(blocker)]) == 2
     assert "cannot make the folder" in capsys.readouterr().err
+
+
+def sweep_table(tmp_path):
+    """A sweep's summary table made from real runs: LI of a hotspot against threshold and hop latency."""
+    import csv
+
+    rows = []
+    for threshold in (1, 3):
+        for hop in (1, 2):
+            sc = scenario_from_dict({
+                "run": {"cycles": 150, "window_cycles": 50}, "machine": {"rows": 8, "cols": 8,
+                                                                        "hop_latency_cycles": hop},
+                "migration": {"threshold": threshold}, "output": {"frame_every_cycles": 0},
+                "workload": {"type": "hotspot", "injection_rate": 0.02, "hot_rate": 0.3}})
+            s = run_scenario(sc, tmp_path / f"p{threshold}{hop}.h5", progress=False).summary
+            rows.append({"migration.threshold": threshold, "machine.hop_latency_cycles": hop, "li": s["li"],
+                         "latency_mean_cycles": s["latency_mean_cycles"]})
+    path = tmp_path / "summary.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path, rows
+
+
+def test_sweep_tables_draw_a_line_and_a_heat_map(tmp_path, monkeypatch):
+    path, rows = sweep_table(tmp_path)
+    figs = capture(monkeypatch)
+    [line] = plots.sweep(path, tmp_path / "f", "li", "migration.threshold")
+    [heat] = plots.sweep(path, tmp_path / "f", "li", "migration.threshold", "machine.hop_latency_cycles")
+    assert line.name == "sweep_li_vs_migration_threshold.png" and heat.stat().st_size > 5_000
+    means = figs[0].axes[0].lines[0].get_ydata()
+    for i, t in enumerate((1, 3)):
+        assert means[i] == pytest.approx(np.mean([r["li"] for r in rows if r["migration.threshold"] == t]))
+    grid = np.asarray(figs[1].axes[0].images[0].get_array())
+    assert grid[1, 0] == pytest.approx(next(r["li"] for r in rows if r["migration.threshold"] == 1
+                                            and r["machine.hop_latency_cycles"] == 2))
+    with pytest.raises(InputError, match="--x threshold: no such column"):
+        plots.sweep(path, tmp_path, "li", "threshold")
+
+
+def test_the_command_line_draws_a_sweep_table(tmp_path, capsys):
+    path, _ = sweep_table(tmp_path)
+    assert main(["plot", str(path), "--metric", "latency_mean_cycles", "--x", "machine.hop_latency_cycles"]) == 0
+    assert (tmp_path / "summary" / "sweep_latency_mean_cycles_vs_machine_hop_latency_cycles.png").exists()
+    assert main(["plot", str(path)]) == 2
+    assert "needs --metric and --x" in capsys.readouterr().err
