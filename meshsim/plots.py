@@ -494,8 +494,9 @@ def applicable(path) -> list[str]:
             out.append("animation")
         if ("windows/li" in f and "series/busy" in f) or "series/interval_cycles" in f:
             out.append("timeline")
-        if "latency/histogram" in f or "latency/tile_latency" in f:
-            out.append("latency")
+        if ("latency/histogram" in f and f["latency"].attrs.get("count", 0) > 0) or (
+                "latency/tile_latency" in f and (f["latency/tile_latency"][()] >= 0).any()):
+            out.append("latency")  # only when something finished
         if "units/busy_cycles" in f or "units/pcu_busy_cycles" in f:
             out.append("busy")
         if "units/link_messages" in f:
