@@ -89,23 +89,19 @@ class _Sums:
     """Whole-run sums over the recorded intervals, per chip (exact integers)."""
 
     def __init__(self, chips: int):
-        self.busy_pcu_cycles = np.zeros(chips, np.int64)
         self.pmu_cycles = np.zeros(chips, np.int64)
         self.ddr_busy_cycles = np.zeros(chips, np.int64)
         self.ddr_wait_cycles = np.zeros(chips, np.int64)
         self.wait_cycles = np.zeros(chips, np.int64)
         self.done_cycles = np.zeros(chips, np.int64)
-        self.run_cycles = np.zeros(chips, np.int64)
 
     def add(self, cycles, series) -> None:
         w = cycles[:, None]
-        self.busy_pcu_cycles += (series[:, :, K.SR_BUSY_PCUS] * w).sum(axis=0)
         self.pmu_cycles += (series[:, :, K.SR_PMUS] * w).sum(axis=0)
         self.ddr_busy_cycles += (series[:, :, K.SR_DDR_BUSY] * w).sum(axis=0)
         self.ddr_wait_cycles += (series[:, :, K.SR_DDR_WAIT] * w).sum(axis=0)
         self.wait_cycles += ((series[:, :, K.SR_PHASE] == K.PH_WAIT) * w).sum(axis=0)
         self.done_cycles += ((series[:, :, K.SR_PHASE] == K.PH_DONE) * w).sum(axis=0)
-        self.run_cycles += ((series[:, :, K.SR_PHASE] == K.PH_RUN) * w).sum(axis=0)
 
 
 def _latency(lat: np.ndarray) -> dict:
