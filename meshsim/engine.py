@@ -476,7 +476,7 @@ def _write_totals(writer, sim, inputs, totals: _Totals) -> None:
     else:
         latency = dict(count=totals.sums["completed"], sum=totals.sums["latency_sum"],
                        sum_sq=totals.sums["latency_sq_sum"], max=totals.latency_max)
-    writer.write_totals(units, totals.latency_hist, latency)
+    writer.write_totals(units, totals.latency_hist, latency, packets=inputs.traffic)
 
 
 def _summary(sim, totals: _Totals, wall, timing, threads) -> dict:

@@ -403,8 +403,9 @@ class ResultWriter(ResultFile):
             describe(ds, units, desc)
             ds.dims[0].attach_scale(scale)
 
-    def write_totals(self, units: dict, latency_hist: np.ndarray, latency: dict) -> None:
-        """Per-PE totals and the latency histogram, replacing any written before."""
+    def write_totals(self, units: dict, latency_hist: np.ndarray, latency: dict, packets: bool = False) -> None:
+        """Per-PE totals and the latency histogram (of measured packets when `packets`, a traffic
+        run's; else of completed tasks), replacing any written before."""
         g = self.f["units"]
         for name, (dtype, unit_name, desc) in {**UNITS, **PACKET_UNITS}.items():
             if name not in units:
@@ -433,7 +434,7 @@ class ResultWriter(ResultFile):
         bins = self._scale(lg, "latency_bin", np.arange(self.latency_bins, dtype=np.int64), "cycles",
                            "latency in cycles; the last bin counts every latency at or above it")
         h = lg.create_dataset("histogram", data=np.asarray(latency_hist, np.int64), chunks=True, **self.comp)
-        what = "measured packets delivered" if "link_messages" in units else "completed tasks"
+        what = "measured packets delivered" if packets else "completed tasks"
         describe(h, "tasks" if what == "completed tasks" else "packets",
                   f"{what} per latency (cycles); last bin: overflow")
         h.dims[0].attach_scale(bins)

@@ -232,3 +232,15 @@ def test_a_file_killed_before_its_totals_reports_what_it_has(mesh_file, tmp_path
     assert main(["report", str(cut), "--window", "75"]) == 0  # nothing to regroup: said, not refused
     assert main(["report", str(mesh_file), "--target", "1.5"]) == 2
     assert "--target 1.5: must be a number in (0, 1]" in capsys.readouterr().err
+
+
+def test_a_pipelines_task_latency_is_labelled_as_tasks(tmp_path):
+    res = run_scenario(scenario_from_dict({
+        "run": {"cycles": 300}, "machine": {"rows": 20, "cols": 20}, "migration": {"policy": "none"},
+        "workload": {"type": "layer_pipeline", "hidden_size": 64, "n_layers": 1, "n_heads": 2, "seq_len": 16,
+                     "batch": 1}}), tmp_path / "p.h5", progress=False)
+    with h5py.File(res.path) as f:
+        assert f["latency/histogram"].attrs["units"] == "tasks"
+    w = analyse(res.path)["whole"]
+    assert "packet_latency_mean_cycles" not in w
+    assert w["latency_mean_cycles"] == pytest.approx(res.summary["latency_mean_cycles"])
