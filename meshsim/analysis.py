@@ -113,12 +113,8 @@ def _mesh(f, values, cycles, window, path) -> dict:
             whole["utilization_active"] = metrics.utilization(int(active.sum()), active.size, cycles)
             whole["idle_units"] = int((active == 0).sum())
     if "units/link_messages" in f:
-        links = f["units/link_messages"][()].astype(np.int64)
-        rows_, cols_ = links.shape[:2]
-        exists = np.ones(links.shape, bool)
-        exists[0, :, 0] = exists[:, cols_ - 1, 1] = exists[rows_ - 1, :, 2] = exists[:, 0, 3] = False
-        bw = values["machine"]["link_messages_per_cycle"]
-        util = links[exists] / (bw * cycles) if cycles and exists.any() else np.zeros(1)
+        util = metrics.link_utilization(f["units/link_messages"][()].astype(np.int64),
+                                        values["machine"]["link_messages_per_cycle"], cycles)
         whole["link_utilization_max"] = float(util.max())
         whole["link_utilization_mean"] = float(util.mean())
     elif "series/link_sent" in f and cycles:
@@ -171,10 +167,9 @@ def _rdu(f, values, cycles, window) -> dict:
     whole.update(n_units=int(busy.size), idle_units=int((busy == 0).sum()), tiles=int(lat.size),
                  tiles_done=int(done.size), chip_li=metrics.load_balance(busy.sum(axis=1))["li"])
     if done.size:
-        mean = float(done.mean())
-        whole.update(latency_mean_cycles=mean, latency_var_cycles2=float(((done - mean) ** 2).mean()),
-                     **{f"latency_p{q}_cycles": int(np.quantile(done, q / 100, method="inverted_cdf"))
-                        for q in (50, 90, 99)}, latency_max_cycles=int(done.max()))
+        la = metrics.sample_latency_stats(done)
+        whole.update({f"latency_{k}_cycles": la[k] for k in ("mean", "p50", "p90", "p99", "max")},
+                     latency_var_cycles2=la["var"])
     ic = f["series/interval_cycles"][()].astype(np.int64)
     series = {name: f[f"series/{name}"][()].astype(np.int64)
               for name in ("busy_pcus", "pmus_in_use", "ddr_busy", "ddr_wait", "phase")}

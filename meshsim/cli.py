@@ -60,7 +60,7 @@ def _cmd_report(args) -> int:
     import json
 
     from .analysis import MissingData, analyse, format_comparison, format_report
-    from .report import format_summary, read_regions, read_summary, summary_json
+    from .report import format_summary, read_regions, read_summary, summary_json, to_json
 
     if args.window is not None and args.window < 1:
         raise InputError(f"--window {args.window}: must be an integer >= 1 (cycles)")
@@ -73,7 +73,7 @@ def _cmd_report(args) -> int:
                 items.append(analyse(p, args.window, args.target))
             except InputError as e:
                 raise InputError([m if m.startswith(str(p)) else f"{p}: {m}" for m in e.problems]) from None
-        print(_json({"files": items}) if args.json else format_comparison(items))
+        print(to_json({"files": items}) if args.json else format_comparison(items))
         return 0
     path = args.result[0]
     root, summary = read_summary(path)
@@ -85,33 +85,12 @@ def _cmd_report(args) -> int:
     if args.json:
         data = json.loads(summary_json(summary, root, regions))
         data["analysis"] = analysis
-        print(_json(data))
+        print(to_json(data))
         return 0
     print(format_summary(summary, root, path, regions))
     print()
     print(format_report(analysis) if analysis is not None else f"no recomputation: {why}")
     return 0
-
-
-def _json(data) -> str:
-    """JSON text with numpy scalars as plain numbers and NaN as null (as `summary_json` writes it)."""
-    import json
-    import math
-
-    import numpy as np
-
-    def clean(v):
-        if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [clean(x) for x in v]
-        if isinstance(v, np.generic):
-            v = v.item()
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        return v
-
-    return json.dumps(clean(data), indent=2)
 
 
 def _cmd_plot(args) -> int:
@@ -123,8 +102,6 @@ def _cmd_plot(args) -> int:
 
         if not args.metric or not args.x:
             raise InputError(f"{args.result}: a sweep table needs --metric and --x (and --y for a heat map)")
-        if args.format not in ("png", "svg", "pdf"):
-            raise InputError(f"--format {args.format}: must be one of png, svg, pdf")
         out = args.output or str(args.result)[: -len(".csv")]
         for path in sweep(args.result, out, args.metric, args.x, args.y, args.format):
             print(path)

@@ -327,12 +327,8 @@ def _traffic_summary(sim, totals: _Totals, scenario) -> dict:
     lat = metrics.latency_stats(totals.latency_hist, t["measured_delivered"], t["measured_latency_sum"],
                                 t["measured_latency_sq_sum"], totals.measured_latency_max)
     # Utilisation over the whole run, of the links that exist (not those that would leave the grid).
-    links = sim.state.link_total
-    bw = scenario.get("machine", "link_messages_per_cycle")
-    rows, cols = links.shape[:2]
-    exists = np.ones(links.shape, bool)
-    exists[0, :, 0] = exists[:, cols - 1, 1] = exists[rows - 1, :, 2] = exists[:, 0, 3] = False
-    link_util = links[exists] / (bw * sim.cycle) if sim.cycle and exists.any() else np.full(1, np.nan)
+    link_util = metrics.link_utilization(sim.state.link_total, scenario.get("machine", "link_messages_per_cycle"),
+                                         sim.cycle)
     return {
         "packets_offered": t["packets_offered"],
         "packets_delivered": t["packets_delivered"],

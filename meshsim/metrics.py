@@ -61,6 +61,32 @@ def balance_figures(busy, cycles: int) -> dict:
     }
 
 
+def sample_latency_stats(latencies) -> dict:
+    """Latency figures from every sample (the rdu's tiles): mean, population variance, nearest-rank
+    p50/p90/p99 (the smallest latency with at least q of the samples at or below it) and max; NaN
+    when there are none."""
+    a = np.asarray(latencies, dtype=np.int64).ravel()
+    if a.size == 0:
+        nan = float("nan")
+        return dict(mean=nan, var=nan, p50=nan, p90=nan, p99=nan, max=nan)
+    mean = float(a.mean())
+    q = {p: int(np.quantile(a, p / 100, method="inverted_cdf")) for p in (50, 90, 99)}
+    return dict(mean=mean, var=float(((a - mean) ** 2).mean()), p50=q[50], p90=q[90], p99=q[99], max=int(a.max()))
+
+
+def link_utilization(link_messages, messages_per_cycle: int, cycles: int) -> np.ndarray:
+    """Utilisation of every link that exists (messages / (bandwidth x cycles)) from per-PE output
+    totals int64[rows, cols, 4] (0 N, 1 E, 2 S, 3 W); the outputs that would leave the grid are left
+    out. One NaN when there are no links or no cycles."""
+    links = np.asarray(link_messages)
+    rows, cols = links.shape[:2]
+    exists = np.ones(links.shape, bool)
+    exists[0, :, 0] = exists[:, cols - 1, 1] = exists[rows - 1, :, 2] = exists[:, 0, 3] = False
+    if not cycles or not exists.any():
+        return np.full(1, np.nan)
+    return links[exists] / (messages_per_cycle * cycles)
+
+
 def compute_time_spread(busy) -> float:
     """(max - min) / mean of per-unit busy time over the active units (busy > 0); NaN if none."""
     a = np.asarray(busy, dtype=np.int64).ravel()

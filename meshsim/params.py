@@ -88,6 +88,9 @@ RDU_PRESETS = {
                  ddr_bandwidth_gbps=200.0, clock_ghz=round(688e12 / (1280 * 16 * 6 * 2) / 1e9, 3)),
 }
 
+# The rdu keys' defaults are the default preset's (sn30).
+_SN30 = RDU_PRESETS["sn30"]
+
 #: WSE-2: about 7.5 PFLOP/s (16-bit) over about 850,000 PEs at 1.1 GHz, in FLOPs per PE per cycle.
 WSE2_PE_FLOPS_PER_CYCLE = round(7.5e15 / 850_000 / 1.1e9, 3)
 
@@ -141,20 +144,20 @@ PARAMS: tuple[Param, ...] = (
     Param("machine", "preset", "str", "", "sn30",
           "RDU chip whose published figures fill the rdu keys the scenario does not set (docs/rdu.md).",
           ("sn10", "sn30"), _RDU),
-    Param("machine", "pcus", "int", "PCUs", 1280,
+    Param("machine", "pcus", "int", "PCUs", _SN30["pcus"],
           "Pattern compute units per chip (preset: SN10 640, SN30 1,280).", (1, 1_000_000), _RDU),
-    Param("machine", "pcu_lanes", "int", "lanes", 16,
+    Param("machine", "pcu_lanes", "int", "lanes", _SN30["pcu_lanes"],
           "SIMD lanes per PCU: output columns a PCU computes in one pass (preset 16).", (1, 1024), _RDU),
-    Param("machine", "pcu_stages", "int", "stages", 6,
+    Param("machine", "pcu_stages", "int", "stages", _SN30["pcu_stages"],
           "Pipeline stages per PCU: multiply-adds per lane per cycle, and cycles to fill (preset 6).",
           (1, 64), _RDU),
-    Param("machine", "pmus", "int", "PMUs", 1280,
+    Param("machine", "pmus", "int", "PMUs", _SN30["pmus"],
           "Pattern memory units per chip (preset: SN10 640, SN30 1,280).", (1, 1_000_000), _RDU),
-    Param("machine", "pmu_kib", "int", "KiB", 512,
+    Param("machine", "pmu_kib", "int", "KiB", _SN30["pmu_kib"],
           "Scratchpad of each PMU (preset 512 KiB).", (1, 1_048_576), _RDU),
-    Param("machine", "pmu_bytes_per_cycle", "int", "bytes/cycle", 90,
+    Param("machine", "pmu_bytes_per_cycle", "int", "bytes/cycle", _SN30["pmu_bytes_per_cycle"],
           "Bandwidth of each PMU to its PCUs (preset 90, from 150 TB/s over 640 PMUs).", (1, 1_000_000), _RDU),
-    Param("machine", "ddr_bandwidth_gbps", "float", "GB/s", 200.0,
+    Param("machine", "ddr_bandwidth_gbps", "float", "GB/s", _SN30["ddr_bandwidth_gbps"],
           "Off-chip DDR bandwidth of each chip (preset: SN10 100, SN30 200).", (0.001, 1e6), _RDU),
     Param("machine", "ddr_burst_kib", "int", "KiB", 256,
           "Size of one DDR transfer; the weight, load and store streams take turns burst by burst.",

@@ -34,6 +34,11 @@ def _figure(w=8.0, h=5.0) -> Figure:
     return fig
 
 
+def _check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt}: must be one of {', '.join(FORMATS)}")
+
+
 def _folder(out) -> Path:
     """The output folder, made if need be; InputError if it cannot be."""
     out = Path(out)
@@ -433,6 +438,7 @@ def sweep(path, out, metric: str, x: str, y: str | None = None, fmt: str = "png"
     """A summary figure against one swept parameter (a line, with the range over repetitions and
     any other swept parameter shaded) or two (a heat map of the mean), from a sweep's summary
     table."""
+    _check_format(fmt)
     rows = read_table(path)
     cols = list(rows[0])
     for name, key in (("--metric", metric), ("--x", x), ("--y", y)):
@@ -512,8 +518,7 @@ def plot(path, out=None, kinds=None, fmt: str = "png", cycle: int | None = None)
     """Every plot kind the file has data for (or `kinds`), written under `out` (default: a folder
     beside the file named after it). Returns the paths written."""
     read_summary(path)  # a meshsim result, or a clear error
-    if fmt not in FORMATS:
-        raise InputError(f"--format {fmt}: must be one of {', '.join(FORMATS)}")
+    _check_format(fmt)
     out = Path(out) if out is not None else Path(path).with_suffix("")
     have = applicable(path)
     wanted = have if not kinds else list(dict.fromkeys(kinds))

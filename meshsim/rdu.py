@@ -73,6 +73,21 @@ class RduSpec:
         return parse_parallelism(self.parallelism)
 
     @property
+    def tokens(self) -> int:
+        """T, tokens of one microbatch: batch / (data degree x microbatches) x seq_len."""
+        return self.model.batch // (self.degrees[2] * self.microbatches) * self.model.seq_len
+
+    @property
+    def tiles(self) -> int:
+        """M, tiles a section streams per microbatch: T / tile_tokens."""
+        return self.tokens // self.tile_tokens
+
+    @property
+    def pmu_bytes(self) -> int:
+        """Qb, bytes of one PMU."""
+        return self.pmu_kib * 1024
+
+    @property
     def peak_flops_per_cycle(self) -> int:
         """Peak FLOPs of one chip per cycle: PCUs x lanes x stages x 2 (a multiply-add is 2)."""
         return self.pcus * self.pcu_lanes * self.pcu_stages * 2
@@ -227,7 +242,7 @@ def chip_ops(spec: RduSpec, layers: range, phase: str) -> list[Op]:
     tensor-parallel split and all-reduce stages (docs/rdu.md, "Operators")."""
     t, p, d = spec.degrees
     model = spec.model
-    b = model.batch // (d * spec.microbatches)
+    b = model.batch // (d * spec.microbatches)  # sequences per microbatch
     mb = Model(hidden_size=model.hidden_size, n_layers=model.n_layers, n_heads=model.n_heads, seq_len=model.seq_len,
                batch=b, ffn_multiplier=model.ffn_multiplier, precision=model.precision)
     tokens = mb.tokens
@@ -265,16 +280,14 @@ def chip_ops(spec: RduSpec, layers: range, phase: str) -> list[Op]:
     return out
 
 
-def _tiles(spec: RduSpec) -> int:
-    t, p, d = spec.degrees
-    tokens = spec.model.batch // (d * spec.microbatches) * spec.model.seq_len
-    return tokens // spec.tile_tokens
+def _buffer_bytes(op: Op, spec: RduSpec) -> int:
+    """Bytes of an operator's input buffer: B tiles of its input."""
+    return spec.buffer_tiles * ceil_div(op.input_bytes, spec.tiles)
 
 
-def _pmu_need(op: Op, spec: RduSpec, tiles: int) -> int:
-    """PMUs an operator needs without spilling: weights plus B tiles of input."""
-    qb = spec.pmu_kib * 1024
-    return max(1, ceil_div(op.weight_bytes + spec.buffer_tiles * ceil_div(op.input_bytes, tiles), qb))
+def _pmu_need(op: Op, spec: RduSpec) -> int:
+    """PMUs an operator needs without spilling: its weights and its input buffer."""
+    return max(1, ceil_div(op.weight_bytes + _buffer_bytes(op, spec), spec.pmu_bytes))
 
 
 def form_sections(ops: list[Op], spec: RduSpec) -> list[list[Op]]:
@@ -290,8 +303,7 @@ def form_sections(ops: list[Op], spec: RduSpec) -> list[list[Op]]:
             else:
                 groups[-1].append(op)
         return groups
-    tiles = _tiles(spec)
-    max_ops = max(2, ceil_div(tiles, 2))
+    max_ops = max(2, ceil_div(spec.tiles, 2))
     for op in ops:
         if op.kind == "collective" and groups:
             groups[-1].append(op)
@@ -299,7 +311,7 @@ def form_sections(ops: list[Op], spec: RduSpec) -> list[list[Op]]:
         if groups:
             cur = groups[-1] + [op]
             compute = sum(1 for o in cur if o.kind != "collective")
-            pmus = sum(_pmu_need(o, spec, tiles) for o in cur)
+            pmus = sum(_pmu_need(o, spec) for o in cur)
             if compute <= spec.pcus and len(cur) <= max_ops and pmus <= spec.pmus:
                 groups[-1].append(op)
                 continue
@@ -348,10 +360,7 @@ def _pcu_cycles(x: int, op: Op, spec: RduSpec, tokens: int) -> int:
 def lay_out_section(ops: list[Op], spec: RduSpec, name: str) -> Section:
     """PCUs, their classes and the PMUs an operator needs (spilling weights when they do not fit)
     for one section (docs/rdu.md, "Allocation"); `finish_section` completes it."""
-    tiles = _tiles(spec)
-    t, p, d = spec.degrees
-    tokens = spec.model.batch // (d * spec.microbatches) * spec.model.seq_len
-    qb = spec.pmu_kib * 1024
+    tiles, tokens, qb = spec.tiles, spec.tokens, spec.pmu_bytes
     stages = [Stage(op) for op in ops]
     _allocate_pcus(stages, spec, f"section {name}")
     for s in stages:
@@ -364,12 +373,11 @@ def lay_out_section(ops: list[Op], spec: RduSpec, name: str) -> Section:
         else:
             s.n_hi, s.n_lo = s.pcus, 0
             s.c_hi, s.c_lo = _pcu_cycles(q, s.op, spec, tokens), 0
-    need = [max(1, ceil_div(s.op.weight_bytes + spec.buffer_tiles * ceil_div(s.op.input_bytes, tiles), qb))
-            for s in stages]
+    need = [_pmu_need(s.op, spec) for s in stages]
     w_sec = sum(s.op.weight_bytes for s in stages)
     sec = Section(name=name, phase=ops[0].phase, stages=stages, tiles=tiles, weight_bytes=w_sec)
     if sum(need) > spec.pmus:
-        buffers = [max(1, ceil_div(spec.buffer_tiles * ceil_div(s.op.input_bytes, tiles), qb)) for s in stages]
+        buffers = [max(1, ceil_div(_buffer_bytes(s.op, spec), qb)) for s in stages]
         q_w = spec.pmus - sum(buffers)
         if q_w < 0:
             raise InputError(f"section {name}: its tile buffers alone need {sum(buffers)} PMUs but machine.pmus = "
@@ -398,7 +406,7 @@ def finish_section(sec: Section, spec: RduSpec, held_in: int = 0, held_out: int 
     held_in, held_out: bytes of its input and output that stay on chip, handed over from the
     section before and to the section after; reserve: PMUs kept free for prefetching weights.
     """
-    qb = spec.pmu_kib * 1024
+    qb = spec.pmu_bytes
     tiles = sec.tiles
     stages, ops = sec.stages, [s.op for s in sec.stages]
     if spec.elastic_pmus and not sec.spilled_bytes:
@@ -441,7 +449,7 @@ def hand_over(sections: list[Section], spec: RduSpec) -> list[tuple[int, int]]:
     the bytes a section reads that the one before wrote (min of what the last operator passes on and
     what the next section's first reads from before) stay in PMUs when the PMUs both sections leave
     free hold them (with the input the first still holds)."""
-    qb = spec.pmu_kib * 1024
+    qb = spec.pmu_bytes
     held = [[0, 0] for _ in sections]
     for i, (a, b) in enumerate(zip(sections, sections[1:], strict=False)):
         h = min(a.stages[-1].op.passes_on, b.stages[0].op.reads_from_before)
@@ -487,7 +495,7 @@ def compile_program(spec: RduSpec) -> RduProgram:
                          f"pipeline degree must be at most n_layers = {model.n_layers}, data degree x "
                          f"microbatches must divide batch = {model.batch}, the tensor degree must divide "
                          f"n_heads = {model.n_heads}")
-    tokens = model.batch // (d * m) * model.seq_len
+    tokens = spec.tokens
     e = model.element_bytes
     sections: list[Section] = []
     chip_fwd, chip_bwd = [], []
@@ -496,6 +504,8 @@ def compile_program(spec: RduSpec) -> RduProgram:
         per_phase = []
         for phase in ("forward", "backward") if spec.training else ("forward",):
             ops = chip_ops(spec, layers, phase)
+            if phase == "forward":
+                chip_weights.append(sum(op.weight_bytes for op in ops))
             idx = []
             groups = form_sections(ops, spec)
             laid = [lay_out_section(g, spec, f"chip{i}:" + (g[0].name if len(g) == 1 else f"{g[0].name}..{g[-1].name}"))
@@ -503,14 +513,13 @@ def compile_program(spec: RduSpec) -> RduProgram:
             # With prefetch, elastic PMUs leave room for the largest weights of the chip's sections.
             reserve = 0
             if spec.prefetch:
-                reserve = max(ceil_div(sec.resident_bytes, spec.pmu_kib * 1024) for sec in laid)
+                reserve = max(ceil_div(sec.resident_bytes, spec.pmu_bytes) for sec in laid)
             for sec, (h_in, h_out) in zip(laid, hand_over(laid, spec), strict=True):
                 idx.append(len(sections))
                 sections.append(finish_section(sec, spec, h_in, h_out, reserve))
             per_phase.append(idx)
         chip_fwd.append(per_phase[0])
         chip_bwd.append(per_phase[1] if spec.training else [])
-        chip_weights.append(sum(op.weight_bytes for op in chip_ops(spec, layers, "forward")))
     lat = spec.interconnect_latency_cycles
     delay = lat + _cycles_for(tokens * model.hidden_size * e, spec.interconnect_gbps, spec.clock_ghz)
     programs = []
@@ -528,7 +537,7 @@ def compile_program(spec: RduSpec) -> RduProgram:
             op = Op(f"chip{i}:gradient.allreduce", "collective", "backward", -1, 0, 0, 0, 0, 1, cyc)
             st = Stage(op, dur=cyc)
             sec = Section(name=op.name, phase="backward", stages=[st], tiles=1,
-                          prefetch_cap=spec.pmus * spec.pmu_kib * 1024)
+                          prefetch_cap=spec.pmus * spec.pmu_bytes)
             prog.append((len(sections), -1, "g", 0))
             sections.append(sec)
         programs.append(prog)

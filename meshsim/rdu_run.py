@@ -104,17 +104,6 @@ class _Sums:
         self.done_cycles += ((series[:, :, K.SR_PHASE] == K.PH_DONE) * w).sum(axis=0)
 
 
-def _latency(lat: np.ndarray) -> dict:
-    done = lat[lat >= 0]
-    if done.size == 0:
-        nan = float("nan")
-        return dict(mean=nan, var=nan, p50=nan, p90=nan, p99=nan, max=nan)
-    mean = float(done.mean())
-    q = {p: int(np.quantile(done, p / 100, method="inverted_cdf")) for p in (50, 90, 99)}
-    return dict(mean=mean, var=float(((done - mean) ** 2).mean()), p50=q[50], p90=q[90], p99=q[99],
-                max=int(done.max()))
-
-
 def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_seconds: float, threads: int) -> dict:
     """The run's figures (DESIGN.md section 5's stable names, and the rdu's of docs/rdu.md)."""
     spec = prog.spec
@@ -145,7 +134,7 @@ def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_se
     chip_cycles = cycles * chips
     _, _, d = spec.degrees
     ops_li = [v for v in tables(prog, sim)[1]["li"] if not np.isnan(v)] if sim.finished else []
-    la = _latency(lat)
+    la = metrics.sample_latency_stats(lat[lat >= 0])
     return {
         "cycles": cycles,
         "n_units": spec.pcus * chips,

@@ -124,7 +124,7 @@ def format_summary(summary: dict, root: dict | None = None, path=None, regions: 
         lines.append(f"{root.get('scenario_name', '')}: {root.get('machine', '')}, {state}")
     if path is not None:
         lines.append(f"result        {path}")
-    if root is not None and root.get("machine") == "rdu" or "fusion" in s:
+    if "fusion" in s:  # an rdu run's summary
         return "\n".join(lines + _rdu_lines(s))
     if "pipeline_regions" in s:
         return "\n".join(lines + _pipeline_lines(s))
@@ -246,15 +246,26 @@ def _traffic_lines(s: dict) -> list:
     ]
 
 
+def to_json(data) -> str:
+    """JSON text of nested dicts and lists, numpy scalars as plain numbers, NaN and infinities as
+    null."""
+    def clean(v):
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        v = _plain(v)
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    return json.dumps(clean(data), indent=2, sort_keys=False)
+
+
 def summary_json(summary: dict, root: dict, regions: dict | None = None) -> str:
     """The summary as JSON (NaN written as null), with the file's provenance and any regions."""
-    def clean(v):
-        return None if isinstance(v, float) and math.isnan(v) else v
     keep = ("schema_version", "meshsim_version", "machine", "scenario_name", "seed", "threads", "cycles_requested",
             "cycles_done", "complete")
-    out = {"file": {k: clean(root[k]) for k in keep if k in root}, "summary": {k: clean(v) for k, v in summary.items()}}
+    out = {"file": {k: root[k] for k in keep if k in root}, "summary": summary}
     if regions is not None:
         names = regions["name"]
-        out["regions"] = {name: {k: clean(_plain(v[i])) for k, v in regions.items() if k != "name"}
-                          for i, name in enumerate(names)}
-    return json.dumps(out, indent=2, sort_keys=False)
+        out["regions"] = {name: {k: v[i] for k, v in regions.items() if k != "name"} for i, name in enumerate(names)}
+    return to_json(out)
