@@ -206,23 +206,26 @@ def _traffic_timeline(f, out, fmt, title, n) -> list[Path]:
     return [_save(fig, out, "timeline", fmt)]
 
 
-def _rdu_timeline(f, out, fmt, title) -> list[Path]:
-    ic = f["series/interval_cycles"][()]
-    chips = f["chip"].size
+def _rdu_use(axes, f, ic) -> None:
+    """Busy PCUs (as a share), PMUs in use and DDR busy of every chip over time, on three axes."""
     pcus = f["pcu"].size
-    pmus = None
+    for ax, name, scale, label in ((axes[0], "busy_pcus", pcus, "busy PCUs / PCUs"),
+                                   (axes[1], "pmus_in_use", 1, "PMUs in use"),
+                                   (axes[2], "ddr_busy", 1, "DDR busy (fraction)")):
+        series = f[f"series/{name}"][()]
+        for c in range(series.shape[1]):
+            t, v = _binned(series[:, c], ic)
+            ax.plot(t, v / scale, lw=0.8, label=f"chip {c}")
+        ax.set_ylabel(label, fontsize=8)
+    axes[2].set_xlabel("cycle")
+
+
+def _rdu_timeline(f, out, fmt, title) -> list[Path]:
     fig = _figure(9, 7)
     axes = fig.subplots(3, 1, sharex=True)
-    for c in range(chips):
-        for ax, name, scale, label in ((axes[0], "busy_pcus", pcus, "busy PCUs / PCUs"),
-                                       (axes[1], "pmus_in_use", pmus, "PMUs in use"),
-                                       (axes[2], "ddr_busy", 1, "DDR busy (fraction)")):
-            t, v = _binned(f[f"series/{name}"][:, c], ic)
-            ax.plot(t, v / (scale or 1), lw=0.8, label=f"chip {c}")
-            ax.set_ylabel(label)
-    axes[2].set_xlabel("cycle")
-    if chips > 1:
-        axes[0].legend(fontsize=8, ncol=min(chips, 4))
+    _rdu_use(axes, f, f["series/interval_cycles"][()])
+    if f["chip"].size > 1:
+        axes[0].legend(fontsize=8, ncol=min(f["chip"].size, 4))
     fig.suptitle(f"{title}: PCU, PMU and DDR use over time")
     return [_save(fig, out, "timeline", fmt)]
 
@@ -336,12 +339,12 @@ def gantt(path, out, fmt: str = "png") -> list[Path]:
         names = [n.decode() if isinstance(n, bytes) else str(n) for n in s["name"][()]]
         mb = s["microbatch"][()]
         ic = f["series/interval_cycles"][()]
-        series = {k: f[f"series/{k}"][()] for k in ("busy_pcus", "pmus_in_use", "ddr_busy", "phase")}
-        pcus = f["pcu"].size
+        phase = f["series/phase"][()]
         title = _title(f)
-    chips = int(chip.max()) + 1 if chip.size else 1
-    fig = _figure(11, 3 + 1.2 * chips)
-    axes = fig.subplots(4, 1, sharex=True, height_ratios=(max(1, chips), 1, 1, 1))
+        chips = int(chip.max()) + 1 if chip.size else 1
+        fig = _figure(11, 3 + 1.2 * chips)
+        axes = fig.subplots(4, 1, sharex=True, height_ratios=(chips, 1, 1, 1))
+        _rdu_use(axes[1:], f, ic)
     colours = {"forward": "#0072B2", "backward": "#E69F00", "gradient all-reduce": "#009E73",
                "switching or waiting": "#BBBBBB"}
     for i, (c, s0, e0, name) in enumerate(zip(chip, start, end, names, strict=True)):
@@ -350,8 +353,8 @@ def gantt(path, out, fmt: str = "png") -> list[Path]:
                             linewidth=0.2)
     # the cycles a chip spent reconfiguring or waiting for another chip, over its sections' bars
     t0 = np.concatenate([[0], np.cumsum(ic)[:-1]])
-    for c in range(series["phase"].shape[1]):
-        ph = series["phase"][:, c]
+    for c in range(phase.shape[1]):
+        ph = phase[:, c]
         off = (ph == 0) | (ph == 1)
         if off.any():
             edge = np.flatnonzero(np.diff(np.concatenate([[0], off.astype(np.int8), [0]])))
@@ -362,14 +365,6 @@ def gantt(path, out, fmt: str = "png") -> list[Path]:
     axes[0].invert_yaxis()
     handles = [axes[0].barh([0], [0], color=v, label=k) for k, v in colours.items()]
     axes[0].legend(handles=handles, fontsize=8, loc="upper right")
-    for ax, name, scale, label in ((axes[1], "busy_pcus", pcus, "busy PCUs / PCUs"),
-                                   (axes[2], "pmus_in_use", None, "PMUs in use"),
-                                   (axes[3], "ddr_busy", 1, "DDR busy")):
-        for c in range(series[name].shape[1]):
-            t, v = _binned(series[name][:, c], ic)
-            ax.plot(t, v / (scale or 1), lw=0.8)
-        ax.set_ylabel(label, fontsize=8)
-    axes[3].set_xlabel("cycle")
     fig.suptitle(f"{title}: sections over time ({len(names)} instances)")
     return [_save(fig, out, "gantt", fmt)]
 

@@ -18,7 +18,7 @@ from kernels import rdu as K
 from . import metrics
 from .errors import InputError
 from .rdu import RduProgram, RduSim, compile_scenario
-from .rdu_output import RduResultWriter
+from .rdu_output import OPERATORS, SECTIONS, RduResultWriter
 
 
 def pcu_busy_cycles(prog: RduProgram, sim: RduSim) -> np.ndarray:
@@ -43,11 +43,8 @@ def _add_instance(prog, busy, c, k, row) -> None:
 def tables(prog: RduProgram, sim: RduSim) -> tuple[dict, dict]:
     """The sections and operators tables of the result (meshsim.rdu_output SECTIONS, OPERATORS) for
     every instance that has finished."""
-    secs = {k: [] for k in ("name", "chip", "instance", "template", "microbatch", "start_cycle", "end_cycle", "tiles",
-                            "operators", "pcus", "pmus", "flops", "weight_bytes", "spilled_bytes",
-                            "load_bytes_per_tile", "store_bytes_per_tile", "li", "utilization")}
-    ops = {k: [] for k in ("name", "section_row", "kind", "pcu0", "pcus", "pcus_hi", "pcus_lo", "column_groups",
-                           "cycles_hi", "cycles_lo", "cycles_per_tile", "pmus", "flops", "busy_hi", "busy_lo", "li")}
+    secs = {k: [] for k in ("name", *SECTIONS)}
+    ops = {k: [] for k in ("name", *OPERATORS)}
     for c in range(prog.n_chips):
         start = 0
         for k in range(int(prog.n_instances[c])):
