@@ -64,16 +64,23 @@ class _StopRequested(BaseException):
 
 class _StopSignals:
     """While a run goes, Ctrl-C and SIGTERM only ask it to stop: the engine then finishes the
-    kernel call under way, so the file it keeps is consistent. A second signal stops at once."""
+    kernel call under way, so the file it keeps is consistent. A second signal stops at once.
+    `also`, if given, is asked too: a run in a worker thread, which gets no signals, stops when it
+    returns True."""
 
-    def __init__(self):
-        self.requested = False
+    def __init__(self, also=None):
+        self.signalled = False
+        self.also = also
         self.old = {}
 
+    @property
+    def requested(self) -> bool:
+        return self.signalled or (self.also is not None and bool(self.also()))
+
     def _handler(self, signum, frame):
-        if self.requested:
+        if self.signalled:
             raise KeyboardInterrupt
-        self.requested = True
+        self.signalled = True
 
     def __enter__(self):
         for sig in (signal.SIGINT, getattr(signal, "SIGTERM", None)):
@@ -171,14 +178,15 @@ def check_output_path(path) -> Path:
 
 
 def run_scenario(scenario, output=None, *, threads: int | None = None, progress: bool | None = None,
-                 max_cycles_per_call: int | None = None) -> RunResult:
+                 max_cycles_per_call: int | None = None, stop=None) -> RunResult:
     """Run a validated scenario and write its HDF5 result (rdu scenarios go to meshsim.rdu_run).
 
     output: the result path (default results/NAME.h5); threads: Numba threads (default run.threads,
     0 = all cores); progress: show a progress bar (default: when stderr is a terminal);
-    max_cycles_per_call: the most cycles per kernel call (for rdu, intervals per call).
+    max_cycles_per_call: the most cycles per kernel call (for rdu, intervals per call); stop: a
+    callable asked between kernel calls, True stopping the run as Ctrl-C does.
     Raises InputError for a bad trace or output path before anything is written, and RunInterrupted
-    on Ctrl-C/SIGTERM (the file then holds every cycle done).
+    on Ctrl-C/SIGTERM or `stop` (the file then holds every cycle done).
     """
     t_start = time.perf_counter()
     final = check_output_path(output if output is not None else default_output_path(scenario))
@@ -188,7 +196,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
         n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)
         path, summary = run_rdu(scenario, final, threads=n_threads,
                                 progress=sys.stderr.isatty() if progress is None else progress,
-                                stop_signals=_StopSignals(), chunk=max_cycles_per_call or 65_536)
+                                stop_signals=_StopSignals(stop), chunk=max_cycles_per_call or 65_536)
         return RunResult(path=path, summary=summary)
     inputs = build_inputs(scenario)  # may raise InputError: before any file exists
     n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)
@@ -203,7 +211,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     if progress is None:
         progress = sys.stderr.isatty()
 
-    stop_signals = _StopSignals()
+    stop_signals = _StopSignals(stop)
     pipe = inputs.pipeline
     regions = regions_of(scenario, pipe)
     layers = layers_of(pipe) if pipe is not None else None
