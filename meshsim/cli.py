@@ -131,10 +131,50 @@ def _cmd_roofline(args) -> int:
     return 0
 
 
+def _cmd_sweep(args) -> int:
+    import functools
+
+    from .sweep import SweepInterrupted, dask_client, format_points, format_result, load_sweep, run_sweep
+
+    jobqueue = {"--queue": args.queue, "--account": args.account, "--walltime": args.walltime, "--cores": args.cores,
+                "--memory": args.memory, "--jobs": args.jobs}
+    problems = [f"{k}: applies only with --cluster slurm|pbs" for k, v in jobqueue.items()
+                if v is not None and args.cluster is None]
+    remote = args.scheduler or args.scheduler_file or args.cluster
+    if args.serial and remote:
+        problems.append("--serial: runs the points in this process; it cannot be combined with --scheduler, "
+                        "--scheduler-file or --cluster")
+    if args.workers is not None and (remote or args.serial):
+        problems.append("--workers: applies only to the local cluster (with --cluster, give --jobs and --cores)")
+    if args.dashboard and (args.serial or args.scheduler or args.scheduler_file):
+        problems.append("--dashboard: applies only to a cluster this command starts")
+    if problems:
+        raise InputError(problems)
+    sweep = load_sweep(args.sweep, args.output, threads=args.threads)
+    if args.dry_run:
+        print(format_points(sweep))
+        return 0
+    try:
+        connect = None if args.serial else functools.partial(
+            dask_client, scheduler=args.scheduler, scheduler_file=args.scheduler_file, cluster=args.cluster,
+            workers=args.workers, dashboard=args.dashboard, queue=args.queue, account=args.account,
+            walltime=args.walltime, cores=args.cores, memory=args.memory, jobs=args.jobs or 1)
+        res = run_sweep(sweep, connect=connect, progress=None if not args.quiet else False)
+    except SweepInterrupted as e:
+        print(f"meshsim: {e}", file=sys.stderr)
+        return 130
+    if not args.quiet:
+        print(format_result(res))
+    if res.failed:
+        print(f"meshsim: {res.failed} point(s) failed; their errors are in {sweep.summary_csv}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _cmd_bench(args) -> int:
     from .bench import run_bench
 
-    run_bench(json_out=args.json, quick=args.quick, cycles=args.cycles)
+    run_bench(json_out=args.json, quick=args.quick, cycles=args.cycles, sweep=args.sweep)
     return 0
 
 
@@ -195,10 +235,38 @@ def build_parser() -> argparse.ArgumentParser:
     rf.add_argument("file", nargs="?", help="a scenario (.toml) or result file (.h5)")
     rf.set_defaults(func=_cmd_roofline)
 
+    sw = sub.add_parser("sweep", help="run a scenario at many points of its parameters (a sweep file), on a local "
+                                      "Dask cluster, an existing one, SLURM or PBS")
+    sw.add_argument("sweep", help="sweep TOML file (docs/sweeps.md)")
+    sw.add_argument("--dry-run", action="store_true", help="list the points and which are complete; run nothing")
+    sw.add_argument("-o", "--output", help="results folder (default: the file's sweep.output, else "
+                    "results/sweeps/NAME)")
+    sw.add_argument("--serial", action="store_true", help="run the points one after another in this process, "
+                    "without Dask")
+    sw.add_argument("--workers", type=_positive_int, default=None, help="local cluster: worker processes (default: "
+                    "one per core)")
+    sw.add_argument("--threads", type=_positive_int, default=1, help="Numba threads per point (default 1)")
+    sw.add_argument("--dashboard", action="store_true", help="serve Dask's dashboard (needs bokeh)")
+    where = sw.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run on an existing Dask cluster")
+    where.add_argument("--scheduler-file", metavar="FILE", help="run on the Dask cluster that wrote FILE")
+    where.add_argument("--cluster", choices=("slurm", "pbs"), help="start workers as batch jobs (dask-jobqueue)")
+    sw.add_argument("--queue", help="--cluster: the queue (SLURM partition)")
+    sw.add_argument("--account", help="--cluster: the account to charge")
+    sw.add_argument("--walltime", help="--cluster: each job's time limit, e.g. 01:00:00")
+    sw.add_argument("--cores", type=_positive_int, default=None, help="--cluster: cores per job, one "
+                    "single-threaded worker each")
+    sw.add_argument("--memory", help="--cluster: memory per job, e.g. 16GB")
+    sw.add_argument("--jobs", type=_positive_int, default=None, help="--cluster: batch jobs to start (default 1)")
+    sw.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no closing summary")
+    sw.set_defaults(func=_cmd_sweep)
+
     b = sub.add_parser("bench", help="measure simulation speed, compile time, memory and output overhead")
     b.add_argument("--json", action="store_true", help="print the figures as JSON")
     b.add_argument("--quick", action="store_true", help="a small grid instead of the full fabric (for checking)")
     b.add_argument("--cycles", type=_positive_int, default=300, help="cycles per speed measurement (default 300)")
+    b.add_argument("--sweep", action="store_true", help="instead, the sweep figures: per-point overhead on the local "
+                   "cluster, and a 16-point sweep against running its points one after another")
     b.set_defaults(func=_cmd_bench)
     return p
 

@@ -20,6 +20,11 @@ def test_every_scenario_the_readme_names_validates():
     text = (ROOT / "README.md").read_text()
     names = sorted({w.strip("`") for w in text.split() if w.strip("`").startswith("scenarios/")
                     and w.strip("`").endswith(".toml")})
-    assert "scenarios/wse2_uniform.toml" in names
+    assert "scenarios/wse2_uniform.toml" in names and "scenarios/sweeps/noc_load.toml" in names
     for name in names:
-        load_scenario(ROOT / name)
+        if name.startswith("scenarios/sweeps/"):
+            from meshsim.sweep import load_sweep
+
+            load_sweep(ROOT / name)
+        else:
+            load_scenario(ROOT / name)

@@ -1,0 +1,836 @@
+"""Sweeps: one scenario run at many points of its parameters, serially or through Dask (DESIGN.md
+section 7; the file format is in docs/sweeps.md).
+
+A sweep is a flat list of points, each an id, the overrides it applies to the base scenario and its
+seed. `run_point` is the one pure function that runs a point, in this process or on a Dask worker:
+it writes the point's own result file and returns the path and the summary row, never arrays.
+`run_sweep` hands the points that are not yet complete to Dask (or runs them one after another),
+collects the rows by point id and writes the summary table (CSV and HDF5) as points finish.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import csv
+import datetime
+import hashlib
+import itertools
+import json
+import math
+import os
+import time
+import tomllib
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import tomli_w
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from . import __version__
+from .errors import InputError
+
+#: Keys of the [sweep] table: (type, description). docs/sweeps.md lists the same.
+SWEEP_KEYS = {
+    "base": (str, "the base scenario file, relative to the sweep file (or an inline [base] table)"),
+    "name": (str, "the sweep's name (default: the sweep file's stem)"),
+    "output": (str, "the folder of the results, relative to the current folder (default results/sweeps/NAME)"),
+    "repetitions": (int, "runs of every point, each with its own seed (default 1)"),
+    "seeds": (str, '"per_point" (default) or "shared"'),
+}
+TABLES = ("sweep", "base", "set", "grid", "zip")
+SEED_MODES = ("per_point", "shared")
+SEED_KEY = "run.seed"
+ID_LENGTH = 12
+
+# Columns of the summary table that describe the point rather than its result.
+INFO_FIRST = ("point_id", "repetition", "seed")
+INFO_LAST = ("status", "run_seconds", "path", "error", "traceback")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of a sweep: everything a worker needs, picklable, no open files.
+
+    id: the stable point id, a hash of the resolved overrides (seed included).
+    params: the swept (key, value) pairs ([grid] and [zip]) as resolved, in the sweep's key order.
+    overrides: every (key, value) applied to the base: [set], then the swept values, then run.seed.
+    base_text / base_path: the base scenario's text, and the path that names it in messages and
+        anchors a relative trace file (None for an inline base).
+    output: the absolute path of the point's result file.
+    resolved: the point's fully resolved scenario as TOML; a worker refuses to run a point that it
+        resolves differently (another meshsim version), and a rerun reruns a file that holds another.
+    """
+
+    id: str
+    index: int
+    repetition: int
+    seed: int
+    params: tuple
+    overrides: tuple
+    base_text: str
+    base_path: str | None
+    output: str
+    resolved: str
+    threads: int = 1
+
+
+@dataclass
+class Sweep:
+    """A validated sweep file: its points in order (grid, then zip rows, then repetitions)."""
+
+    path: str
+    name: str
+    text: str
+    output: Path
+    keys: list
+    points: list
+    repetitions: int
+    seeds: str
+    shape: dict = field(default_factory=dict)
+
+    @property
+    def summary_csv(self) -> Path:
+        return self.output / "summary.csv"
+
+    @property
+    def summary_h5(self) -> Path:
+        return self.output / "summary.h5"
+
+
+class SweepInterrupted(Exception):
+    """Ctrl-C stopped the sweep; every finished point is kept and listed in the summary."""
+
+    def __init__(self, sweep: Sweep, n_done: int):
+        self.sweep = sweep
+        super().__init__(f"interrupted: {n_done} of {len(sweep.points)} points complete; the summary is "
+                         f"{sweep.summary_csv}; run the sweep again to finish it")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading and validating
+
+
+def load_sweep(path, output=None, threads: int = 1) -> Sweep:
+    """Read and validate a sweep file and every one of its points (DESIGN.md section 7).
+
+    output: the results folder, overriding the file's `sweep.output`. threads: Numba threads per
+    point. Raises InputError with every problem found, each naming the file, the key and what is
+    allowed, before anything runs or is written.
+    """
+    from .scenario import _closest, _read_text, _toml_repr, load_scenario
+
+    where = str(path)
+    text = _read_text(path, where).replace("\r\n", "\n")
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{where}: invalid TOML: {e}") from None
+    problems = []
+    for table in raw:
+        if table not in TABLES:
+            near = _closest(table, TABLES)
+            hint = f" (did you mean [{near}]?)" if near else ""
+            problems.append(f"{where}: [{table}]: unknown table{hint}; allowed: {', '.join(f'[{t}]' for t in TABLES)}")
+        elif not isinstance(raw[table], dict):
+            problems.append(f"{where}: {table} = {_toml_repr(raw[table])}: must be a table, written [{table}]")
+    meta = raw.get("sweep", {}) if isinstance(raw.get("sweep"), dict) else {}
+    for key, value in meta.items():
+        if key not in SWEEP_KEYS:
+            near = _closest(key, SWEEP_KEYS)
+            hint = f" (did you mean sweep.{near}?)" if near else ""
+            problems.append(f"{where}: sweep.{key}: unknown key{hint}; allowed: {', '.join(SWEEP_KEYS)}")
+        elif not isinstance(value, SWEEP_KEYS[key][0]) or isinstance(value, bool):
+            problems.append(f"{where}: sweep.{key} = {_toml_repr(value)}: must be "
+                            f"{'an integer' if SWEEP_KEYS[key][0] is int else 'a string'}: {SWEEP_KEYS[key][1]}")
+    repetitions = meta.get("repetitions", 1)
+    if isinstance(repetitions, int) and not isinstance(repetitions, bool) and not 1 <= repetitions <= 10_000:
+        problems.append(f"{where}: sweep.repetitions = {repetitions}: must be an integer in [1, 10000]")
+    seeds = meta.get("seeds", "per_point")
+    if isinstance(seeds, str) and seeds not in SEED_MODES:
+        problems.append(f"{where}: sweep.seeds = {_toml_repr(seeds)}: must be one of "
+                        f"{', '.join(repr(s) for s in SEED_MODES)}")
+    name = meta.get("name", Path(where).stem)
+    if isinstance(name, str) and (not name.strip() or "/" in name or name in (".", "..")):
+        problems.append(f"{where}: sweep.name = {_toml_repr(name)}: must be a non-empty name without '/'")
+
+    # The base scenario: a file, or an inline [base] table; exactly one.
+    base_text, base_path = None, None
+    if "base" in meta and "base" in raw:
+        problems.append(f"{where}: sweep.base and [base]: give the base scenario once, as a file or inline")
+    elif isinstance(meta.get("base"), str):
+        base_path = str(Path(where).parent / meta["base"])
+        try:
+            base_text = _read_text(base_path, f"{where}: sweep.base = {_toml_repr(meta['base'])}")
+        except InputError as e:
+            problems.extend(e.problems)
+    elif isinstance(raw.get("base"), dict):
+        base_text, base_path = tomli_w.dumps(raw["base"]), where
+    elif "base" not in meta:
+        problems.append(f"{where}: no base scenario: give sweep.base = \"FILE.toml\" or an inline [base] table")
+
+    fixed = _override_table(raw, "set", where, problems, lists=False)
+    grid = _override_table(raw, "grid", where, problems, lists=True)
+    zipped = _override_table(raw, "zip", where, problems, lists=True)
+    lengths = {len(v) for v in zipped.values()}
+    if len(lengths) > 1:
+        problems.append(f"{where}: [zip]: every list must have the same length; the lengths are "
+                        + ", ".join(f"{k} {len(v)}" for k, v in zipped.items()))
+    seen = {}
+    for table, keys in (("set", fixed), ("grid", grid), ("zip", zipped)):
+        for key in keys:
+            if key in seen:
+                problems.append(f"{where}: {key}: is in both [{seen[key]}] and [{table}]; give each key once")
+            seen.setdefault(key, table)
+    swept = [*grid, *zipped]
+    seed_given = SEED_KEY in seen
+    if seed_given and SEED_KEY in swept and isinstance(repetitions, int) and repetitions > 1:
+        problems.append(f"{where}: sweep.repetitions = {repetitions}: {SEED_KEY} is swept, so the seeds are given; "
+                        "leave repetitions at 1 or stop sweeping the seed")
+    if problems:
+        raise InputError(problems)
+
+    # Every point, validated as a scenario; problems are reported once however many points share them.
+    combos = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+    rows = [dict(zip(zipped, values, strict=True)) for values in zip(*zipped.values(), strict=True)] or [{}]
+    out_dir = Path(output if output is not None else meta.get("output", f"results/sweeps/{name}")).absolute()
+    try:
+        base = load_scenario(base_path, list(fixed.items()), text=base_text)
+    except InputError as e:
+        raise InputError([_in_sweep(m, where, seen) for m in e.problems]) from None
+    base_seed = base.get("run", "seed")
+    points, problems, ids = [], [], {}
+    for combo in combos:
+        for row in rows:
+            swept_values = {**combo, **row}
+            for rep in range(repetitions):
+                given = [*fixed.items(), *swept_values.items()]
+                try:
+                    sc = load_scenario(base_path, given, text=base_text)
+                except InputError as e:
+                    problems.extend(_in_sweep(m, where, seen) for m in e.problems)
+                    continue
+                params = tuple((k, _resolved(sc, k)) for k in swept)
+                if seed_given:
+                    seed = sc.get("run", "seed")
+                else:
+                    seed = derive_seed(base_seed, params, rep, seeds)
+                    sc = load_scenario(base_path, [*given, (SEED_KEY, seed)], text=base_text)
+                resolved_overrides = tuple((k, _resolved(sc, k)) for k, _ in given)
+                if not seed_given:
+                    resolved_overrides += ((SEED_KEY, seed),)
+                pid = point_id(resolved_overrides)
+                label = ", ".join(f"{k}={_toml_repr(v)}" for k, v in params) or "the base scenario"
+                if pid in ids:
+                    problems.append(f"{where}: the points {ids[pid]} and {label} (repetition {rep}) are the same run; "
+                                    "remove the repeated values")
+                    continue
+                ids[pid] = f"{label} (repetition {rep})"
+                points.append(Point(id=pid, index=len(points), repetition=rep, seed=seed, params=params,
+                                    overrides=resolved_overrides, base_text=base_text, base_path=base_path,
+                                    output=str(out_dir / "points" / f"{pid}.h5"), resolved=sc.resolved_toml(),
+                                    threads=threads))
+    if problems:
+        raise InputError(list(dict.fromkeys(problems)))
+    _check_output_folder(out_dir)
+    return Sweep(path=where, name=name, text=text, output=out_dir, keys=swept, points=points,
+                 repetitions=repetitions, seeds=seeds,
+                 shape={"grid": [len(v) for v in grid.values()], "zip": len(rows) if zipped else 0})
+
+
+def _override_table(raw, table, where, problems, lists: bool) -> dict:
+    """The `section.key` -> values of a [set], [grid] or [zip] table. Keys may be written dotted
+    (`migration.threshold = [...]`, read by TOML as a nested table) or quoted ("migration.threshold")."""
+    from .params import PARAMS, sections
+    from .scenario import _toml_repr, _unknown_key, _unknown_section
+
+    content = raw.get(table, {})
+    if not isinstance(content, dict):
+        return {}
+    flat = {}
+    for k, v in content.items():
+        if isinstance(v, dict) and "." not in k:
+            for k2, v2 in v.items():
+                flat[f"{k}.{k2}"] = v2
+        else:
+            flat[k] = v
+    known = {p.path for p in PARAMS}
+    out = {}
+    for key, values in flat.items():
+        section, _, name = key.partition(".")
+        if key not in known:
+            why = _unknown_section(section) if section not in sections() else _unknown_key(section, name)
+            problems.append(f"{where}: [{table}] {key}: {why}")
+            continue
+        if lists:
+            if not isinstance(values, list) or not values:
+                problems.append(f"{where}: [{table}] {key} = {_toml_repr(values)}: must be a non-empty list of the "
+                                f"values to run, e.g. {key} = [1, 2]")
+                continue
+        out[key] = values
+    return out
+
+
+def _in_sweep(message: str, where: str, tables: dict) -> str:
+    """A scenario problem restated for the sweep file: `override KEY=V: ...` names its table."""
+    if message.startswith("override "):
+        shown = message[len("override "):]
+        key = shown.partition("=")[0]
+        at = shown.find(f": {key} = ")  # the usual "KEY = VALUE: what is allowed": say the key once
+        return f"{where}: [{tables.get(key, 'set')}] {shown[at + 2:] if at >= 0 else shown}"
+    return message
+
+
+def _resolved(scenario, key: str):
+    section, _, name = key.partition(".")
+    return scenario.get(section, name)
+
+
+def _check_output_folder(out: Path) -> None:
+    for p in (out, *out.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise InputError(f"{out}: {p} is a file, not a folder; give the sweep another output folder")
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise InputError(f"{out}: cannot write in {p} (permission denied)")
+            return
+
+
+def _canonical(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def point_id(overrides) -> str:
+    """The stable id of a point: the first 12 hex digits of SHA-256 over its resolved overrides
+    (key order does not matter; 2 and 2.0 for a float key are the same value once resolved)."""
+    return hashlib.sha256(_canonical(sorted([k, v] for k, v in overrides)).encode()).hexdigest()[:ID_LENGTH]
+
+
+def derive_seed(base_seed: int, params, repetition: int, mode: str = "per_point") -> int:
+    """A point's seed (DESIGN.md section 7). "per_point": from SHA-256 over the base seed, the swept
+    values and the repetition, so every run of the sweep draws its own numbers; "shared": the base
+    seed plus the repetition, so all points of a repetition see the same draws (paired comparisons)."""
+    if mode == "shared":
+        return (base_seed + repetition) % 2**63
+    digest = hashlib.sha256(_canonical([base_seed, sorted([k, v] for k, v in params), repetition]).encode()).digest()
+    return int.from_bytes(digest[:8], "big") & (2**63 - 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running one point
+
+
+def point_status(point: Point) -> str:
+    """"complete", "stale" (complete, but of another scenario), "incomplete" or "new"."""
+    import h5py
+
+    from .output import incomplete_path
+
+    final = Path(point.output)
+    if final.exists():
+        try:
+            with h5py.File(final, "r") as f:
+                complete = bool(f.attrs.get("complete", False))
+                resolved = f.attrs.get("scenario_resolved", "")
+        except OSError:
+            return "incomplete"
+        if not complete:
+            return "incomplete"
+        return "complete" if resolved == point.resolved else "stale"
+    return "incomplete" if incomplete_path(final).exists() else "new"
+
+
+def row_of_file(path) -> dict:
+    """The summary row of a complete point file: every scalar of its /summary group."""
+    from .report import read_summary
+
+    _, summary = read_summary(path)
+    return {k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))}
+
+
+# Stop requests in a worker process: every run (Ctrl-C reached the worker of a cluster this process
+# started), or the runs of one sweep (its client asked, by token). Read between kernel calls.
+_STOP = {"all": False, "tokens": set()}
+# Points of each sweep token running in this process, so that a stopping sweep can wait for them to
+# close their files before it shuts its cluster down.
+_RUNNING = collections.Counter()
+
+
+def _request_stop(token: str) -> None:
+    _STOP["tokens"].add(token)
+
+
+def _running(token: str) -> int:
+    return _RUNNING[token]
+
+
+def run_point(point: Point, token: str | None = None) -> dict:
+    """Run one point and write its result file; return its summary row (DESIGN.md section 7).
+
+    Pure: the same point gives the same file wherever it runs. A point that raises is returned as a
+    row with status "failed", its error and its traceback, so that the sweep goes on; Ctrl-C, and a
+    stop asked for the sweep `token`, end the run at its next kernel-call boundary with an
+    incomplete file, and are passed up (RunInterrupted).
+    """
+    from .engine import RunInterrupted, run_scenario
+    from .scenario import load_scenario
+
+    row = {"point_id": point.id, "status": "failed", "path": point.output}
+
+    def stop():
+        return _STOP["all"] or token in _STOP["tokens"]
+
+    if stop():  # queued before the sweep stopped: leave no file behind
+        return {"point_id": point.id, "status": "not run", "path": point.output}
+    _RUNNING[token] += 1
+    try:
+        sc = load_scenario(point.base_path, list(point.overrides), text=point.base_text)
+        if sc.resolved_toml() != point.resolved:
+            raise InputError(f"point {point.id}: this meshsim ({__version__}) resolves the point differently from "
+                             "the one that read the sweep; run the same meshsim version everywhere")
+        t0 = time.perf_counter()
+        run_scenario(sc, point.output, threads=point.threads, progress=False, stop=stop)
+        row["run_seconds"] = time.perf_counter() - t0
+        row.update(row_of_file(point.output))
+        row["status"] = "done"
+    except (KeyboardInterrupt, RunInterrupted):
+        raise
+    except InputError as e:
+        row.update(error="; ".join(e.problems), traceback="")
+    except Exception as e:  # a bug or a resource failure in one point must not stop the others
+        row.update(error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+    finally:
+        _RUNNING[token] -= 1
+    return row
+
+
+def _failed_row(point: Point, error: BaseException) -> dict:
+    """The row of a point whose task itself failed (its worker died every time it ran it)."""
+    return {"point_id": point.id, "status": "failed", "path": point.output,
+            "error": f"{type(error).__name__}: {error}",
+            "traceback": "".join(traceback.format_exception(error))}
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a sweep
+
+
+@dataclass
+class SweepResult:
+    """What a sweep did: a row per point (by id), and counts and times for the closing line."""
+
+    sweep: Sweep
+    rows: dict
+    skipped: int
+    ran: int
+    failed: int
+    wall_seconds: float
+    workers: int
+
+    @property
+    def run_seconds(self) -> float:
+        return sum(r.get("run_seconds", 0.0) for r in self.rows.values() if r.get("_ran"))
+
+    @property
+    def overhead_per_point(self) -> float:
+        """Seconds per point beyond the runs themselves: (wall x workers - run time) / points run.
+        Scheduling, worker start-up, reading the scenario and writing the row all count."""
+        if not self.ran:
+            return 0.0
+        return (self.wall_seconds * max(self.workers, 1) - self.run_seconds) / self.ran
+
+
+def run_sweep(sweep: Sweep, *, client=None, connect=None, progress: bool | None = None, on_row=None) -> SweepResult:
+    """Run every point that is not complete and write the summary table (DESIGN.md section 7).
+
+    client: a `distributed.Client` to run the points on; connect: instead, a callable returning a
+    context manager that yields one (such as `dask_client`), entered only if a point needs running;
+    with neither, the points run one after another in this process. on_row(point, row) is
+    called as each point finishes. Complete points whose file holds the same scenario are skipped
+    and their rows read from their files. Ctrl-C cancels what is queued or running, writes the
+    summary of what finished, and raises SweepInterrupted.
+    """
+    import sys
+
+    from tqdm import tqdm
+
+    from .engine import RunInterrupted
+
+    t0 = time.perf_counter()
+    rows, todo = {}, []
+    for p in sweep.points:
+        if point_status(p) == "complete":
+            try:
+                rows[p.id] = {"point_id": p.id, "status": "done", "path": p.output, **row_of_file(p.output)}
+                continue
+            except InputError:  # complete but without a summary: run it again
+                pass
+        todo.append(p)
+        rows[p.id] = {"point_id": p.id, "status": "not run", "path": p.output}
+    skipped = len(sweep.points) - len(todo)
+    if progress is None:
+        progress = sys.stderr.isatty()
+    bar = tqdm(total=len(sweep.points), initial=skipped, unit="point", disable=not progress, file=sys.stderr,
+               dynamic_ncols=True, desc=sweep.name)
+    last_write = [0.0]
+    counts = {"ran": 0, "failed": 0}
+
+    def record(point, row):
+        row["_ran"] = True
+        rows[point.id] = row
+        counts["ran"] += 1
+        counts["failed"] += row["status"] != "done"
+        bar.update(1)
+        if on_row is not None:
+            on_row(point, row)
+        if time.perf_counter() - last_write[0] > 1.0:  # at most once a second: cheap, and Ctrl-C-proof
+            write_summary(sweep, rows)
+            last_write[0] = time.perf_counter()
+
+    n_workers = [1]
+
+    def on(c):
+        n_workers[0] = max(n_workers[0], len(c.scheduler_info().get("workers", {})))
+        _run_on(c, todo, record)
+
+    try:
+        if client is not None:
+            on(client)
+        elif connect is not None and todo:
+            with connect() as c:
+                on(c)
+        else:
+            for p in todo:
+                record(p, run_point(p))
+    except (KeyboardInterrupt, RunInterrupted) as e:
+        bar.close()
+        _keep_partial(rows, sweep)
+        write_summary(sweep, rows)
+        raise SweepInterrupted(sweep, sum(r["status"] == "done" for r in rows.values())) from e
+    bar.close()
+    write_summary(sweep, rows)
+    return SweepResult(sweep=sweep, rows=rows, skipped=skipped, ran=counts["ran"], failed=counts["failed"],
+                       wall_seconds=time.perf_counter() - t0, workers=n_workers[0])
+
+
+def _keep_partial(rows: dict, sweep: Sweep) -> None:
+    """After Ctrl-C, the rows of the points that did not report: complete if their file is (a
+    worker may finish its point as the sweep stops), interrupted if they left an incomplete file."""
+    from .output import incomplete_path
+
+    for p in sweep.points:
+        r = rows[p.id]
+        if r["status"] != "not run":
+            continue
+        if point_status(p) == "complete":
+            try:
+                r.update(status="done", **row_of_file(p.output))
+                continue
+            except InputError:
+                pass
+        if incomplete_path(Path(p.output)).exists():
+            r.update(status="interrupted", path=str(incomplete_path(Path(p.output))))
+
+
+def _run_on(client, todo, record) -> None:
+    """Submit every point to the Dask cluster and record each as it finishes. A worker that dies is
+    replaced by its nanny and its point rescheduled by Dask; a point that kills its worker every time
+    (distributed.scheduler.allowed-failures) is recorded as failed."""
+    import uuid
+
+    from distributed import as_completed
+
+    token = uuid.uuid4().hex[:8]
+    futures = {client.submit(run_point, p, token, key=f"meshsim-point-{p.id}-{token}", pure=False): p for p in todo}
+    try:
+        for fut in as_completed(futures):
+            p = futures[fut]
+            try:
+                row = fut.result()
+            except Exception as e:  # distributed.KilledWorker, or a worker that cannot import meshsim
+                row = _failed_row(p, e)
+            fut.release()
+            record(p, row)
+    except BaseException:
+        # The points already running stop at their next kernel-call boundary and close their files
+        # (marked incomplete) before the cluster goes: a worker killed mid-write could leave its
+        # file locked. Queued points are dropped.
+        try:
+            client.run(_request_stop, token)
+            client.cancel(list(futures), force=True)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and any(client.run(_running, token).values()):
+                time.sleep(0.1)
+        except Exception:  # a worker that is going away has nothing left to stop
+            pass
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the points run
+
+
+@contextlib.contextmanager
+def dask_client(*, scheduler: str | None = None, scheduler_file: str | None = None, cluster: str | None = None,
+                workers: int | None = None, dashboard: bool = False, queue: str | None = None,
+                account: str | None = None, walltime: str | None = None, cores: int | None = None,
+                memory: str | None = None, jobs: int = 1):
+    """A `distributed.Client` for a sweep, closed (with any cluster it started) on leaving.
+
+    Default: an embedded LocalCluster on loopback with one single-threaded worker process per core
+    (`workers` to change it) and no dashboard unless `dashboard`. `scheduler` (tcp://HOST:PORT) or
+    `scheduler_file` joins a running cluster. `cluster` = "slurm" or "pbs" starts `jobs` batch jobs
+    through dask-jobqueue, each with `cores` single-threaded worker processes; queue, account,
+    walltime and memory go to the job script (unset ones come from dask-jobqueue's configuration).
+    Workers find Numba's compiled kernels in the on-disk cache beside the package, or in
+    NUMBA_CACHE_DIR, which the job scripts export when it is set here.
+    """
+    import logging
+
+    from distributed import Client
+
+    if scheduler is not None or scheduler_file is not None:
+        if scheduler_file is not None and not Path(scheduler_file).is_file():
+            raise InputError(f"--scheduler-file {scheduler_file}: no such file (the scheduler writes it when it "
+                             "starts: dask scheduler --scheduler-file FILE)")
+        what = f"--scheduler {scheduler}" if scheduler is not None else f"--scheduler-file {scheduler_file}"
+        try:
+            client = Client(scheduler, scheduler_file=scheduler_file, timeout="20s")
+        except (OSError, TimeoutError, ValueError) as e:
+            raise InputError(f"{what}: cannot connect to the Dask scheduler ({e})") from None
+        with client:
+            _check_worker_versions(client, what)
+            yield client
+        return
+    if cluster is not None:
+        with _jobqueue_cluster(cluster, queue=queue, account=account, walltime=walltime, cores=cores, memory=memory,
+                               dashboard=dashboard) as jc:
+            jc.scale(jobs=jobs)
+            with Client(jc) as client:
+                yield client
+        return
+    from distributed import LocalCluster
+
+    if dashboard:
+        import importlib.util
+
+        if importlib.util.find_spec("bokeh") is None:
+            raise InputError("--dashboard: Dask's dashboard needs bokeh; install it with pip install bokeh")
+    n = workers or _cores()
+    # Without --dashboard the scheduler's HTTP server (health checks only) takes any free loopback port.
+    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=":8787" if dashboard else ":0", scheduler_kwargs={"dashboard": dashboard},
+                      silence_logs=logging.ERROR) as lc:
+        with Client(lc) as client:
+            client.register_plugin(StopOnInterrupt(), name="meshsim-stop-on-interrupt")
+            if dashboard:
+                import sys
+
+                print(f"dashboard: {client.dashboard_link}", file=sys.stderr)
+            yield client
+
+
+class StopOnInterrupt(WorkerPlugin):
+    """A Dask worker plugin for the workers of a cluster this process starts: Ctrl-C on a terminal
+    reaches every process of the group; a worker then stops its run at the next kernel-call boundary
+    (keeping an incomplete file) instead of dying, and the sweep shuts the cluster down. Set up again
+    on every worker the nanny restarts."""
+
+    def setup(self, worker):
+        import signal
+
+        signal.signal(signal.SIGINT, _stop_all)
+
+
+def _stop_all(signum, frame) -> None:
+    _STOP["all"] = True
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _worker_version() -> str:
+    from meshsim import __version__ as v
+
+    return v
+
+
+def _check_worker_versions(client, what: str) -> None:
+    """Every worker must run this meshsim: another version could resolve or run a point differently."""
+    try:
+        versions = client.run(_worker_version)
+    except Exception as e:  # a worker without meshsim cannot even import the function
+        raise InputError(f"{what}: the workers cannot run meshsim ({type(e).__name__}: {e}); install this meshsim "
+                         f"({__version__}) in the workers' environment") from None
+    other = {addr: v for addr, v in versions.items() if v != __version__}
+    if other:
+        raise InputError(f"{what}: workers run another meshsim version ({', '.join(sorted(set(other.values())))}); "
+                         f"this one is {__version__}")
+
+
+def _jobqueue_cluster(kind: str, *, queue, account, walltime, cores, memory, dashboard):
+    """A dask-jobqueue cluster of `kind` (slurm or pbs), not yet scaled."""
+    import shlex
+    import sys
+
+    try:
+        import dask_jobqueue
+    except ImportError:
+        raise InputError(f"--cluster {kind}: needs dask-jobqueue; install it with pip install 'meshsim[cluster]'") \
+            from None
+    cls = {"slurm": dask_jobqueue.SLURMCluster, "pbs": dask_jobqueue.PBSCluster}[kind]
+    prologue = ["export NUMBA_NUM_THREADS=1"] if cores is not None else []
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        prologue.append(f"export NUMBA_CACHE_DIR={shlex.quote(os.environ['NUMBA_CACHE_DIR'])}")
+    kw = dict(queue=queue, account=account, walltime=walltime, cores=cores, memory=memory,
+              processes=cores, python=sys.executable, job_script_prologue=prologue,
+              scheduler_options={"dashboard": dashboard, "dashboard_address": ":8787" if dashboard else ":0"},
+              job_name="meshsim")
+    kw = {k: v for k, v in kw.items() if v is not None}
+    try:
+        return cls(**kw)
+    except ValueError as e:  # e.g. no cores or memory given here or in the jobqueue configuration
+        why = " ".join(str(e).split())
+        if "cores" in why or "memory" in why:
+            why += " (give --cores and --memory, or set them in dask-jobqueue's configuration)"
+        raise InputError(f"--cluster {kind}: {why}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# The summary table
+
+
+def table_columns(sweep: Sweep, rows: dict) -> list:
+    """point_id, repetition, seed, the swept keys, status, the summary figures (the stable names of
+    DESIGN.md section 5 first, then the rest as they first appear), run_seconds, path, error,
+    traceback."""
+    from .report import STABLE_SUMMARY_KEYS
+
+    metrics = dict.fromkeys(k for k in STABLE_SUMMARY_KEYS if any(k in r for r in rows.values()))
+    for r in rows.values():
+        for k in r:
+            if k not in INFO_FIRST and k not in INFO_LAST and not k.startswith("_") and k not in sweep.keys:
+                metrics.setdefault(k, None)
+    return [*INFO_FIRST, *sweep.keys, "status", *metrics, *INFO_LAST[1:]]
+
+
+def table_rows(sweep: Sweep, rows: dict) -> list:
+    """One dict per point, in the sweep's order, with the point's parameters filled in."""
+    out = []
+    for p in sweep.points:
+        r = dict(rows.get(p.id, {"status": "not run", "path": p.output}))
+        r.update(point_id=p.id, repetition=p.repetition, seed=p.seed, **dict(p.params))
+        out.append(r)
+    return out
+
+
+def _csv_value(v):
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return json.dumps(v)
+    return v
+
+
+def write_summary(sweep: Sweep, rows: dict) -> tuple[Path, Path]:
+    """Write summary.csv and summary.h5 in the sweep's folder, each through a temporary name, so a
+    reader never sees half a table. The HDF5 table has one dataset per column along `point`."""
+    import h5py
+
+    sweep.output.mkdir(parents=True, exist_ok=True)
+    cols = table_columns(sweep, rows)
+    table = table_rows(sweep, rows)
+    tmp = sweep.summary_csv.with_name(".summary.csv.tmp")
+    with open(tmp, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for r in table:
+            w.writerow([_csv_value(r.get(c)) for c in cols])
+    os.replace(tmp, sweep.summary_csv)
+
+    tmp = sweep.summary_h5.with_name(".summary.h5.tmp")
+    with h5py.File(tmp, "w") as f:
+        f.attrs["meshsim_version"] = __version__
+        f.attrs["sweep_name"] = sweep.name
+        f.attrs["sweep_path"] = sweep.path
+        f.attrs["sweep_text"] = sweep.text
+        f.attrs["columns"] = cols
+        f.attrs["parameters"] = list(sweep.keys)
+        f.attrs["points"] = len(table)
+        f.attrs["complete"] = sum(r.get("status") == "done" for r in table)
+        f.attrs["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        g = f.create_group("table")
+        for c in cols:
+            values = [r.get(c) for r in table]
+            ds = g.create_dataset(c, data=_column_array(values))
+            ds.attrs["role"] = ("parameter" if c in sweep.keys else "point" if c in INFO_FIRST or c in INFO_LAST
+                                else "summary")
+    os.replace(tmp, sweep.summary_h5)
+    return sweep.summary_csv, sweep.summary_h5
+
+
+def _column_array(values):
+    """int64 if every value is an integer, float64 (NaN where missing) if every one is a number,
+    else UTF-8 strings ("" where missing; lists as JSON)."""
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present) and len(present) == len(values):
+        return np.array(values, np.int64)
+    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        return np.array([math.nan if v is None else float(v) for v in values], np.float64)
+    import h5py
+
+    text = ["" if v is None else json.dumps(v) if isinstance(v, (list, tuple)) else str(v) for v in values]
+    return np.array(text, dtype=h5py.string_dtype())
+
+
+# ---------------------------------------------------------------------------------------------
+# Listing
+
+
+def format_points(sweep: Sweep, statuses=None) -> str:
+    """The dry run: one line per point with its id, repetition, seed, values and status."""
+    from .scenario import _toml_repr
+
+    statuses = statuses or {p.id: point_status(p) for p in sweep.points}
+    n_complete = sum(s == "complete" for s in statuses.values())
+    shape = " x ".join(str(n) for n in sweep.shape["grid"]) or ""
+    if sweep.shape["zip"]:
+        shape = f"{shape} x {sweep.shape['zip']} zipped" if shape else f"{sweep.shape['zip']} zipped"
+    if sweep.repetitions > 1:
+        shape = f"{shape or '1'} x {sweep.repetitions} repetitions"
+    head = [f"{sweep.path}: {len(sweep.points)} points" + (f" ({shape})" if shape else "")
+            + f", seeds {sweep.seeds}; results in {sweep.output}; {n_complete} complete"]
+    cols = ["#", "point_id", "rep", "seed", *sweep.keys, "status"]
+    body = [[str(p.index), p.id, str(p.repetition), str(p.seed), *[_toml_repr(v) for _, v in p.params],
+             statuses[p.id]] for p in sweep.points]
+    widths = [max(len(c), *(len(r[i]) for r in body)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in body]
+    return "\n".join(head + lines)
+
+
+def format_result(res: SweepResult) -> str:
+    """The closing lines of a sweep: counts, where the table is, time and overhead per point."""
+    sw = res.sweep
+    done = sum(r.get("status") == "done" for r in res.rows.values())
+    lines = [f"{sw.name}: {done} of {len(sw.points)} points complete ({res.ran} run, {res.skipped} already "
+             f"complete, {res.failed} failed)"]
+    if res.ran:
+        lines.append(f"{res.wall_seconds:.1f} s on {res.workers} worker(s); the runs took {res.run_seconds:.1f} s; "
+                     f"overhead {res.overhead_per_point:.2f} s per point")
+    for p in sw.points:
+        r = res.rows[p.id]
+        if r.get("status") == "failed" and r.get("_ran"):
+            lines.append(f"failed {p.id} ({', '.join(f'{k}={v}' for k, v in p.params) or 'base'}): {r.get('error')}")
+    lines.append(f"summary: {sw.summary_csv} and {sw.summary_h5}")
+    return "\n".join(lines)

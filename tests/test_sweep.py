@@ -1,0 +1,507 @@
+"""Sweeps (DESIGN.md section 7, docs/sweeps.md): the file format and its errors, point ids and
+seeds, the summary table, failures, restarts, Ctrl-C, a killed worker, and bit-identical results
+serially and on Dask clusters of different sizes."""
+
+import csv
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from test_determinism import assert_identical, contents
+
+from meshsim.cli import main
+from meshsim.errors import InputError
+from meshsim.report import read_summary
+from meshsim.sweep import (
+    derive_seed,
+    load_sweep,
+    point_id,
+    point_status,
+    run_sweep,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BASE = """
+[run]
+cycles = 300
+seed = 5
+window_cycles = 50
+[machine]
+rows = 24
+cols = 12
+queue_capacity = 6
+[migration]
+policy = "least_loaded"
+threshold = 2
+[workload]
+type = "skewed"
+injection_rate = 0.1
+sigma = 1.0
+work_distribution = "uniform"
+work_min_cycles = 1
+work_max_cycles = 10
+[output]
+frame_every_cycles = 100
+flush_every_cycles = 100
+"""
+
+
+def write(tmp_path, sweep_text, base=BASE, name="s.toml"):
+    (tmp_path / "base.toml").write_text(base)
+    path = tmp_path / name
+    path.write_text(sweep_text)
+    return path
+
+
+def problems(path, **kw):
+    with pytest.raises(InputError) as e:
+        load_sweep(path, **kw)
+    return e.value.problems
+
+
+def read_csv(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+# ---------------------------------------------------------------------------------------------
+# The file
+
+
+def test_grid_is_a_cartesian_product_zip_runs_alongside_and_repetitions_are_innermost(tmp_path):
+    path = write(tmp_path, """
+[sweep]
+base = "base.toml"
+repetitions = 2
+output = "out"
+[set]
+run.cycles = 200
+[grid]
+migration.threshold = [1, 3]
+"machine.hop_latency_cycles" = [1, 2]
+[zip]
+workload.injection_rate = [0.05, 0.1]
+workload.sigma = [0.5, 1.5]
+""")
+    sw = load_sweep(path)
+    assert sw.keys == ["migration.threshold", "machine.hop_latency_cycles", "workload.injection_rate",
+                       "workload.sigma"]
+    assert len(sw.points) == 2 * 2 * 2 * 2
+    first = [dict(p.params) for p in sw.points[:4]]
+    assert first[0] == {"migration.threshold": 1, "machine.hop_latency_cycles": 1, "workload.injection_rate": 0.05,
+                        "workload.sigma": 0.5}
+    assert first[1] == first[0] and [p.repetition for p in sw.points[:4]] == [0, 1, 0, 1]
+    assert first[2]["workload.injection_rate"] == 0.1 and first[2]["workload.sigma"] == 1.5
+    assert dict(sw.points[-1].params)["migration.threshold"] == 3
+    # [set] applies to every point and is not a column; the folder is relative to the current one.
+    assert all(("run.cycles", 200) in p.overrides for p in sw.points)
+    assert sw.output == Path("out").absolute()
+    assert [p.index for p in sw.points] == list(range(16))
+
+
+def test_point_ids_are_stable_hashes_of_the_resolved_overrides(tmp_path):
+    a = load_sweep(write(tmp_path, '[sweep]\nbase = "base.toml"\n[grid]\nworkload.injection_rate = [0.1, 0.2]\n'
+                                   'migration.threshold = [1, 2]\n'))
+    # The same points written in another key order, with an integer for a float key.
+    b = load_sweep(write(tmp_path, '[sweep]\nbase = "base.toml"\n[grid]\nmigration.threshold = [1, 2]\n'
+                                   'workload.injection_rate = [0.1, 0.2]\n', name="t.toml"))
+    assert sorted(p.id for p in a.points) == sorted(p.id for p in b.points)
+    assert len({p.id for p in a.points}) == 4 and all(len(p.id) == 12 for p in a.points)
+    # The id is the hash of the overrides as resolved, seed included: pinned, so that it stays stable.
+    p = a.points[0]
+    assert p.id == point_id(list(reversed(p.overrides)))
+    assert point_id([("migration.threshold", 1), ("run.seed", 7)]) == point_id([("run.seed", 7),
+                                                                                ("migration.threshold", 1)])
+    # SHA-256 of the sorted [key, value] pairs as compact JSON (docs/sweeps.md), first 12 hex digits.
+    assert hashlib.sha256(b'[["migration.threshold",1],["run.seed",7]]').hexdigest()[:12] == "bcf4b225bc99"
+    assert point_id([("migration.threshold", 1), ("run.seed", 7)]) == "bcf4b225bc99"
+    c = load_sweep(write(tmp_path, '[sweep]\nbase = "base.toml"\n[grid]\nworkload.injection_rate = [1, 0.5]\n',
+                         name="u.toml"))
+    assert dict(c.points[0].params)["workload.injection_rate"] == 1.0
+
+
+def test_each_point_and_repetition_gets_its_own_seed_derived_from_the_base_seed(tmp_path):
+    sw = load_sweep(write(tmp_path, '[sweep]\nbase = "base.toml"\nrepetitions = 3\n[grid]\n'
+                                    'migration.threshold = [1, 2]\n'))
+    seeds = [p.seed for p in sw.points]
+    assert len(set(seeds)) == 6 and all(0 <= s < 2**63 for s in seeds)
+    p = sw.points[4]
+    assert p.seed == derive_seed(5, p.params, 1) and ("run.seed", p.seed) in p.overrides
+    assert derive_seed(6, p.params, 1) != p.seed  # the base seed matters
+    # "shared": every point of a repetition draws the same numbers (base seed + repetition).
+    sh = load_sweep(write(tmp_path, '[sweep]\nbase = "base.toml"\nrepetitions = 2\nseeds = "shared"\n[grid]\n'
+                                    'migration.threshold = [1, 2]\n', name="t.toml"))
+    assert [p.seed for p in sh.points] == [5, 6, 5, 6]
+    # A swept seed is used as given.
+    given = load_sweep(write(tmp_path, '[sweep]\nbase = "base.toml"\n[grid]\nrun.seed = [11, 12]\n', name="u.toml"))
+    assert [p.seed for p in given.points] == [11, 12]
+
+
+def test_an_inline_base_and_a_sweep_of_repetitions_only(tmp_path):
+    text = "[sweep]\nrepetitions = 3\n" + "".join(
+        f"[base.{line[1:-1]}]\n" if line.startswith("[") else line + "\n" for line in BASE.strip().splitlines())
+    sw = load_sweep(write(tmp_path, text))
+    assert len(sw.points) == 3 and sw.keys == [] and len({p.seed for p in sw.points}) == 3
+    assert "rows = 24" in sw.points[0].resolved
+
+
+def test_every_problem_in_a_sweep_file_is_reported_at_once(tmp_path):
+    path = write(tmp_path, """
+[sweep]
+base = "base.toml"
+repetitons = 2
+seeds = "random"
+[grid]
+migration.treshold = [1, 2]
+workload.injection_rate = 0.1
+machine.rows = [8, 0]
+[zip]
+workload.sigma = [0.5, 1.5]
+workload.work_max_cycles = [4]
+[set]
+machine.rows = 16
+[grd]
+""")
+    msgs = problems(path)
+    text = "\n".join(msgs)
+    assert f"{path}: sweep.repetitons: unknown key (did you mean sweep.repetitions?)" in text
+    assert "sweep.seeds = \"random\": must be one of 'per_point', 'shared'" in text
+    assert "[grid] migration.treshold: unknown key; did you mean migration.threshold?" in text
+    assert "[grid] workload.injection_rate = 0.1: must be a non-empty list" in text
+    assert "[zip]: every list must have the same length; the lengths are workload.sigma 2, workload.work_max_cycles 1" \
+        in text
+    assert "machine.rows: is in both [set] and [grid]" in text
+    assert "[grd]: unknown table (did you mean [grid]?)" in text
+    assert all(m.startswith(str(path)) for m in msgs)
+
+
+def test_a_bad_value_in_the_grid_names_the_table_the_key_the_value_and_what_is_allowed(tmp_path):
+    path = write(tmp_path, '[sweep]\nbase = "base.toml"\nrepetitions = 2\n[grid]\nmachine.rows = [8, 0, 5000]\n'
+                           'migration.threshold = [1, 2]\n')
+    msgs = problems(path)
+    assert msgs == [f"{path}: [grid] machine.rows = 0: must be an integer in [1, 4096] (PEs)",
+                    f"{path}: [grid] machine.rows = 5000: must be an integer in [1, 4096] (PEs)"]
+
+
+def test_base_scenario_problems_and_missing_base(tmp_path):
+    assert problems(write(tmp_path, "[sweep]\nrepetitions = 1\n")) == [
+        f"{tmp_path / 's.toml'}: no base scenario: give sweep.base = \"FILE.toml\" or an inline [base] table"]
+    msgs = problems(write(tmp_path, '[sweep]\nbase = "nope.toml"\n'))
+    assert msgs == [f"{tmp_path / 's.toml'}: sweep.base = \"nope.toml\": no such scenario file"]
+    msgs = problems(write(tmp_path, '[sweep]\nbase = "base.toml"\n', base=BASE.replace("rows = 24", "rows = -1")))
+    assert msgs == [f"{tmp_path / 'base.toml'}: machine.rows = -1: must be an integer in [1, 4096] (PEs)"]
+    msgs = problems(write(tmp_path, '[sweep]\nbase = "base.toml"\nrepetitions = 0\n[base.run]\ncycles = 5\n'))
+    assert "sweep.repetitions = 0: must be an integer in [1, 10000]" in "\n".join(msgs)
+    assert "sweep.base and [base]: give the base scenario once" in "\n".join(msgs)
+
+
+def test_combination_rules_apply_to_each_point(tmp_path):
+    # The threshold must stay below the queue capacity: the points with a smaller queue are refused.
+    msgs = problems(write(tmp_path, '[sweep]\nbase = "base.toml"\n[grid]\nmachine.queue_capacity = [8, 3]\n'
+                                    '[set]\nmigration.threshold = 4\n'))
+    assert msgs == [f"{tmp_path / 's.toml'}: [set] migration.threshold = 4: must be less than "
+                    "machine.queue_capacity = 3, so an integer in [0, 2] (tasks)"]
+
+
+def test_repeated_points_and_seed_sweeps_with_repetitions_are_refused(tmp_path):
+    msgs = problems(write(tmp_path, '[sweep]\nbase = "base.toml"\n[grid]\nmigration.threshold = [1, 2, 1]\n'))
+    assert msgs == [f"{tmp_path / 's.toml'}: the points migration.threshold=1 (repetition 0) and "
+                    "migration.threshold=1 (repetition 0) are the same run; remove the repeated values"]
+    msgs = problems(write(tmp_path, '[sweep]\nbase = "base.toml"\nrepetitions = 2\n[grid]\nrun.seed = [1, 2]\n'))
+    assert "run.seed is swept, so the seeds are given" in msgs[0]
+
+
+def test_cli_errors_exit_2_without_traceback_and_write_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, '[sweep]\nbase = "base.toml"\n[grid]\nmachine.rows = [0]\n')
+    assert main(["sweep", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "meshsim: error:" in err and "machine.rows = 0" in err and "Traceback" not in err
+    assert not (tmp_path / "results").exists()
+    good = write(tmp_path, '[sweep]\nbase = "base.toml"\n', name="g.toml")
+    for args, message in (
+            (["--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "--workers: applies only to the local cluster"),
+            (["--queue", "short"], "--queue: applies only with --cluster slurm|pbs"),
+            (["--serial", "--cluster", "slurm"], "--serial: runs the points in this process"),
+            (["--scheduler-file", "nope.json"], "--scheduler-file nope.json: no such file")):
+        assert main(["sweep", str(good), *args]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+def test_a_serial_sweep_writes_a_file_per_point_and_the_summary_table(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, '[sweep]\nbase = "base.toml"\nrepetitions = 2\n[grid]\nmigration.threshold = [1, 4]\n')
+    assert main(["sweep", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    sw = load_sweep(path)
+    assert "4 points (2 x 2 repetitions), seeds per_point" in out and "0 complete" in out
+    for p in sw.points:
+        assert f"{p.id}  {p.repetition}    {p.seed}" in out
+    assert not sw.output.exists()
+
+    assert main(["sweep", str(path), "--serial"]) == 0
+    out = capsys.readouterr().out
+    assert "4 of 4 points complete (4 run, 0 already complete, 0 failed)" in out and "overhead" in out
+    rows = read_csv(sw.summary_csv)
+    assert [r["point_id"] for r in rows] == [p.id for p in sw.points]
+    assert list(rows[0])[:6] == ["point_id", "repetition", "seed", "migration.threshold", "status", "cycles"]
+    for r, p in zip(rows, sw.points, strict=True):
+        assert Path(p.output).name == f"{p.id}.h5" and Path(p.output).parent == sw.output / "points"
+        root, summary = read_summary(p.output)
+        assert root["complete"] and root["seed"] == p.seed and int(r["seed"]) == p.seed
+        assert f"migration.threshold={dict(p.params)['migration.threshold']}" in root["overrides"].splitlines()
+        assert root["scenario_resolved"] == p.resolved
+        assert r["status"] == "done" and r["path"] == p.output and r["error"] == ""
+        assert float(r["migration.threshold"]) == dict(p.params)["migration.threshold"]
+        for key in ("li", "utilization", "latency_mean_cycles", "completed"):
+            assert float(r[key]) == summary[key]  # repr of a float reads back exactly
+    # The HDF5 table holds the same columns, typed.
+    with h5py.File(sw.summary_h5) as f:
+        t = f["table"]
+        assert list(f.attrs["columns"]) == list(rows[0]) and list(f.attrs["parameters"]) == sw.keys
+        assert t["seed"].dtype == np.int64 and list(t["seed"][:]) == [p.seed for p in sw.points]
+        assert t["li"].dtype == np.float64 and list(t["li"][:]) == [float(r["li"]) for r in rows]
+        assert t["migration.threshold"].attrs["role"] == "parameter" and t["li"].attrs["role"] == "summary"
+        assert [s.decode() for s in t["status"][:]] == ["done"] * 4
+    # The bundled sweep plot reads the table.
+    assert main(["plot", str(sw.summary_csv), "--metric", "li", "--x", "migration.threshold"]) == 0
+    assert Path(capsys.readouterr().out.strip()).stat().st_size > 1000
+
+
+def test_a_point_that_raises_is_recorded_and_the_others_go_on_then_a_rerun_finishes_it(tmp_path, capsys, monkeypatch):
+    import meshsim.engine as engine
+
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, '[sweep]\nbase = "base.toml"\n[grid]\nmigration.threshold = [1, 2, 3]\n')
+    sw = load_sweep(path)
+    real = engine.run_scenario
+
+    def broken(sc, output, **kw):
+        if sc.get("migration", "threshold") == 2:
+            raise RuntimeError("out of cheese")
+        return real(sc, output, **kw)
+
+    monkeypatch.setattr(engine, "run_scenario", broken)
+    assert main(["sweep", str(path), "--serial"]) == 1
+    cap = capsys.readouterr()
+    assert "1 point(s) failed" in cap.err and f"failed {sw.points[1].id}" in cap.out
+    rows = read_csv(sw.summary_csv)
+    assert [r["status"] for r in rows] == ["done", "failed", "done"]
+    assert rows[1]["error"] == "RuntimeError: out of cheese"
+    assert "Traceback" in rows[1]["traceback"] and "in broken" in rows[1]["traceback"]
+    assert rows[1]["li"] == "" and rows[0]["li"] != ""
+    done = {p.id: os.stat(p.output).st_mtime_ns for p in sw.points if Path(p.output).exists()}
+    assert len(done) == 2
+
+    monkeypatch.setattr(engine, "run_scenario", real)
+    ran = []
+    res = run_sweep(sw, on_row=lambda p, row: ran.append(p.id))
+    assert ran == [sw.points[1].id] and res.skipped == 2 and res.failed == 0
+    assert {p.id: os.stat(p.output).st_mtime_ns for p in sw.points if p.id in done} == done
+    assert [r["status"] for r in read_csv(sw.summary_csv)] == ["done"] * 3
+
+
+def test_a_rerun_skips_complete_points_and_reruns_incomplete_missing_and_stale_ones(tmp_path):
+    path = write(tmp_path, f'[sweep]\nbase = "base.toml"\noutput = "{tmp_path / "out"}"\n[grid]\n'
+                           'migration.threshold = [1, 2, 3, 4]\n')
+    sw = load_sweep(path)
+    run_sweep(sw)
+    assert [point_status(p) for p in sw.points] == ["complete"] * 4
+    a, b = sw.points[1], sw.points[2]
+    os.remove(a.output)
+    incomplete = Path(b.output).with_name(f"{b.id}.incomplete.h5")
+    os.replace(b.output, incomplete)
+    with h5py.File(incomplete, "r+") as f:
+        f.attrs["complete"] = False
+    assert [point_status(p) for p in sw.points] == ["complete", "new", "incomplete", "complete"]
+    ran = []
+    run_sweep(sw, on_row=lambda p, row: ran.append(p.id))
+    assert sorted(ran) == sorted([a.id, b.id]) and not incomplete.exists()
+    # Another base scenario under the same overrides: the files hold another run, so all rerun.
+    (tmp_path / "base.toml").write_text(BASE.replace("cycles = 300", "cycles = 200"))
+    sw2 = load_sweep(path)
+    assert [p.id for p in sw2.points] == [p.id for p in sw.points]
+    assert [point_status(p) for p in sw2.points] == ["stale"] * 4
+    ran.clear()
+    run_sweep(sw2, on_row=lambda p, row: ran.append(p.id))
+    assert len(ran) == 4 and read_summary(sw2.points[0].output)[1]["cycles"] == 200
+
+
+def test_a_point_whose_trace_is_bad_fails_on_its_own(tmp_path):
+    (tmp_path / "good.csv").write_text("cycle,row,col,work_cycles\n0,1,1,5\n3,2,2,4\n")
+    (tmp_path / "bad.csv").write_text("cycle,row,col,work_cycles\n0,1,1,5\n3,99,2,4\n")
+    base = BASE.replace('type = "skewed"', 'type = "trace"\ntrace_file = "good.csv"').replace(
+        "injection_rate = 0.1\nsigma = 1.0\nwork_distribution = \"uniform\"\nwork_min_cycles = 1\n"
+        "work_max_cycles = 10\n", "")
+    path = write(tmp_path, f'[sweep]\nbase = "base.toml"\noutput = "{tmp_path / "out"}"\n[zip]\n'
+                           'workload.trace_file = ["good.csv", "bad.csv"]\n', base=base)
+    res = run_sweep(load_sweep(path))
+    rows = read_csv(res.sweep.summary_csv)
+    assert [r["status"] for r in rows] == ["done", "failed"] and res.failed == 1
+    assert "bad.csv" in rows[1]["error"] and "row" in rows[1]["error"] and rows[1]["traceback"] == ""
+    assert not Path(res.sweep.points[1].output).exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Dask
+
+
+def local_client(n_workers):
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                           dashboard_address=":0", scheduler_kwargs={"dashboard": False})
+    return cluster, Client(cluster)
+
+
+def test_results_are_bit_identical_serially_and_on_clusters_of_1_and_2_workers(tmp_path):
+    text = ('[sweep]\nbase = "base.toml"\noutput = "{out}"\nrepetitions = 2\n[grid]\n'
+            'migration.policy = ["least_loaded", "random_lower"]\n')
+    (tmp_path / "base.toml").write_text(BASE)
+    results = {}
+    for how in ("serial", 1, 2):
+        path = tmp_path / f"{how}.toml"
+        path.write_text(text.format(out=tmp_path / str(how)))
+        sw = load_sweep(path)
+        if how == "serial":
+            res = run_sweep(sw)
+        else:
+            cluster, client = local_client(how)
+            with cluster, client:
+                res = run_sweep(sw, client=client)
+                assert res.workers == how
+        assert res.ran == 4 and res.failed == 0
+        results[how] = {p.id: contents(p.output) for p in sw.points}
+    assert results["serial"].keys() == results[1].keys() == results[2].keys()
+    for pid, first in results["serial"].items():
+        assert first["summary@completed"] > 0
+        assert_identical(first, results[1][pid])
+        assert_identical(first, results[2][pid])
+
+
+def test_killing_a_worker_loses_no_finished_point_and_the_sweep_completes(tmp_path):
+    noc = (ROOT / "scenarios" / "noc_latency_load.toml").read_text()
+    path = write(tmp_path, f'[sweep]\nbase = "base.toml"\noutput = "{tmp_path / "out"}"\n[set]\nmachine.rows = 24\n'
+                           'machine.cols = 24\nrun.cycles = 6000\n[grid]\n'
+                           'workload.injection_rate = [0.01, 0.02, 0.03, 0.04, 0.05, 0.06]\n', base=noc)
+    sw = load_sweep(path)
+    finished, victims = {}, []
+    cluster, client = local_client(2)
+    with cluster, client:
+        def on_row(p, row):
+            if not finished:  # after the first point: kill a worker, which is running the second
+                victims.append(min(client.run(os.getpid).values()))
+                os.kill(victims[0], signal.SIGKILL)
+            finished[p.id] = os.stat(p.output).st_mtime_ns
+
+        res = run_sweep(sw, client=client, on_row=on_row)
+        assert victims[0] not in client.run(os.getpid).values()  # its nanny started a new worker
+    assert res.ran == 6 and res.failed == 0
+    assert [point_status(p) for p in sw.points] == ["complete"] * 6
+    assert {p.id: os.stat(p.output).st_mtime_ns for p in sw.points} == finished  # nothing ran twice after it finished
+    assert [r["status"] for r in read_csv(sw.summary_csv)] == ["done"] * 6
+
+
+def test_joining_an_existing_cluster_by_address(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, '[sweep]\nbase = "base.toml"\n[grid]\nmigration.threshold = [1, 2]\n')
+    cluster, client = local_client(1)
+    with cluster, client:
+        assert main(["sweep", str(path), "--scheduler", cluster.scheduler_address, "-q"]) == 0
+    assert [r["status"] for r in read_csv(tmp_path / "results" / "sweeps" / "s" / "summary.csv")] == ["done"] * 2
+
+
+@pytest.mark.parametrize("how", [["--workers", "2"], ["--serial"]])
+def test_ctrl_c_stops_the_sweep_keeps_finished_points_and_a_rerun_completes_it(tmp_path, how):
+    noc = (ROOT / "scenarios" / "noc_latency_load.toml").read_text()
+    path = write(tmp_path, '[sweep]\nbase = "base.toml"\n[set]\nmachine.rows = 24\nmachine.cols = 24\n'
+                           'run.cycles = 12000\n[grid]\n'
+                           'workload.injection_rate = [0.01, 0.02, 0.03, 0.04, 0.05, 0.06]\n', base=noc)
+    summary = tmp_path / "results" / "sweeps" / "s" / "summary.csv"
+    cmd = [sys.executable, "-m", "meshsim", "sweep", str(path), *how]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait for the first finished point
+        if summary.exists() and any(r["status"] == "done" for r in read_csv(summary)):
+            break
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGINT)  # as Ctrl-C on a terminal: every process of the group
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert "interrupted:" in err and "Traceback" not in err and "KeyboardInterrupt" not in err
+    rows = read_csv(summary)
+    sw = load_sweep(path, output=summary.parent)
+    statuses = [r["status"] for r in rows]
+    assert "done" in statuses and set(statuses) <= {"done", "interrupted", "not run"} and statuses.count("done") < 6
+    for r, pt in zip(rows, sw.points, strict=True):
+        if r["status"] == "done":
+            assert point_status(pt) == "complete"
+        if r["status"] == "interrupted":  # the run stopped at a kernel-call boundary and kept its file
+            with h5py.File(r["path"]) as f:
+                assert not f.attrs["complete"] and f.attrs["cycles_done"] > 0
+    rerun = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr + rerun.stdout + summary.read_text()
+    assert f"{statuses.count('done')} already complete" in rerun.stdout
+    assert [r["status"] for r in read_csv(summary)] == ["done"] * 6
+
+
+def test_jobqueue_job_scripts_carry_the_queue_walltime_cores_and_memory(monkeypatch):
+    pytest.importorskip("dask_jobqueue")
+    from meshsim.sweep import _jobqueue_cluster
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", "/shared/numba cache")
+    with _jobqueue_cluster("slurm", queue="short", account="lab", walltime="00:30:00", cores=4, memory="8GB",
+                           dashboard=False) as c:
+        script = c.job_script()
+    assert "#SBATCH -p short" in script and "#SBATCH -A lab" in script and "#SBATCH -t 00:30:00" in script
+    assert "#SBATCH --cpus-per-task=4" in script and "#SBATCH --mem=" in script
+    assert "--nworkers 4" in script and "--nthreads 1" in script
+    assert "export NUMBA_CACHE_DIR='/shared/numba cache'" in script and "export NUMBA_NUM_THREADS=1" in script
+    with _jobqueue_cluster("pbs", queue="batch", account=None, walltime="01:00:00", cores=2, memory="4GB",
+                           dashboard=False) as c:
+        script = c.job_script()
+    assert "#PBS -q batch" in script and "walltime=01:00:00" in script and "--nworkers 2" in script
+    with pytest.raises(InputError, match="--cluster slurm: .*give --cores and --memory"):
+        _jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=None, memory=None, dashboard=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The shipped sweeps
+
+
+@pytest.mark.parametrize("name, n_points, keys", [
+    ("noc_load", 30, ["workload.injection_rate"]),
+    ("migration_threshold", 8, ["migration.threshold", "machine.hop_latency_cycles"]),
+    ("rdu_hidden_fusion", 12, ["workload.hidden_size", "workload.fusion"]),
+])
+def test_the_shipped_sweep_files_are_valid(tmp_path, name, n_points, keys):
+    sw = load_sweep(ROOT / "scenarios" / "sweeps" / f"{name}.toml", output=tmp_path)
+    assert len(sw.points) == n_points and sw.keys == keys
+
+
+def test_the_rdu_sweep_shows_fusion_and_hidden_size_raising_pcu_utilisation(tmp_path):
+    sw = load_sweep(ROOT / "scenarios" / "sweeps" / "rdu_hidden_fusion.toml", output=tmp_path)
+    res = run_sweep(sw)
+    assert res.failed == 0
+    util = {(int(r["workload.hidden_size"]), r["workload.fusion"]): float(r["pcu_utilization"])
+            for r in read_csv(sw.summary_csv)}
+    for h in (1024, 2048, 4096, 8192):
+        assert util[h, "o0"] < util[h, "o1"] < util[h, "o3"]
+    for fusion in ("o0", "o1"):
+        assert [util[h, fusion] for h in (1024, 2048, 4096, 8192)] == sorted(util[h, fusion]
+                                                                              for h in (1024, 2048, 4096, 8192))
