@@ -9,6 +9,7 @@ PE; peak memory of a full-fabric 1,000-cycle run; the HDF5 writing overhead; the
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -234,9 +235,75 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     return fig
 
 
-def run_bench(json_out: bool = False, quick: bool = False, cycles: int = 300) -> dict:
-    """`meshsim bench`: print the figures (as JSON with json_out)."""
-    fig = measure(quick=quick, cycles=cycles, log=(lambda *_: None) if json_out else print)
+# Sweep figures: a 24 x 24 mesh under uniform routed traffic, one point a rate (about 1.5 s each
+# single-threaded here), and the same base cut to 10 cycles for the overhead alone.
+_SWEEP_BASE = """
+[run]
+cycles = {cycles}
+seed = 3
+[machine]
+rows = 24
+cols = 24
+[migration]
+policy = "none"
+[workload]
+type = "traffic"
+pattern = "uniform"
+injection_rate = 0.05
+warmup_cycles = 0
+measure_cycles = {cycles}
+[output]
+frame_every_cycles = 0
+"""
+_SWEEP_FILE = """
+[sweep]
+base = "base.toml"
+output = "{out}"
+[grid]
+workload.injection_rate = [{rates}]
+"""
+
+
+def measure_sweep(workers: int = 2, log=print) -> dict:
+    """The sweep bars (issue figures, DESIGN.md section 7): per-point overhead on the local cluster
+    (16 points of 10 cycles: scheduling, worker start-up, reading the scenario, writing the row),
+    and a 16-point sweep of equal small scenarios run one after another in this process against
+    the local cluster of `workers` single-threaded workers."""
+    from .sweep import dask_client, load_sweep, run_sweep
+
+    fig = {"sweep_workers": workers}
+    rates = ", ".join(f"{0.01 + 0.002 * i:.3f}" for i in range(16))
+    with tempfile.TemporaryDirectory() as tmp:
+        def sweep_of(name, cycles):
+            folder = Path(tmp) / name
+            folder.mkdir()
+            (folder / "base.toml").write_text(_SWEEP_BASE.format(cycles=cycles))
+            (folder / "s.toml").write_text(_SWEEP_FILE.format(out=folder / "out", rates=rates))
+            return load_sweep(folder / "s.toml")
+
+        connect = functools.partial(dask_client, workers=workers)  # starting the cluster counts
+        res = run_sweep(sweep_of("tiny", 10), connect=connect, progress=False)
+        fig["sweep_overhead_seconds_per_point"] = res.overhead_per_point
+        log(f"sweep overhead, 16 points of 10 cycles on {workers} local workers: {res.overhead_per_point:.2f} s per "
+            f"point beyond the runs, starting the cluster included ({res.wall_seconds:.2f} s in all)")
+
+        run_sweep(sweep_of("warm", 10), progress=False)  # this process compiles or loads the kernels first
+        serial = run_sweep(sweep_of("serial", 12_000), progress=False)
+        par = run_sweep(sweep_of("cluster", 12_000), connect=connect, progress=False)
+        fig["sweep16_serial_seconds"] = serial.wall_seconds
+        fig["sweep16_cluster_seconds"] = par.wall_seconds
+        fig["sweep16_ratio"] = par.wall_seconds / serial.wall_seconds
+        fig["sweep16_cluster_overhead_seconds_per_point"] = par.overhead_per_point
+        log(f"16-point sweep of equal scenarios ({serial.run_seconds / 16:.2f} s a point): {serial.wall_seconds:.1f} s "
+            f"one after another, {par.wall_seconds:.1f} s on {workers} local workers, starting them included: "
+            f"{fig['sweep16_ratio']:.2f} of the serial time; overhead {par.overhead_per_point:.2f} s per point")
+    return fig
+
+
+def run_bench(json_out: bool = False, quick: bool = False, cycles: int = 300, sweep: bool = False) -> dict:
+    """`meshsim bench`: print the figures (as JSON with json_out); with `sweep`, the sweep figures only."""
+    log = (lambda *_: None) if json_out else print
+    fig = measure_sweep(log=log) if sweep else measure(quick=quick, cycles=cycles, log=log)
     if json_out:
         print(json.dumps(fig, indent=2))
     return fig
