@@ -158,7 +158,8 @@ def _cmd_sweep(args) -> int:
         connect = None if args.serial else functools.partial(
             dask_client, scheduler=args.scheduler, scheduler_file=args.scheduler_file, cluster=args.cluster,
             workers=args.workers, dashboard=args.dashboard, queue=args.queue, account=args.account,
-            walltime=args.walltime, cores=args.cores, memory=args.memory, jobs=args.jobs or 1)
+            walltime=args.walltime, cores=args.cores, memory=args.memory, jobs=args.jobs or 1,
+            threads=args.threads)
         res = run_sweep(sweep, connect=connect, progress=None if not args.quiet else False)
     except SweepInterrupted as e:
         print(f"meshsim: {e}", file=sys.stderr)
@@ -244,8 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--serial", action="store_true", help="run the points one after another in this process, "
                     "without Dask")
     sw.add_argument("--workers", type=_positive_int, default=None, help="local cluster: worker processes (default: "
-                    "one per core)")
-    sw.add_argument("--threads", type=_positive_int, default=1, help="Numba threads per point (default 1)")
+                    "one per core, or per THREADS cores)")
+    sw.add_argument("--threads", type=_positive_int, default=1, help="Numba threads per point (default 1); the "
+                    "clusters then run one worker per THREADS cores")
     sw.add_argument("--dashboard", action="store_true", help="serve Dask's dashboard (needs bokeh)")
     where = sw.add_mutually_exclusive_group()
     where.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run on an existing Dask cluster")

@@ -62,7 +62,7 @@ class _StopRequested(BaseException):
     """Ctrl-C or SIGTERM arrived: stop at the next boundary between kernel calls."""
 
 
-class _StopSignals:
+class StopSignals:
     """While a run goes, Ctrl-C and SIGTERM only ask it to stop: the engine then finishes the
     kernel call under way, so the file it keeps is consistent. A second signal stops at once.
     `also`, if given, is asked too: a run in a worker thread, which gets no signals, stops when it
@@ -196,7 +196,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
         n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)
         path, summary = run_rdu(scenario, final, threads=n_threads,
                                 progress=sys.stderr.isatty() if progress is None else progress,
-                                stop_signals=_StopSignals(stop), chunk=max_cycles_per_call or 65_536)
+                                stop_signals=StopSignals(stop), chunk=max_cycles_per_call or 65_536)
         return RunResult(path=path, summary=summary)
     inputs = build_inputs(scenario)  # may raise InputError: before any file exists
     n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)
@@ -211,7 +211,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     if progress is None:
         progress = sys.stderr.isatty()
 
-    stop_signals = _StopSignals(stop)
+    stop_signals = StopSignals(stop)
     pipe = inputs.pipeline
     regions = regions_of(scenario, pipe)
     layers = layers_of(pipe) if pipe is not None else None

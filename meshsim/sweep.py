@@ -44,6 +44,10 @@ TABLES = ("sweep", "base", "set", "grid", "zip")
 SEED_MODES = ("per_point", "shared")
 SEED_KEY = "run.seed"
 ID_LENGTH = 12
+MAX_POINTS = 100_000
+# Scenario keys a sweep may not set, and why.
+UNSWEPT = {"run.threads": "the threads of each point are set with meshsim sweep --threads N (results do not "
+                          "depend on them)"}
 
 # Columns of the summary table that describe the point rather than its result.
 INFO_FIRST = ("point_id", "repetition", "seed")
@@ -123,7 +127,10 @@ def load_sweep(path, output=None, threads: int = 1) -> Sweep:
     from .scenario import _closest, _read_text, _toml_repr, load_scenario
 
     where = str(path)
-    text = _read_text(path, where).replace("\r\n", "\n")
+    try:
+        text = _read_text(path, where).replace("\r\n", "\n")
+    except InputError as e:
+        raise InputError([m.replace("scenario file", "sweep file") for m in e.problems]) from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -146,28 +153,41 @@ def load_sweep(path, output=None, threads: int = 1) -> Sweep:
             problems.append(f"{where}: sweep.{key} = {_toml_repr(value)}: must be "
                             f"{'an integer' if SWEEP_KEYS[key][0] is int else 'a string'}: {SWEEP_KEYS[key][1]}")
     repetitions = meta.get("repetitions", 1)
-    if isinstance(repetitions, int) and not isinstance(repetitions, bool) and not 1 <= repetitions <= 10_000:
+    if not isinstance(repetitions, int) or isinstance(repetitions, bool):
+        repetitions = 1  # reported above
+    elif not 1 <= repetitions <= 10_000:
         problems.append(f"{where}: sweep.repetitions = {repetitions}: must be an integer in [1, 10000]")
+        repetitions = 1
     seeds = meta.get("seeds", "per_point")
     if isinstance(seeds, str) and seeds not in SEED_MODES:
         problems.append(f"{where}: sweep.seeds = {_toml_repr(seeds)}: must be one of "
                         f"{', '.join(repr(s) for s in SEED_MODES)}")
     name = meta.get("name", Path(where).stem)
-    if isinstance(name, str) and (not name.strip() or "/" in name or name in (".", "..")):
+    if isinstance(name, str) and (not name.strip() or "/" in name or "\0" in name or name in (".", "..")):
         problems.append(f"{where}: sweep.name = {_toml_repr(name)}: must be a non-empty name without '/'")
+    folder, folder_key = (str(output), "-o") if output is not None else (meta.get("output"), "sweep.output")
+    if folder is None and isinstance(name, str):
+        folder = f"results/sweeps/{name}"
+    if isinstance(folder, str) and (not folder.strip() or "\0" in folder):
+        problems.append(f"{where}: {folder_key} = {_toml_repr(folder)}: must name a folder, such as "
+                        "results/sweeps/NAME")
+        folder = None
 
-    # The base scenario: a file, or an inline [base] table; exactly one.
-    base_text, base_path = None, None
+    # The base scenario: a file, or an inline [base] table; exactly one. Points carry its absolute
+    # path, so that a worker started in another folder finds a relative trace file; messages name
+    # it as written.
+    base_text, base_path, base_label = None, None, None
     if "base" in meta and "base" in raw:
         problems.append(f"{where}: sweep.base and [base]: give the base scenario once, as a file or inline")
     elif isinstance(meta.get("base"), str):
-        base_path = str(Path(where).parent / meta["base"])
+        base_label = str(Path(where).parent / meta["base"])
+        base_path = str(Path(base_label).absolute())
         try:
-            base_text = _read_text(base_path, f"{where}: sweep.base = {_toml_repr(meta['base'])}")
+            base_text = _read_text(base_label, f"{where}: sweep.base = {_toml_repr(meta['base'])}")
         except InputError as e:
             problems.extend(e.problems)
     elif isinstance(raw.get("base"), dict):
-        base_text, base_path = tomli_w.dumps(raw["base"]), where
+        base_text, base_path, base_label = tomli_w.dumps(raw["base"]), str(Path(where).absolute()), f"{where} [base]"
     elif "base" not in meta:
         problems.append(f"{where}: no base scenario: give sweep.base = \"FILE.toml\" or an inline [base] table")
 
@@ -178,6 +198,7 @@ def load_sweep(path, output=None, threads: int = 1) -> Sweep:
     if len(lengths) > 1:
         problems.append(f"{where}: [zip]: every list must have the same length; the lengths are "
                         + ", ".join(f"{k} {len(v)}" for k, v in zipped.items()))
+        zipped = {}
     seen = {}
     for table, keys in (("set", fixed), ("grid", grid), ("zip", zipped)):
         for key in keys:
@@ -186,55 +207,73 @@ def load_sweep(path, output=None, threads: int = 1) -> Sweep:
             seen.setdefault(key, table)
     swept = [*grid, *zipped]
     seed_given = SEED_KEY in seen
-    if seed_given and SEED_KEY in swept and isinstance(repetitions, int) and repetitions > 1:
-        problems.append(f"{where}: sweep.repetitions = {repetitions}: {SEED_KEY} is swept, so the seeds are given; "
-                        "leave repetitions at 1 or stop sweeping the seed")
-    if problems:
+    if seed_given and repetitions > 1:
+        problems.append(f"{where}: sweep.repetitions = {repetitions}: {SEED_KEY} is given in [{seen[SEED_KEY]}], so "
+                        "every repetition would be the same run; leave repetitions at 1 or let the sweep derive "
+                        "the seeds")
+        repetitions = 1
+    if seed_given and "seeds" in meta:
+        problems.append(f"{where}: sweep.seeds = {_toml_repr(seeds)}: applies only when the sweep derives the "
+                        f"seeds; {SEED_KEY} is given in [{seen[SEED_KEY]}]")
+    n_points = math.prod(len(v) for v in grid.values()) * (min(lengths) if zipped else 1) * repetitions
+    if n_points > MAX_POINTS:
+        problems.append(f"{where}: {n_points:,} points: at most {MAX_POINTS:,} in one sweep; split it into "
+                        "several sweep files")
+        grid, zipped = {}, {}
+    if base_text is None:
         raise InputError(problems)
 
-    # Every point, validated as a scenario; problems are reported once however many points share them.
+    # The base with [set], then every point, validated as scenarios; each problem is reported once
+    # however many points share it, and one that only a point's values cause names the point.
+    try:
+        base = load_scenario(base_label, list(fixed.items()), text=base_text)
+        base_seed, base_problems = base.get("run", "seed"), set()
+    except InputError as e:
+        base_seed, base_problems = 0, set(e.problems)
+        problems.extend(_in_sweep(m, where, seen) for m in e.problems)
     combos = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
     rows = [dict(zip(zipped, values, strict=True)) for values in zip(*zipped.values(), strict=True)] or [{}]
-    out_dir = Path(output if output is not None else meta.get("output", f"results/sweeps/{name}")).absolute()
-    try:
-        base = load_scenario(base_path, list(fixed.items()), text=base_text)
-    except InputError as e:
-        raise InputError([_in_sweep(m, where, seen) for m in e.problems]) from None
-    base_seed = base.get("run", "seed")
-    points, problems, ids = [], [], {}
+    out_dir = Path(folder).expanduser().absolute() if folder is not None else None
+    points, ids = [], {}
     for combo in combos:
         for row in rows:
             swept_values = {**combo, **row}
+            label = ", ".join(f"{k}={_toml_repr(v)}" for k, v in swept_values.items()) or "the base scenario"
             for rep in range(repetitions):
                 given = [*fixed.items(), *swept_values.items()]
                 try:
-                    sc = load_scenario(base_path, given, text=base_text)
+                    sc = load_scenario(base_label, given, text=base_text)
                 except InputError as e:
-                    problems.extend(_in_sweep(m, where, seen) for m in e.problems)
-                    continue
+                    problems.extend(_in_sweep(m, where, seen) if m.startswith("override ") else
+                                    f"{where}: at the point {label}: {m}" for m in e.problems
+                                    if m not in base_problems)
+                    break  # the other repetitions have the same problems
                 params = tuple((k, _resolved(sc, k)) for k in swept)
                 if seed_given:
                     seed = sc.get("run", "seed")
                 else:
                     seed = derive_seed(base_seed, params, rep, seeds)
-                    sc = load_scenario(base_path, [*given, (SEED_KEY, seed)], text=base_text)
+                    sc = load_scenario(base_label, [*given, (SEED_KEY, seed)], text=base_text)
                 resolved_overrides = tuple((k, _resolved(sc, k)) for k, _ in given)
                 if not seed_given:
                     resolved_overrides += ((SEED_KEY, seed),)
                 pid = point_id(resolved_overrides)
-                label = ", ".join(f"{k}={_toml_repr(v)}" for k, v in params) or "the base scenario"
                 if pid in ids:
                     problems.append(f"{where}: the points {ids[pid]} and {label} (repetition {rep}) are the same run; "
                                     "remove the repeated values")
                     continue
                 ids[pid] = f"{label} (repetition {rep})"
-                points.append(Point(id=pid, index=len(points), repetition=rep, seed=seed, params=params,
-                                    overrides=resolved_overrides, base_text=base_text, base_path=base_path,
-                                    output=str(out_dir / "points" / f"{pid}.h5"), resolved=sc.resolved_toml(),
-                                    threads=threads))
+                if out_dir is not None:
+                    points.append(Point(id=pid, index=len(points), repetition=rep, seed=seed, params=params,
+                                        overrides=resolved_overrides, base_text=base_text, base_path=base_path,
+                                        output=str(out_dir / "points" / f"{pid}.h5"), resolved=sc.resolved_toml(),
+                                        threads=threads))
+    if out_dir is not None:
+        wrong = _output_folder_problem(out_dir)
+        if wrong:
+            problems.append(f"{where}: {folder_key} = {_toml_repr(folder)}: {wrong}")
     if problems:
         raise InputError(list(dict.fromkeys(problems)))
-    _check_output_folder(out_dir)
     return Sweep(path=where, name=name, text=text, output=out_dir, keys=swept, points=points,
                  repetitions=repetitions, seeds=seeds,
                  shape={"grid": [len(v) for v in grid.values()], "zip": len(rows) if zipped else 0})
@@ -251,11 +290,11 @@ def _override_table(raw, table, where, problems, lists: bool) -> dict:
         return {}
     flat = {}
     for k, v in content.items():
-        if isinstance(v, dict) and "." not in k:
-            for k2, v2 in v.items():
-                flat[f"{k}.{k2}"] = v2
-        else:
-            flat[k] = v
+        pairs = [(f"{k}.{k2}", v2) for k2, v2 in v.items()] if isinstance(v, dict) and "." not in k else [(k, v)]
+        for key, value in pairs:
+            if key in flat:
+                problems.append(f"{where}: [{table}] {key}: given twice (quoted and dotted); give it once")
+            flat[key] = value
     known = {p.path for p in PARAMS}
     out = {}
     for key, values in flat.items():
@@ -264,11 +303,13 @@ def _override_table(raw, table, where, problems, lists: bool) -> dict:
             why = _unknown_section(section) if section not in sections() else _unknown_key(section, name)
             problems.append(f"{where}: [{table}] {key}: {why}")
             continue
-        if lists:
-            if not isinstance(values, list) or not values:
-                problems.append(f"{where}: [{table}] {key} = {_toml_repr(values)}: must be a non-empty list of the "
-                                f"values to run, e.g. {key} = [1, 2]")
-                continue
+        if key in UNSWEPT:
+            problems.append(f"{where}: [{table}] {key}: {UNSWEPT[key]}")
+            continue
+        if lists and (not isinstance(values, list) or not values):
+            problems.append(f"{where}: [{table}] {key} = {_toml_repr(values)}: must be a non-empty list of the "
+                            f"values to run, e.g. {key} = [1, 2]")
+            continue
         out[key] = values
     return out
 
@@ -288,14 +329,16 @@ def _resolved(scenario, key: str):
     return scenario.get(section, name)
 
 
-def _check_output_folder(out: Path) -> None:
+def _output_folder_problem(out: Path) -> str | None:
+    """Why no results can be written in `out`, or None."""
     for p in (out, *out.parents):
         if p.exists():
             if not p.is_dir():
-                raise InputError(f"{out}: {p} is a file, not a folder; give the sweep another output folder")
+                return f"{p} is a file, not a folder"
             if not os.access(p, os.W_OK | os.X_OK):
-                raise InputError(f"{out}: cannot write in {p} (permission denied)")
-            return
+                return f"cannot write in {p} (permission denied)"
+            return None
+    return None
 
 
 def _canonical(value) -> str:
@@ -366,13 +409,14 @@ def _running(token: str) -> int:
     return _RUNNING[token]
 
 
-def run_point(point: Point, token: str | None = None) -> dict:
+def run_point(point: Point, token: str | None = None, also_stop=None) -> dict:
     """Run one point and write its result file; return its summary row (DESIGN.md section 7).
 
     Pure: the same point gives the same file wherever it runs. A point that raises is returned as a
     row with status "failed", its error and its traceback, so that the sweep goes on; Ctrl-C, and a
     stop asked for the sweep `token`, end the run at its next kernel-call boundary with an
-    incomplete file, and are passed up (RunInterrupted).
+    incomplete file, and are passed up (RunInterrupted); so does `also_stop()` returning True (the
+    serial path's own signal flag).
     """
     from .engine import RunInterrupted, run_scenario
     from .scenario import load_scenario
@@ -380,7 +424,7 @@ def run_point(point: Point, token: str | None = None) -> dict:
     row = {"point_id": point.id, "status": "failed", "path": point.output}
 
     def stop():
-        return _STOP["all"] or token in _STOP["tokens"]
+        return _STOP["all"] or token in _STOP["tokens"] or (also_stop is not None and also_stop())
 
     if stop():  # queued before the sweep stopped: leave no file behind
         return {"point_id": point.id, "status": "not run", "path": point.output}
@@ -452,13 +496,27 @@ def run_sweep(sweep: Sweep, *, client=None, connect=None, progress: bool | None 
     and their rows read from their files. Ctrl-C cancels what is queued or running, writes the
     summary of what finished, and raises SweepInterrupted.
     """
+    from .engine import StopSignals
+
+    t0 = time.perf_counter()
+    # Ctrl-C and SIGTERM only ask the sweep to stop; it stops where it checks (between points, and
+    # while it waits for the cluster), never inside Dask's or h5py's own code. A second signal stops
+    # at once.
+    with _FolderLock(sweep), StopSignals() as signals:
+        return _run_sweep(sweep, client, connect, progress, on_row, t0, signals)
+
+
+def _run_sweep(sweep, client, connect, progress, on_row, t0, signals) -> SweepResult:
     import sys
 
     from tqdm import tqdm
 
     from .engine import RunInterrupted
 
-    t0 = time.perf_counter()
+    def check():
+        if signals.requested:
+            raise KeyboardInterrupt
+
     rows, todo = {}, []
     for p in sweep.points:
         if point_status(p) == "complete":
@@ -474,26 +532,34 @@ def run_sweep(sweep: Sweep, *, client=None, connect=None, progress: bool | None 
         progress = sys.stderr.isatty()
     bar = tqdm(total=len(sweep.points), initial=skipped, unit="point", disable=not progress, file=sys.stderr,
                dynamic_ncols=True, desc=sweep.name)
-    last_write = [0.0]
-    counts = {"ran": 0, "failed": 0}
+    state = {"ran": 0, "failed": 0, "written": 0.0, "dirty": False, "workers": 1}
+
+    def flush():
+        # The table follows the points at most a second behind, without rewriting it for every row.
+        if state["dirty"] and time.perf_counter() - state["written"] > 1.0:
+            write_summary(sweep, rows)
+            state.update(written=time.perf_counter(), dirty=False)
 
     def record(point, row):
         row["_ran"] = True
         rows[point.id] = row
-        counts["ran"] += 1
-        counts["failed"] += row["status"] != "done"
+        state["ran"] += 1
+        state["failed"] += row["status"] == "failed"
+        state["dirty"] = True
         bar.update(1)
         if on_row is not None:
             on_row(point, row)
-        if time.perf_counter() - last_write[0] > 1.0:  # at most once a second: cheap, and Ctrl-C-proof
-            write_summary(sweep, rows)
-            last_write[0] = time.perf_counter()
+        flush()
 
-    n_workers = [1]
+    def idle(c):
+        check()
+        state["workers"] = max(state["workers"], len(c.scheduler_info().get("workers", {})))
+        flush()
 
     def on(c):
-        n_workers[0] = max(n_workers[0], len(c.scheduler_info().get("workers", {})))
-        _run_on(c, todo, record)
+        idle(c)
+        _run_on(c, todo, record, idle)
+        idle(c)
 
     try:
         if client is not None:
@@ -503,7 +569,9 @@ def run_sweep(sweep: Sweep, *, client=None, connect=None, progress: bool | None 
                 on(c)
         else:
             for p in todo:
-                record(p, run_point(p))
+                check()
+                record(p, run_point(p, also_stop=lambda: signals.requested))
+        check()
     except (KeyboardInterrupt, RunInterrupted) as e:
         bar.close()
         _keep_partial(rows, sweep)
@@ -511,8 +579,63 @@ def run_sweep(sweep: Sweep, *, client=None, connect=None, progress: bool | None 
         raise SweepInterrupted(sweep, sum(r["status"] == "done" for r in rows.values())) from e
     bar.close()
     write_summary(sweep, rows)
-    return SweepResult(sweep=sweep, rows=rows, skipped=skipped, ran=counts["ran"], failed=counts["failed"],
-                       wall_seconds=time.perf_counter() - t0, workers=n_workers[0])
+    return SweepResult(sweep=sweep, rows=rows, skipped=skipped, ran=state["ran"], failed=state["failed"],
+                       wall_seconds=time.perf_counter() - t0, workers=state["workers"])
+
+
+class _FolderLock:
+    """One sweep at a time in a results folder: an exclusive lock on FOLDER/.lock while it runs, and
+    a folder whose table belongs to another sweep file is refused (their tables would overwrite
+    each other)."""
+
+    def __init__(self, sweep: Sweep):
+        self.sweep = sweep
+        self.fh = None
+
+    def __enter__(self):
+        import fcntl
+
+        import h5py
+
+        out = self.sweep.output
+        self.created = [p for p in (out, *out.parents) if not p.exists()]
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            self.fh = open(out / ".lock", "a")
+        except OSError as e:
+            raise InputError(f"{out}: cannot write the sweep's results there ({e.strerror or e})") from None
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.fh.close()
+            raise InputError(f"{out}: another meshsim sweep is running in this folder; wait for it, or give this "
+                             "one another folder with -o or sweep.output") from None
+        except OSError:  # a filesystem without locks: go on unguarded
+            pass
+        mine = str(Path(self.sweep.path).absolute())
+        try:
+            with h5py.File(self.sweep.summary_h5, "r") as f:
+                other = f.attrs.get("sweep_path", mine)
+        except OSError:  # no table yet, or not one of ours
+            other = mine
+        if other != mine:
+            self.__exit__(InputError)
+            raise InputError(f"{out}: holds the results of the sweep {other}; give this one another folder with -o "
+                             "or sweep.output")
+        return self
+
+    def __exit__(self, exc_type=None, exc=None, tb=None):
+        if self.fh is not None:
+            self.fh.close()  # releases the lock
+            self.fh = None
+            if exc_type is InputError and self.created:  # e.g. no scheduler to connect to: leave nothing
+                try:
+                    os.remove(self.sweep.output / ".lock")
+                    for p in self.created:
+                        p.rmdir()
+                except OSError:  # something was written after all
+                    pass
+        return False
 
 
 def _keep_partial(rows: dict, sweep: Sweep) -> None:
@@ -534,10 +657,11 @@ def _keep_partial(rows: dict, sweep: Sweep) -> None:
             r.update(status="interrupted", path=str(incomplete_path(Path(p.output))))
 
 
-def _run_on(client, todo, record) -> None:
-    """Submit every point to the Dask cluster and record each as it finishes. A worker that dies is
-    replaced by its nanny and its point rescheduled by Dask; a point that kills its worker every time
-    (distributed.scheduler.allowed-failures) is recorded as failed."""
+def _run_on(client, todo, record, idle) -> None:
+    """Submit every point to the Dask cluster and record each as it finishes (idle(client) is called
+    while none does). A worker that dies is replaced by its nanny and its point rescheduled by Dask;
+    a point that kills its worker every time (distributed.scheduler.allowed-failures) is recorded as
+    failed."""
     import uuid
 
     from distributed import as_completed
@@ -545,7 +669,13 @@ def _run_on(client, todo, record) -> None:
     token = uuid.uuid4().hex[:8]
     futures = {client.submit(run_point, p, token, key=f"meshsim-point-{p.id}-{token}", pure=False): p for p in todo}
     try:
-        for fut in as_completed(futures):
+        done = as_completed(futures)
+        while not done.is_empty():
+            if not done.has_ready():
+                idle(client)
+                time.sleep(0.05)
+                continue
+            fut = next(done)
             p = futures[fut]
             try:
                 row = fut.result()
@@ -576,14 +706,15 @@ def _run_on(client, todo, record) -> None:
 def dask_client(*, scheduler: str | None = None, scheduler_file: str | None = None, cluster: str | None = None,
                 workers: int | None = None, dashboard: bool = False, queue: str | None = None,
                 account: str | None = None, walltime: str | None = None, cores: int | None = None,
-                memory: str | None = None, jobs: int = 1):
+                memory: str | None = None, jobs: int = 1, threads: int = 1):
     """A `distributed.Client` for a sweep, closed (with any cluster it started) on leaving.
 
-    Default: an embedded LocalCluster on loopback with one single-threaded worker process per core
-    (`workers` to change it) and no dashboard unless `dashboard`. `scheduler` (tcp://HOST:PORT) or
-    `scheduler_file` joins a running cluster. `cluster` = "slurm" or "pbs" starts `jobs` batch jobs
-    through dask-jobqueue, each with `cores` single-threaded worker processes; queue, account,
-    walltime and memory go to the job script (unset ones come from dask-jobqueue's configuration).
+    Default: an embedded LocalCluster on loopback with one single-threaded worker process per
+    `threads` cores (`workers` to change it) and no dashboard unless `dashboard`. `scheduler`
+    (tcp://HOST:PORT) or `scheduler_file` joins a running cluster. `cluster` = "slurm" or "pbs"
+    starts `jobs` batch jobs through dask-jobqueue, each with one single-threaded worker process
+    per `threads` of its `cores`; queue, account, walltime and memory go to the job script (unset
+    ones come from dask-jobqueue's configuration). `threads` is the Numba threads of each point.
     Workers find Numba's compiled kernels in the on-disk cache beside the package, or in
     NUMBA_CACHE_DIR, which the job scripts export when it is set here.
     """
@@ -604,25 +735,35 @@ def dask_client(*, scheduler: str | None = None, scheduler_file: str | None = No
             _check_worker_versions(client, what)
             yield client
         return
-    if cluster is not None:
-        with _jobqueue_cluster(cluster, queue=queue, account=account, walltime=walltime, cores=cores, memory=memory,
-                               dashboard=dashboard) as jc:
-            jc.scale(jobs=jobs)
-            with Client(jc) as client:
-                yield client
-        return
-    from distributed import LocalCluster
-
     if dashboard:
         import importlib.util
 
         if importlib.util.find_spec("bokeh") is None:
             raise InputError("--dashboard: Dask's dashboard needs bokeh; install it with pip install bokeh")
-    n = workers or _cores()
+    import dask
+
+    # Points are long: in a sweep of more than twice as many points as workers, the scheduler keeps
+    # the points waiting to itself and hands a worker its next one only when it is free (Dask's
+    # queuing), rather than lining them up behind a slow point or on a worker that may die.
+    one_each = dask.config.set({"distributed.scheduler.worker-saturation": 1.0})
+    if cluster is not None:
+        with one_each, _jobqueue_cluster(cluster, queue=queue, account=account, walltime=walltime, cores=cores,
+                                         memory=memory, dashboard=dashboard, threads=threads) as jc:
+            jc.scale(jobs=jobs)
+            with Client(jc) as client:
+                import sys
+
+                print(f"meshsim: {jobs} {cluster} job(s) submitted; the points start as their workers join",
+                      file=sys.stderr)
+                yield client
+        return
+    from distributed import LocalCluster
+
+    n = workers or max(1, _cores() // threads)
     # Without --dashboard the scheduler's HTTP server (health checks only) takes any free loopback port.
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=":8787" if dashboard else ":0", scheduler_kwargs={"dashboard": dashboard},
-                      silence_logs=logging.ERROR) as lc:
+    with one_each, LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                dashboard_address="127.0.0.1:8787" if dashboard else "127.0.0.1:0",
+                                scheduler_kwargs={"dashboard": dashboard}, silence_logs=logging.ERROR) as lc:
         with Client(lc) as client:
             client.register_plugin(StopOnInterrupt(), name="meshsim-stop-on-interrupt")
             if dashboard:
@@ -674,10 +815,13 @@ def _check_worker_versions(client, what: str) -> None:
                          f"this one is {__version__}")
 
 
-def _jobqueue_cluster(kind: str, *, queue, account, walltime, cores, memory, dashboard):
-    """A dask-jobqueue cluster of `kind` (slurm or pbs), not yet scaled."""
+def _jobqueue_cluster(kind: str, *, queue, account, walltime, cores, memory, dashboard, threads: int = 1):
+    """A dask-jobqueue cluster of `kind` (slurm or pbs), not yet scaled: each job runs one
+    single-threaded worker process per `threads` of its cores (given, or from the configuration)."""
     import shlex
     import sys
+
+    import dask
 
     try:
         import dask_jobqueue
@@ -685,13 +829,28 @@ def _jobqueue_cluster(kind: str, *, queue, account, walltime, cores, memory, das
         raise InputError(f"--cluster {kind}: needs dask-jobqueue; install it with pip install 'meshsim[cluster]'") \
             from None
     cls = {"slurm": dask_jobqueue.SLURMCluster, "pbs": dask_jobqueue.PBSCluster}[kind]
-    prologue = ["export NUMBA_NUM_THREADS=1"] if cores is not None else []
+    job_cores = cores if cores is not None else dask.config.get(f"jobqueue.{kind}.cores", None)
+    prologue = [f"export NUMBA_NUM_THREADS={threads}"]
     if os.environ.get("NUMBA_CACHE_DIR"):
         prologue.append(f"export NUMBA_CACHE_DIR={shlex.quote(os.environ['NUMBA_CACHE_DIR'])}")
-    kw = dict(queue=queue, account=account, walltime=walltime, cores=cores, memory=memory,
-              processes=cores, python=sys.executable, job_script_prologue=prologue,
+    kw = dict(queue=queue, account=account, walltime=walltime, cores=cores, memory=memory, python=sys.executable,
+              job_script_prologue=prologue,
               scheduler_options={"dashboard": dashboard, "dashboard_address": ":8787" if dashboard else ":0"},
               job_name="meshsim")
+    if job_cores:
+        # One worker process per `threads` cores, each running one point at a time: dask-jobqueue
+        # gives a worker cores / processes task threads, so it is told of one core per worker and
+        # the job asks the batch system for them all.
+        kw["processes"] = kw["cores"] = max(1, job_cores // threads)
+        if threads > 1 and kind == "slurm":
+            kw["job_cpu"] = job_cores
+        elif threads > 1:
+            from dask.utils import parse_bytes
+            from dask_jobqueue.pbs import pbs_format_bytes_ceil
+
+            job_memory = memory if memory is not None else dask.config.get("jobqueue.pbs.memory", None)
+            kw["resource_spec"] = f"select=1:ncpus={job_cores}" + (
+                f":mem={pbs_format_bytes_ceil(parse_bytes(job_memory))}" if job_memory else "")
     kw = {k: v for k, v in kw.items() if v is not None}
     try:
         return cls(**kw)
@@ -752,7 +911,7 @@ def write_summary(sweep: Sweep, rows: dict) -> tuple[Path, Path]:
     table = table_rows(sweep, rows)
     tmp = sweep.summary_csv.with_name(".summary.csv.tmp")
     with open(tmp, "w", newline="") as fh:
-        w = csv.writer(fh)
+        w = csv.writer(fh, lineterminator="\n")
         w.writerow(cols)
         for r in table:
             w.writerow([_csv_value(r.get(c)) for c in cols])
@@ -762,7 +921,7 @@ def write_summary(sweep: Sweep, rows: dict) -> tuple[Path, Path]:
     with h5py.File(tmp, "w") as f:
         f.attrs["meshsim_version"] = __version__
         f.attrs["sweep_name"] = sweep.name
-        f.attrs["sweep_path"] = sweep.path
+        f.attrs["sweep_path"] = str(Path(sweep.path).absolute())
         f.attrs["sweep_text"] = sweep.text
         f.attrs["columns"] = cols
         f.attrs["parameters"] = list(sweep.keys)
@@ -780,17 +939,20 @@ def write_summary(sweep: Sweep, rows: dict) -> tuple[Path, Path]:
 
 
 def _column_array(values):
-    """int64 if every value is an integer, float64 (NaN where missing) if every one is a number,
-    else UTF-8 strings ("" where missing; lists as JSON)."""
+    """int64 if every point has an integer, bool if every point has a bool, float64 if every value
+    is a number (NaN where a point has none: an integer column of a sweep with failed points is
+    float64), else UTF-8 strings written as in the CSV ("" where missing, lists as JSON)."""
     present = [v for v in values if v is not None]
-    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present) and len(present) == len(values):
+    complete = present and len(present) == len(values)
+    if complete and all(isinstance(v, bool) for v in present):
+        return np.array(values, np.bool_)
+    if complete and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
         return np.array(values, np.int64)
     if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
         return np.array([math.nan if v is None else float(v) for v in values], np.float64)
     import h5py
 
-    text = ["" if v is None else json.dumps(v) if isinstance(v, (list, tuple)) else str(v) for v in values]
-    return np.array(text, dtype=h5py.string_dtype())
+    return np.array([str(_csv_value(v)) for v in values], dtype=h5py.string_dtype())
 
 
 # ---------------------------------------------------------------------------------------------
