@@ -20,6 +20,7 @@ from meshsim.cli import main
 from meshsim.errors import InputError
 from meshsim.report import read_summary
 from meshsim.sweep import (
+    dask_client,
     derive_seed,
     load_sweep,
     point_id,
@@ -216,7 +217,46 @@ def test_repeated_points_and_seed_sweeps_with_repetitions_are_refused(tmp_path):
     assert msgs == [f"{tmp_path / 's.toml'}: the points migration.threshold=1 (repetition 0) and "
                     "migration.threshold=1 (repetition 0) are the same run; remove the repeated values"]
     msgs = problems(write(tmp_path, '[sweep]\nbase = "base.toml"\nrepetitions = 2\n[grid]\nrun.seed = [1, 2]\n'))
-    assert "run.seed is swept, so the seeds are given" in msgs[0]
+    assert msgs == [f"{tmp_path / 's.toml'}: sweep.repetitions = 2: run.seed is given in [grid], so every repetition "
+                    "would be the same run; leave repetitions at 1 or let the sweep derive the seeds"]
+    msgs = problems(write(tmp_path, '[sweep]\nbase = "base.toml"\nrepetitions = 3\nseeds = "shared"\n[set]\n'
+                                    'run.seed = 4\n'))
+    assert [m.split(": ", 2)[1] for m in msgs] == ["sweep.repetitions = 3", 'sweep.seeds = "shared"']
+
+
+def test_more_sweep_file_mistakes_get_clear_messages(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    where = tmp_path / "s.toml"
+    msgs = problems(write(tmp_path, '[sweep]\nbase = "base.toml"\noutput = ""\n[grid]\nrun.threads = [1, 2]\n'
+                                    '"migration.threshold" = [1]\nmigration.threshold = [2, 3]\n'
+                                    'machine.rows = [10, 20, 30]\nmachine.cols = [10, 20, 30]\n'
+                                    'workload.sigma = [0.1, 0.2, 0.3]\nworkload.injection_rate = [0.1, 0.2, 0.3]\n'))
+    assert msgs[0] == f'{where}: sweep.output = "": must name a folder, such as results/sweeps/NAME'
+    assert (f"{where}: [grid] run.threads: the threads of each point are set with meshsim sweep --threads N "
+            "(results do not depend on them)") in msgs
+    assert f"{where}: [grid] migration.threshold: given twice (quoted and dotted); give it once" in msgs
+    big = '[sweep]\nbase = "base.toml"\n[grid]\n' + "".join(
+        f"{k} = [{', '.join(str(v) for v in range(1, 60))}]\n" for k in ("machine.rows", "machine.cols",
+                                                                         "workload.work_max_cycles"))
+    assert problems(write(tmp_path, big)) == [f"{where}: 205,379 points: at most 100,000 in one sweep; split it "
+                                              "into several sweep files"]
+    # A bad [set] value, a bad grid value and an output that is a file: all at once.
+    (tmp_path / "afile").write_text("")
+    msgs = problems(write(tmp_path, '[sweep]\nbase = "base.toml"\noutput = "afile"\n[set]\nmachine.cols = 0\n'
+                                    '[grid]\nmigration.threshold = [1, 99]\n'))
+    assert [m.split(": ", 2)[1] for m in msgs] == ["[set] machine.cols = 0", "[grid] migration.threshold = 99",
+                                                   'sweep.output = "afile"']
+    assert msgs[2].endswith("afile is a file, not a folder")
+    # A problem of the base that only a point's values cause names the point.
+    hot = BASE.replace('type = "skewed"', 'type = "hotspot"\nhot_rate = 0.3\nhot_regions = [[2, 2, 6, 6]]').replace(
+        "sigma = 1.0\n", "")
+    msgs = problems(write(tmp_path, '[sweep]\nbase = "base.toml"\n[grid]\nmachine.rows = [24, 4]\n', base=hot))
+    assert len(msgs) == 1 and msgs[0].startswith(f"{where}: at the point machine.rows=4: {tmp_path / 'base.toml'}: "
+                                                 "workload.hot_regions")
+    # An inline base's problems say so; a missing sweep file is a sweep file.
+    msgs = problems(write(tmp_path, '[sweep]\n[base.machine]\nrows = 0\n'))
+    assert msgs == [f"{where} [base]: machine.rows = 0: must be an integer in [1, 4096] (PEs)"]
+    assert problems(tmp_path / "nope.toml") == [f"{tmp_path / 'nope.toml'}: no such sweep file"]
 
 
 def test_cli_errors_exit_2_without_traceback_and_write_nothing(tmp_path, capsys, monkeypatch):
@@ -274,6 +314,8 @@ def test_a_serial_sweep_writes_a_file_per_point_and_the_summary_table(tmp_path, 
         assert list(f.attrs["columns"]) == list(rows[0]) and list(f.attrs["parameters"]) == sw.keys
         assert t["seed"].dtype == np.int64 and list(t["seed"][:]) == [p.seed for p in sw.points]
         assert t["li"].dtype == np.float64 and list(t["li"][:]) == [float(r["li"]) for r in rows]
+        assert t["latency_percentile_overflow"].dtype == np.bool_
+        assert {r["latency_percentile_overflow"] for r in rows} <= {"true", "false"}
         assert t["migration.threshold"].attrs["role"] == "parameter" and t["li"].attrs["role"] == "summary"
         assert [s.decode() for s in t["status"][:]] == ["done"] * 4
     # The bundled sweep plot reads the table.
@@ -359,14 +401,6 @@ def test_a_point_whose_trace_is_bad_fails_on_its_own(tmp_path):
 # Dask
 
 
-def local_client(n_workers):
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                           dashboard_address=":0", scheduler_kwargs={"dashboard": False})
-    return cluster, Client(cluster)
-
-
 def test_results_are_bit_identical_serially_and_on_clusters_of_1_and_2_workers(tmp_path):
     text = ('[sweep]\nbase = "base.toml"\noutput = "{out}"\nrepetitions = 2\n[grid]\n'
             'migration.policy = ["least_loaded", "random_lower"]\n')
@@ -379,8 +413,7 @@ def test_results_are_bit_identical_serially_and_on_clusters_of_1_and_2_workers(t
         if how == "serial":
             res = run_sweep(sw)
         else:
-            cluster, client = local_client(how)
-            with cluster, client:
+            with dask_client(workers=how) as client:
                 res = run_sweep(sw, client=client)
                 assert res.workers == how
         assert res.ran == 4 and res.failed == 0
@@ -399,11 +432,12 @@ def test_killing_a_worker_loses_no_finished_point_and_the_sweep_completes(tmp_pa
                            'workload.injection_rate = [0.01, 0.02, 0.03, 0.04, 0.05, 0.06]\n', base=noc)
     sw = load_sweep(path)
     finished, victims = {}, []
-    cluster, client = local_client(2)
-    with cluster, client:
+    with dask_client(workers=2) as client:
         def on_row(p, row):
-            if not finished:  # after the first point: kill a worker, which is running the second
-                victims.append(min(client.run(os.getpid).values()))
+            if not finished:  # after the first point: kill a worker that is running a point
+                busy = [addr for addr, keys in client.processing().items() if keys]
+                assert busy
+                victims.append(client.run(os.getpid)[busy[0]])
                 os.kill(victims[0], signal.SIGKILL)
             finished[p.id] = os.stat(p.output).st_mtime_ns
 
@@ -418,14 +452,15 @@ def test_killing_a_worker_loses_no_finished_point_and_the_sweep_completes(tmp_pa
 def test_joining_an_existing_cluster_by_address(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = write(tmp_path, '[sweep]\nbase = "base.toml"\n[grid]\nmigration.threshold = [1, 2]\n')
-    cluster, client = local_client(1)
-    with cluster, client:
-        assert main(["sweep", str(path), "--scheduler", cluster.scheduler_address, "-q"]) == 0
+    with dask_client(workers=1) as client:
+        assert main(["sweep", str(path), "--scheduler", client.scheduler.address, "-q"]) == 0
     assert [r["status"] for r in read_csv(tmp_path / "results" / "sweeps" / "s" / "summary.csv")] == ["done"] * 2
 
 
-@pytest.mark.parametrize("how", [["--workers", "2"], ["--serial"]])
-def test_ctrl_c_stops_the_sweep_keeps_finished_points_and_a_rerun_completes_it(tmp_path, how):
+@pytest.mark.parametrize("how, sig, group", [(["--workers", "2"], signal.SIGINT, True),
+                                             (["--serial"], signal.SIGINT, True),
+                                             (["--workers", "2"], signal.SIGTERM, False)])
+def test_ctrl_c_stops_the_sweep_keeps_finished_points_and_a_rerun_completes_it(tmp_path, how, sig, group):
     noc = (ROOT / "scenarios" / "noc_latency_load.toml").read_text()
     path = write(tmp_path, '[sweep]\nbase = "base.toml"\n[set]\nmachine.rows = 24\nmachine.cols = 24\n'
                            'run.cycles = 12000\n[grid]\n'
@@ -440,7 +475,8 @@ def test_ctrl_c_stops_the_sweep_keeps_finished_points_and_a_rerun_completes_it(t
         if summary.exists() and any(r["status"] == "done" for r in read_csv(summary)):
             break
         time.sleep(0.2)
-    os.killpg(p.pid, signal.SIGINT)  # as Ctrl-C on a terminal: every process of the group
+    # Ctrl-C on a terminal reaches every process of the group; SIGTERM (a batch system) the sweep's.
+    (os.killpg if group else os.kill)(p.pid, sig)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert "interrupted:" in err and "Traceback" not in err and "KeyboardInterrupt" not in err
@@ -453,7 +489,7 @@ def test_ctrl_c_stops_the_sweep_keeps_finished_points_and_a_rerun_completes_it(t
             assert point_status(pt) == "complete"
         if r["status"] == "interrupted":  # the run stopped at a kernel-call boundary and kept its file
             with h5py.File(r["path"]) as f:
-                assert not f.attrs["complete"] and f.attrs["cycles_done"] > 0
+                assert not f.attrs["complete"] and f.attrs["cycles_done"] <= 12000
     rerun = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr + rerun.stdout + summary.read_text()
     assert f"{statuses.count('done')} already complete" in rerun.stdout
@@ -462,6 +498,8 @@ def test_ctrl_c_stops_the_sweep_keeps_finished_points_and_a_rerun_completes_it(t
 
 def test_jobqueue_job_scripts_carry_the_queue_walltime_cores_and_memory(monkeypatch):
     pytest.importorskip("dask_jobqueue")
+    import dask
+
     from meshsim.sweep import _jobqueue_cluster
 
     monkeypatch.setenv("NUMBA_CACHE_DIR", "/shared/numba cache")
@@ -476,6 +514,21 @@ def test_jobqueue_job_scripts_carry_the_queue_walltime_cores_and_memory(monkeypa
                            dashboard=False) as c:
         script = c.job_script()
     assert "#PBS -q batch" in script and "walltime=01:00:00" in script and "--nworkers 2" in script
+    # Cores from dask-jobqueue's configuration, and points of 3 threads: one worker per 3 cores.
+    with dask.config.set({"jobqueue.slurm.cores": 6, "jobqueue.slurm.memory": "12GB"}):
+        with _jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=None, memory=None,
+                               dashboard=False) as c:
+            script = c.job_script()
+        assert "--nworkers 6" in script and "--nthreads 1" in script and "#SBATCH --cpus-per-task=6" in script
+        with _jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=None, memory=None,
+                               dashboard=False, threads=3) as c:
+            script = c.job_script()
+        assert "--nworkers 2" in script and "--nthreads 1" in script and "#SBATCH --cpus-per-task=6" in script
+        assert "export NUMBA_NUM_THREADS=3" in script
+    with _jobqueue_cluster("pbs", queue=None, account=None, walltime=None, cores=8, memory="16GB", dashboard=False,
+                           threads=4) as c:
+        script = c.job_script()
+    assert "--nworkers 2" in script and "--nthreads 1" in script and "#PBS -l select=1:ncpus=8:mem=" in script
     with pytest.raises(InputError, match="--cluster slurm: .*give --cores and --memory"):
         _jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=None, memory=None, dashboard=False)
 
@@ -505,3 +558,68 @@ def test_the_rdu_sweep_shows_fusion_and_hidden_size_raising_pcu_utilisation(tmp_
     for fusion in ("o0", "o1"):
         assert [util[h, fusion] for h in (1024, 2048, 4096, 8192)] == sorted(util[h, fusion]
                                                                               for h in (1024, 2048, 4096, 8192))
+
+
+def test_a_point_that_kills_its_worker_every_time_is_recorded_as_failed(tmp_path):
+    import dask
+
+    noc = (ROOT / "scenarios" / "noc_latency_load.toml").read_text()
+    path = write(tmp_path, f'[sweep]\nbase = "base.toml"\noutput = "{tmp_path / "out"}"\n[set]\nmachine.rows = 24\n'
+                           'machine.cols = 24\nrun.cycles = 6000\n[grid]\n'
+                           'workload.injection_rate = [0.01, 0.02, 0.03, 0.04]\n', base=noc)
+    sw = load_sweep(path)
+    # No second chance: the point running on the killed worker fails at once (distributed.KilledWorker).
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        with dask_client(workers=2) as client:
+            killed = []
+
+            def on_row(p, row):
+                if not killed:
+                    killed.append(min(client.run(os.getpid).values()))
+                    os.kill(killed[0], signal.SIGKILL)
+
+            res = run_sweep(sw, client=client, on_row=on_row)
+    rows = read_csv(sw.summary_csv)
+    failed = [r for r in rows if r["status"] == "failed"]
+    # The point it was running is lost, and any Dask had already handed it.
+    assert res.failed == len(failed) >= 1 and sum(r["status"] == "done" for r in rows) == 4 - len(failed)
+    for r in failed:
+        assert r["error"].startswith("KilledWorker") and "KilledWorker" in r["traceback"]
+    res = run_sweep(sw)  # and a rerun finishes them
+    assert res.ran == len(failed) and [r["status"] for r in read_csv(sw.summary_csv)] == ["done"] * 4
+
+
+def test_one_sweep_at_a_time_in_a_folder_and_not_another_sweeps_folder(tmp_path):
+    from meshsim.sweep import _FolderLock
+
+    out = tmp_path / "out"
+    a = load_sweep(write(tmp_path, f'[sweep]\nbase = "base.toml"\noutput = "{out}"\n'))
+    b = load_sweep(write(tmp_path, f'[sweep]\nbase = "base.toml"\noutput = "{out}"\n', name="b.toml"))
+    with _FolderLock(a):
+        with pytest.raises(InputError, match="another meshsim sweep is running in this folder"):
+            run_sweep(a)
+    run_sweep(a)
+    with pytest.raises(InputError, match=f"holds the results of the sweep {tmp_path / 's.toml'}; give this one "
+                                         "another folder"):
+        run_sweep(b)
+    assert read_csv(a.summary_csv)[0]["status"] == "done"
+
+
+def test_a_point_runs_from_any_folder_and_finds_the_base_scenarios_trace(tmp_path, monkeypatch):
+    from meshsim.sweep import run_point
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "t.csv").write_text("cycle,row,col,work_cycles\n0,1,1,5\n")
+    base = BASE.replace('type = "skewed"', 'type = "trace"\ntrace_file = "t.csv"').replace(
+        "injection_rate = 0.1\nsigma = 1.0\nwork_distribution = \"uniform\"\nwork_min_cycles = 1\n"
+        "work_max_cycles = 10\n", "")
+    (tmp_path / "sub" / "base.toml").write_text(base)
+    (tmp_path / "s.toml").write_text(f'[sweep]\nbase = "sub/base.toml"\noutput = "{tmp_path / "out"}"\n')
+    monkeypatch.chdir(tmp_path)
+    sw = load_sweep("s.toml")  # relative, as typed on a command line
+    assert Path(sw.points[0].base_path).is_absolute()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # a worker started in another folder
+    row = run_point(sw.points[0])
+    assert row["status"] == "done" and row["injected"] == 1
