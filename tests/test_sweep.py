@@ -462,9 +462,10 @@ def test_joining_an_existing_cluster_by_address(tmp_path, capsys, monkeypatch):
                                              (["--workers", "2"], signal.SIGTERM, False)])
 def test_ctrl_c_stops_the_sweep_keeps_finished_points_and_a_rerun_completes_it(tmp_path, how, sig, group):
     noc = (ROOT / "scenarios" / "noc_latency_load.toml").read_text()
+    # Points of about 2.5 s here: when the first has finished, the next ones have just started.
     path = write(tmp_path, '[sweep]\nbase = "base.toml"\n[set]\nmachine.rows = 24\nmachine.cols = 24\n'
-                           'run.cycles = 12000\n[grid]\n'
-                           'workload.injection_rate = [0.01, 0.02, 0.03, 0.04, 0.05, 0.06]\n', base=noc)
+                           'run.cycles = 20000\n[grid]\nworkload.injection_rate = [0.01, 0.02, 0.03, 0.04]\n',
+                 base=noc)
     summary = tmp_path / "results" / "sweeps" / "s" / "summary.csv"
     cmd = [sys.executable, "-m", "meshsim", "sweep", str(path), *how]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -483,17 +484,18 @@ def test_ctrl_c_stops_the_sweep_keeps_finished_points_and_a_rerun_completes_it(t
     rows = read_csv(summary)
     sw = load_sweep(path, output=summary.parent)
     statuses = [r["status"] for r in rows]
-    assert "done" in statuses and set(statuses) <= {"done", "interrupted", "not run"} and statuses.count("done") < 6
+    assert "done" in statuses and "interrupted" in statuses and set(statuses) <= {"done", "interrupted", "not run"}
     for r, pt in zip(rows, sw.points, strict=True):
         if r["status"] == "done":
             assert point_status(pt) == "complete"
         if r["status"] == "interrupted":  # the run stopped at a kernel-call boundary and kept its file
+            assert r["path"].endswith(".incomplete.h5") and point_status(pt) == "incomplete"
             with h5py.File(r["path"]) as f:
-                assert not f.attrs["complete"] and f.attrs["cycles_done"] <= 12000
+                assert not f.attrs["complete"] and f.attrs["cycles_done"] < 20000
     rerun = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr + rerun.stdout + summary.read_text()
     assert f"{statuses.count('done')} already complete" in rerun.stdout
-    assert [r["status"] for r in read_csv(summary)] == ["done"] * 6
+    assert [r["status"] for r in read_csv(summary)] == ["done"] * 4
 
 
 def test_jobqueue_job_scripts_carry_the_queue_walltime_cores_and_memory(monkeypatch):
