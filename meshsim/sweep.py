@@ -532,12 +532,13 @@ def _run_sweep(sweep, client, connect, progress, on_row, t0, signals) -> SweepRe
         progress = sys.stderr.isatty()
     bar = tqdm(total=len(sweep.points), initial=skipped, unit="point", disable=not progress, file=sys.stderr,
                dynamic_ncols=True, desc=sweep.name)
-    state = {"ran": 0, "failed": 0, "written": 0.0, "dirty": False, "workers": 1}
+    state = {"ran": 0, "failed": 0, "written": 0.0, "dirty": False, "workers": 1, "counted": 0.0}
 
     def flush():
-        # The table follows the points at most a second behind, without rewriting it for every row.
+        # The CSV follows the points at most a second behind, without rewriting it for every row;
+        # the HDF5 table, some 50 ms to write, is written at the end.
         if state["dirty"] and time.perf_counter() - state["written"] > 1.0:
-            write_summary(sweep, rows)
+            write_summary(sweep, rows, hdf5=False)
             state.update(written=time.perf_counter(), dirty=False)
 
     def record(point, row):
@@ -553,12 +554,15 @@ def _run_sweep(sweep, client, connect, progress, on_row, t0, signals) -> SweepRe
 
     def idle(c):
         check()
-        state["workers"] = max(state["workers"], len(c.scheduler_info().get("workers", {})))
+        if time.perf_counter() - state["counted"] > 2.0:  # asking the scheduler costs a round trip
+            state["workers"] = max(state["workers"], len(c.scheduler_info().get("workers", {})))
+            state["counted"] = time.perf_counter()
         flush()
 
     def on(c):
         idle(c)
         _run_on(c, todo, record, idle)
+        state["counted"] = 0.0
         idle(c)
 
     try:
@@ -666,6 +670,8 @@ def _run_on(client, todo, record, idle) -> None:
 
     from distributed import as_completed
 
+    from .engine import RunInterrupted
+
     token = uuid.uuid4().hex[:8]
     futures = {client.submit(run_point, p, token, key=f"meshsim-point-{p.id}-{token}", pure=False): p for p in todo}
     try:
@@ -673,12 +679,14 @@ def _run_on(client, todo, record, idle) -> None:
         while not done.is_empty():
             if not done.has_ready():
                 idle(client)
-                time.sleep(0.05)
+                time.sleep(0.1)
                 continue
             fut = next(done)
             p = futures[fut]
             try:
                 row = fut.result()
+            except RunInterrupted:  # Ctrl-C reached the workers first: the sweep is being stopped
+                raise KeyboardInterrupt from None
             except Exception as e:  # distributed.KilledWorker, or a worker that cannot import meshsim
                 row = _failed_row(p, e)
             fut.release()
@@ -904,9 +912,10 @@ def _csv_value(v):
     return v
 
 
-def write_summary(sweep: Sweep, rows: dict) -> tuple[Path, Path]:
-    """Write summary.csv and summary.h5 in the sweep's folder, each through a temporary name, so a
-    reader never sees half a table. The HDF5 table has one dataset per column along `point`."""
+def write_summary(sweep: Sweep, rows: dict, hdf5: bool = True) -> tuple[Path, Path]:
+    """Write summary.csv and (with `hdf5`) summary.h5 in the sweep's folder, each through a
+    temporary name, so a reader never sees half a table. The HDF5 table has one dataset per column
+    along `point`."""
     import h5py
 
     sweep.output.mkdir(parents=True, exist_ok=True)
@@ -919,6 +928,8 @@ def write_summary(sweep: Sweep, rows: dict) -> tuple[Path, Path]:
         for r in table:
             w.writerow([_csv_value(r.get(c)) for c in cols])
     os.replace(tmp, sweep.summary_csv)
+    if not hdf5:
+        return sweep.summary_csv, sweep.summary_h5
 
     tmp = sweep.summary_h5.with_name(".summary.h5.tmp")
     with h5py.File(tmp, "w") as f:
