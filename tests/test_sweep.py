@@ -55,6 +55,13 @@ flush_every_cycles = 100
 """
 
 
+def trace_base(trace_file):
+    """BASE with a trace workload reading `trace_file`."""
+    return BASE.replace('type = "skewed"', f'type = "trace"\ntrace_file = "{trace_file}"').replace(
+        'injection_rate = 0.1\nsigma = 1.0\nwork_distribution = "uniform"\nwork_min_cycles = 1\n'
+        "work_max_cycles = 10\n", "")
+
+
 def write(tmp_path, sweep_text, base=BASE, name="s.toml"):
     (tmp_path / "base.toml").write_text(base)
     path = tmp_path / name
@@ -385,9 +392,7 @@ def test_a_rerun_skips_complete_points_and_reruns_incomplete_missing_and_stale_o
 def test_a_point_whose_trace_is_bad_fails_on_its_own(tmp_path):
     (tmp_path / "good.csv").write_text("cycle,row,col,work_cycles\n0,1,1,5\n3,2,2,4\n")
     (tmp_path / "bad.csv").write_text("cycle,row,col,work_cycles\n0,1,1,5\n3,99,2,4\n")
-    base = BASE.replace('type = "skewed"', 'type = "trace"\ntrace_file = "good.csv"').replace(
-        "injection_rate = 0.1\nsigma = 1.0\nwork_distribution = \"uniform\"\nwork_min_cycles = 1\n"
-        "work_max_cycles = 10\n", "")
+    base = trace_base("good.csv")
     path = write(tmp_path, f'[sweep]\nbase = "base.toml"\noutput = "{tmp_path / "out"}"\n[zip]\n'
                            'workload.trace_file = ["good.csv", "bad.csv"]\n', base=base)
     res = run_sweep(load_sweep(path))
@@ -612,9 +617,7 @@ def test_a_point_runs_from_any_folder_and_finds_the_base_scenarios_trace(tmp_pat
 
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "t.csv").write_text("cycle,row,col,work_cycles\n0,1,1,5\n")
-    base = BASE.replace('type = "skewed"', 'type = "trace"\ntrace_file = "t.csv"').replace(
-        "injection_rate = 0.1\nsigma = 1.0\nwork_distribution = \"uniform\"\nwork_min_cycles = 1\n"
-        "work_max_cycles = 10\n", "")
+    base = trace_base("t.csv")
     (tmp_path / "sub" / "base.toml").write_text(base)
     (tmp_path / "s.toml").write_text(f'[sweep]\nbase = "sub/base.toml"\noutput = "{tmp_path / "out"}"\n')
     monkeypatch.chdir(tmp_path)
