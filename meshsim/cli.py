@@ -256,8 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--queue", help="--cluster: the queue (SLURM partition)")
     sw.add_argument("--account", help="--cluster: the account to charge")
     sw.add_argument("--walltime", help="--cluster: each job's time limit, e.g. 01:00:00")
-    sw.add_argument("--cores", type=_positive_int, default=None, help="--cluster: cores per job, one "
-                    "single-threaded worker each")
+    sw.add_argument("--cores", type=_positive_int, default=None, help="--cluster: cores per job (one "
+                    "worker per core, or per THREADS cores)")
     sw.add_argument("--memory", help="--cluster: memory per job, e.g. 16GB")
     sw.add_argument("--jobs", type=_positive_int, default=None, help="--cluster: batch jobs to start (default 1)")
     sw.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no closing summary")
