@@ -741,6 +741,11 @@ def dask_client(*, scheduler: str | None = None, scheduler_file: str | None = No
             raise InputError(f"{what}: cannot connect to the Dask scheduler ({e})") from None
         with client:
             _check_worker_versions(client, what)
+            if not client.scheduler_info().get("workers"):
+                import sys
+
+                print(f"meshsim: {what}: the cluster has no workers yet; the points start as workers join",
+                      file=sys.stderr)
             yield client
         return
     if dashboard:
