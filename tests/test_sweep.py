@@ -454,12 +454,19 @@ def test_killing_a_worker_loses_no_finished_point_and_the_sweep_completes(tmp_pa
     assert [r["status"] for r in read_csv(sw.summary_csv)] == ["done"] * 6
 
 
-def test_joining_an_existing_cluster_by_address(tmp_path, capsys, monkeypatch):
+def test_joining_an_existing_cluster_by_address_or_scheduler_file(tmp_path, capsys, monkeypatch):
+    from distributed import LocalCluster
+
     monkeypatch.chdir(tmp_path)
     path = write(tmp_path, '[sweep]\nbase = "base.toml"\n[grid]\nmigration.threshold = [1, 2]\n')
     with dask_client(workers=1) as client:
         assert main(["sweep", str(path), "--scheduler", client.scheduler.address, "-q"]) == 0
     assert [r["status"] for r in read_csv(tmp_path / "results" / "sweeps" / "s" / "summary.csv")] == ["done"] * 2
+    info = tmp_path / "scheduler.json"
+    with LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                      scheduler_kwargs={"scheduler_file": str(info)}):
+        assert main(["sweep", str(path), "--scheduler-file", str(info), "-o", "other", "-q"]) == 0
+    assert [r["status"] for r in read_csv(tmp_path / "other" / "summary.csv")] == ["done"] * 2
 
 
 @pytest.mark.parametrize("how, sig, group", [(["--workers", "2"], signal.SIGINT, True),
@@ -628,3 +635,15 @@ def test_a_point_runs_from_any_folder_and_finds_the_base_scenarios_trace(tmp_pat
     monkeypatch.chdir(elsewhere)  # a worker started in another folder
     row = run_point(sw.points[0])
     assert row["status"] == "done" and row["injected"] == 1
+
+
+def test_dashboard_without_bokeh_is_a_clear_error_that_leaves_no_folder(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    if importlib.util.find_spec("bokeh") is not None:
+        pytest.skip("bokeh is installed: the dashboard would start")
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, '[sweep]\nbase = "base.toml"\n')
+    assert main(["sweep", str(path), "--dashboard"]) == 2
+    assert "--dashboard: Dask's dashboard needs bokeh; install it with pip install bokeh" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
