@@ -5,7 +5,8 @@ A sweep is a flat list of points, each an id, the overrides it applies to the ba
 seed. `run_point` is the one pure function that runs a point, in this process or on a Dask worker:
 it writes the point's own result file and returns the path and the summary row, never arrays.
 `run_sweep` hands the points that are not yet complete to Dask (or runs them one after another),
-collects the rows by point id and writes the summary table (CSV and HDF5) as points finish.
+collects the rows by point id and writes the summary table: the CSV as points finish, the CSV and
+the HDF5 table at the end.
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ class Point:
     id: the stable point id, a hash of the resolved overrides (seed included).
     params: the swept (key, value) pairs ([grid] and [zip]) as resolved, in the sweep's key order.
     overrides: every (key, value) applied to the base: [set], then the swept values, then run.seed.
-    base_text / base_path: the base scenario's text, and the path that names it in messages and
-        anchors a relative trace file (None for an inline base).
+    base_text / base_path: the base scenario's text, and the absolute path that anchors a relative
+        trace file wherever the worker started (the sweep file's, for an inline base).
     output: the absolute path of the point's result file.
     resolved: the point's fully resolved scenario as TOML; a worker refuses to run a point that it
         resolves differently (another meshsim version), and a rerun reruns a file that holds another.
@@ -105,7 +106,7 @@ class Sweep:
 
 
 class SweepInterrupted(Exception):
-    """Ctrl-C stopped the sweep; every finished point is kept and listed in the summary."""
+    """Ctrl-C or SIGTERM stopped the sweep; every finished point is kept and listed in the summary."""
 
     def __init__(self, sweep: Sweep, n_done: int):
         self.sweep = sweep
