@@ -163,7 +163,7 @@ def _cmd_sweep(args) -> int:
         res = run_sweep(sweep, connect=connect, progress=None if not args.quiet else False)
     except SweepInterrupted as e:
         print(f"meshsim: {e}", file=sys.stderr)
-        return 130
+        return 1 if e.why else 130
     if not args.quiet:
         print(format_result(res))
     if res.failed:

@@ -66,18 +66,23 @@ class StopSignals:
     """While a run (or a sweep) goes, Ctrl-C and SIGTERM only ask it to stop: the engine then
     finishes the kernel call under way, so the file it keeps is consistent. A second signal stops
     at once. `also`, if given, is asked too: a run in a worker thread, which gets no signals, stops
-    when it returns True. Signals are taken only in the main thread, and not where they are ignored."""
+    when it returns True. Signals are taken only in the main thread, and not where they are ignored.
+    Nested inside another (a run inside a serial sweep), a signal is passed on to the outer one too,
+    so the sweep stops even when the run it reached was already finishing."""
 
     def __init__(self, also=None):
         self.signalled = False
         self.also = also
         self.old = {}
+        self.outer = None
 
     @property
     def requested(self) -> bool:
         return self.signalled or (self.also is not None and bool(self.also()))
 
     def _handler(self, signum, frame):
+        if self.outer is not None:
+            self.outer.signalled = True
         if self.signalled:
             raise KeyboardInterrupt
         self.signalled = True
@@ -90,6 +95,8 @@ class StopSignals:
                 if signal.getsignal(sig) is signal.SIG_IGN:  # e.g. started with nohup: keep ignoring
                     continue
                 self.old[sig] = signal.signal(sig, self._handler)
+                if isinstance(getattr(self.old[sig], "__self__", None), StopSignals):
+                    self.outer = self.old[sig].__self__
             except ValueError:  # not the main thread (a worker): leave signals alone
                 pass
         return self

@@ -106,12 +106,14 @@ class Sweep:
 
 
 class SweepInterrupted(Exception):
-    """Ctrl-C or SIGTERM stopped the sweep; every finished point is kept and listed in the summary."""
+    """Ctrl-C or SIGTERM stopped the sweep, or (with `why`) the cluster stopped running it; every
+    finished point is kept and listed in the summary."""
 
-    def __init__(self, sweep: Sweep, n_done: int):
+    def __init__(self, sweep: Sweep, n_done: int, why: str = ""):
         self.sweep = sweep
-        super().__init__(f"interrupted: {n_done} of {len(sweep.points)} points complete; the summary is "
-                         f"{sweep.summary_csv}; run the sweep again to finish it")
+        self.why = why
+        super().__init__(f"{why or 'interrupted'}: {n_done} of {len(sweep.points)} points complete; the summary "
+                         f"is {sweep.summary_csv}; run the sweep again to finish it")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,7 +169,9 @@ def load_sweep(path, output=None, threads: int = 1) -> Sweep:
     if isinstance(name, str) and (not name.strip() or "/" in name or "\0" in name or name in (".", "..")):
         problems.append(f"{where}: sweep.name = {_toml_repr(name)}: must be a non-empty name without '/'")
     folder, folder_key = (str(output), "-o") if output is not None else (meta.get("output"), "sweep.output")
-    if folder is None and isinstance(name, str):
+    if not isinstance(folder, (str, type(None))):
+        folder = None  # reported above
+    elif folder is None and isinstance(name, str):
         folder = f"results/sweeps/{name}"
     if isinstance(folder, str) and (not folder.strip() or "\0" in folder):
         problems.append(f"{where}: {folder_key} = {_toml_repr(folder)}: must name a folder, such as "
@@ -234,7 +238,7 @@ def load_sweep(path, output=None, threads: int = 1) -> Sweep:
         problems.extend(_in_sweep(m, where, seen) for m in e.problems)
     combos = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
     rows = [dict(zip(zipped, values, strict=True)) for values in zip(*zipped.values(), strict=True)] or [{}]
-    out_dir = Path(folder).expanduser().absolute() if folder is not None else None
+    out_dir = Path(folder).expanduser().resolve() if folder is not None else None
     points, ids = [], {}
     for combo in combos:
         for row in rows:
@@ -451,11 +455,21 @@ def run_point(point: Point, token: str | None = None, also_stop=None) -> dict:
     return row
 
 
-def _failed_row(point: Point, error: BaseException) -> dict:
-    """The row of a point whose task itself failed (its worker died every time it ran it)."""
+def _row_after_failure(point: Point, error: BaseException) -> dict:
+    """The row of a point whose task itself failed (its worker died every time it ran it): what its
+    file says if the point got as far as completing it, else failed with Dask's error."""
+    if point_status(point) == "complete":
+        try:
+            return {"point_id": point.id, "status": "done", "path": point.output, **row_of_file(point.output)}
+        except InputError:
+            pass
     return {"point_id": point.id, "status": "failed", "path": point.output,
             "error": f"{type(error).__name__}: {error}",
             "traceback": "".join(traceback.format_exception(error))}
+
+
+class _ClusterLost(Exception):
+    """The Dask cluster stopped running the sweep's points (its scheduler went away)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -472,7 +486,7 @@ class SweepResult:
     ran: int
     failed: int
     wall_seconds: float
-    workers: int
+    workers: int  # worker threads: points that can run at once
 
     @property
     def run_seconds(self) -> float:
@@ -480,7 +494,7 @@ class SweepResult:
 
     @property
     def overhead_per_point(self) -> float:
-        """Seconds per point beyond the runs themselves: (wall x workers - run time) / points run.
+        """Seconds per point beyond the runs themselves: (wall x worker threads - run time) / points run.
         Scheduling, worker start-up, reading the scenario and writing the row all count."""
         if not self.ran:
             return 0.0
@@ -535,10 +549,10 @@ def _run_sweep(sweep, client, connect, progress, on_row, t0, signals) -> SweepRe
                dynamic_ncols=True, desc=sweep.name)
     state = {"ran": 0, "failed": 0, "written": 0.0, "dirty": False, "workers": 1, "counted": 0.0}
 
-    def flush():
+    def flush(now=False):
         # The CSV follows the points at most a second behind, without rewriting it for every row;
         # the HDF5 table, some 50 ms to write, is written at the end.
-        if state["dirty"] and time.perf_counter() - state["written"] > 1.0:
+        if state["dirty"] and (now or time.perf_counter() - state["written"] > 1.0):
             write_summary(sweep, rows, hdf5=False)
             state.update(written=time.perf_counter(), dirty=False)
 
@@ -556,7 +570,8 @@ def _run_sweep(sweep, client, connect, progress, on_row, t0, signals) -> SweepRe
     def idle(c):
         check()
         if time.perf_counter() - state["counted"] > 2.0:  # asking the scheduler costs a round trip
-            state["workers"] = max(state["workers"], len(c.scheduler_info().get("workers", {})))
+            workers = c.scheduler_info().get("workers", {}).values()
+            state["workers"] = max(state["workers"], sum(w.get("nthreads", 1) for w in workers))
             state["counted"] = time.perf_counter()
         flush()
 
@@ -576,12 +591,25 @@ def _run_sweep(sweep, client, connect, progress, on_row, t0, signals) -> SweepRe
             for p in todo:
                 check()
                 record(p, run_point(p, also_stop=lambda: signals.requested))
+                flush(now=True)  # the next point may be long
         check()
-    except (KeyboardInterrupt, RunInterrupted) as e:
+    except (KeyboardInterrupt, RunInterrupted, _ClusterLost) as e:
         bar.close()
         _keep_partial(rows, sweep)
         write_summary(sweep, rows)
-        raise SweepInterrupted(sweep, sum(r["status"] == "done" for r in rows.values())) from e
+        why = str(e) if isinstance(e, _ClusterLost) else ""
+        raise SweepInterrupted(sweep, sum(r["status"] == "done" for r in rows.values()), why) from e
+    except InputError:  # e.g. no scheduler to connect to: nothing ran, nothing to write
+        bar.close()
+        raise
+    except BaseException:  # a bug, or a disk that filled: keep what is known, then let it show
+        bar.close()
+        try:
+            _keep_partial(rows, sweep)
+            write_summary(sweep, rows)
+        except Exception:
+            pass
+        raise
     bar.close()
     write_summary(sweep, rows)
     return SweepResult(sweep=sweep, rows=rows, skipped=skipped, ran=state["ran"], failed=state["failed"],
@@ -604,6 +632,7 @@ class _FolderLock:
 
         out = self.sweep.output
         self.created = [p for p in (out, *out.parents) if not p.exists()]
+        self.new_lock = not (out / ".lock").exists()
         try:
             out.mkdir(parents=True, exist_ok=True)
             self.fh = open(out / ".lock", "a")
@@ -617,7 +646,7 @@ class _FolderLock:
                              "one another folder with -o or sweep.output") from None
         except OSError:  # a filesystem without locks: go on unguarded
             pass
-        mine = str(Path(self.sweep.path).absolute())
+        mine = str(Path(self.sweep.path).resolve())
         try:
             with h5py.File(self.sweep.summary_h5, "r") as f:
                 other = f.attrs.get("sweep_path", mine)
@@ -633,7 +662,7 @@ class _FolderLock:
         if self.fh is not None:
             self.fh.close()  # releases the lock
             self.fh = None
-            if exc_type is InputError and self.created:  # e.g. no scheduler to connect to: leave nothing
+            if exc_type is InputError and self.new_lock:  # e.g. no scheduler to connect to: leave nothing
                 try:
                     os.remove(self.sweep.output / ".lock")
                     for p in self.created:
@@ -670,6 +699,7 @@ def _run_on(client, todo, record, idle) -> None:
     import uuid
 
     from distributed import as_completed
+    from distributed.client import FutureCancelledError
 
     from .engine import RunInterrupted
 
@@ -688,8 +718,11 @@ def _run_on(client, todo, record, idle) -> None:
                 row = fut.result()
             except RunInterrupted:  # Ctrl-C reached the workers first: the sweep is being stopped
                 raise KeyboardInterrupt from None
+            except FutureCancelledError as e:  # the scheduler went away, or cancelled the points
+                raise _ClusterLost(f"the Dask cluster stopped running the points ({' '.join(str(e).split())})") \
+                    from None
             except Exception as e:  # distributed.KilledWorker, or a worker that cannot import meshsim
-                row = _failed_row(p, e)
+                row = _row_after_failure(p, e)
             fut.release()
             record(p, row)
     except BaseException:
@@ -738,8 +771,8 @@ def dask_client(*, scheduler: str | None = None, scheduler_file: str | None = No
         what = f"--scheduler {scheduler}" if scheduler is not None else f"--scheduler-file {scheduler_file}"
         try:
             client = Client(scheduler, scheduler_file=scheduler_file, timeout="20s")
-        except (OSError, TimeoutError, ValueError) as e:
-            raise InputError(f"{what}: cannot connect to the Dask scheduler ({e})") from None
+        except Exception as e:  # refused, timed out, or a scheduler file that is not one
+            raise InputError(f"{what}: cannot connect to the Dask scheduler ({type(e).__name__}: {e})") from None
         with client:
             _check_worker_versions(client, what)
             if not client.scheduler_info().get("workers"):
@@ -941,7 +974,7 @@ def write_summary(sweep: Sweep, rows: dict, hdf5: bool = True) -> tuple[Path, Pa
     with h5py.File(tmp, "w") as f:
         f.attrs["meshsim_version"] = __version__
         f.attrs["sweep_name"] = sweep.name
-        f.attrs["sweep_path"] = str(Path(sweep.path).absolute())
+        f.attrs["sweep_path"] = str(Path(sweep.path).resolve())
         f.attrs["sweep_text"] = sweep.text
         f.attrs["columns"] = cols
         f.attrs["parameters"] = list(sweep.keys)
@@ -1008,8 +1041,8 @@ def format_result(res: SweepResult) -> str:
     lines = [f"{sw.name}: {done} of {len(sw.points)} points complete ({res.ran} run, {res.skipped} already "
              f"complete, {res.failed} failed)"]
     if res.ran:
-        lines.append(f"{res.wall_seconds:.1f} s on {res.workers} worker(s); the runs took {res.run_seconds:.1f} s; "
-                     f"overhead {res.overhead_per_point:.2f} s per point")
+        lines.append(f"{res.wall_seconds:.1f} s on {res.workers} worker thread(s); the runs took "
+                     f"{res.run_seconds:.1f} s; overhead {res.overhead_per_point:.2f} s per point")
     for p in sw.points:
         r = res.rows[p.id]
         if r.get("status") == "failed" and r.get("_ran"):

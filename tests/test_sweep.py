@@ -406,6 +406,17 @@ def test_a_point_whose_trace_is_bad_fails_on_its_own(tmp_path):
 # Dask
 
 
+def busy_worker_pid(client):
+    """The process id of a worker that the scheduler has given a point to run."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        busy = [addr for addr, keys in client.processing().items() if keys]
+        if busy:
+            return client.run(os.getpid)[busy[0]]
+        time.sleep(0.05)
+    raise AssertionError("no worker was given a point within 30 s")
+
+
 def test_results_are_bit_identical_serially_and_on_clusters_of_1_and_2_workers(tmp_path):
     text = ('[sweep]\nbase = "base.toml"\noutput = "{out}"\nrepetitions = 2\n[grid]\n'
             'migration.policy = ["least_loaded", "random_lower"]\n')
@@ -440,9 +451,7 @@ def test_killing_a_worker_loses_no_finished_point_and_the_sweep_completes(tmp_pa
     with dask_client(workers=2) as client:
         def on_row(p, row):
             if not finished:  # after the first point: kill a worker that is running a point
-                busy = [addr for addr, keys in client.processing().items() if keys]
-                assert busy
-                victims.append(client.run(os.getpid)[busy[0]])
+                victims.append(busy_worker_pid(client))
                 os.kill(victims[0], signal.SIGKILL)
             finished[p.id] = os.stat(p.output).st_mtime_ns
 
@@ -471,7 +480,8 @@ def test_joining_an_existing_cluster_by_address_or_scheduler_file(tmp_path, caps
 
 @pytest.mark.parametrize("how, sig, group", [(["--workers", "2"], signal.SIGINT, True),
                                              (["--serial"], signal.SIGINT, True),
-                                             (["--workers", "2"], signal.SIGTERM, False)])
+                                             (["--workers", "2"], signal.SIGTERM, False),
+                                             (["--serial"], signal.SIGTERM, False)])
 def test_ctrl_c_stops_the_sweep_keeps_finished_points_and_a_rerun_completes_it(tmp_path, how, sig, group):
     noc = (ROOT / "scenarios" / "noc_latency_load.toml").read_text()
     # Points of about 2.5 s here: when the first has finished, the next ones have just started.
@@ -483,10 +493,11 @@ def test_ctrl_c_stops_the_sweep_keeps_finished_points_and_a_rerun_completes_it(t
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # wait for the first finished point
-        if summary.exists() and any(r["status"] == "done" for r in read_csv(summary)):
-            break
+    deadline = time.monotonic() + 300
+    while not (summary.exists() and any(r["status"] == "done" for r in read_csv(summary))):
+        if time.monotonic() > deadline or p.poll() is not None:  # wait for the first finished point
+            p.kill()
+            pytest.fail(f"no point finished: {p.communicate()[1]}")
         time.sleep(0.2)
     # Ctrl-C on a terminal reaches every process of the group; SIGTERM (a batch system) the sweep's.
     (os.killpg if group else os.kill)(p.pid, sig)
@@ -589,7 +600,7 @@ def test_a_point_that_kills_its_worker_every_time_is_recorded_as_failed(tmp_path
 
             def on_row(p, row):
                 if not killed:
-                    killed.append(min(client.run(os.getpid).values()))
+                    killed.append(busy_worker_pid(client))
                     os.kill(killed[0], signal.SIGKILL)
 
             res = run_sweep(sw, client=client, on_row=on_row)
@@ -647,3 +658,50 @@ def test_dashboard_without_bokeh_is_a_clear_error_that_leaves_no_folder(tmp_path
     assert main(["sweep", str(path), "--dashboard"]) == 2
     assert "--dashboard: Dask's dashboard needs bokeh; install it with pip install bokeh" in capsys.readouterr().err
     assert not (tmp_path / "results").exists()
+
+
+def test_a_failed_task_whose_file_is_complete_is_recorded_from_the_file(tmp_path):
+    from meshsim.sweep import _row_after_failure
+
+    sw = load_sweep(write(tmp_path, f'[sweep]\nbase = "base.toml"\noutput = "{tmp_path / "out"}"\n[grid]\n'
+                                    'migration.threshold = [1, 2]\n'))
+    run_sweep(sw)
+    os.remove(sw.points[1].output)
+    done = _row_after_failure(sw.points[0], RuntimeError("scheduler lost"))
+    assert done["status"] == "done" and done["li"] == read_summary(sw.points[0].output)[1]["li"]
+    lost = _row_after_failure(sw.points[1], RuntimeError("scheduler lost"))
+    assert lost["status"] == "failed" and lost["error"] == "RuntimeError: scheduler lost"
+
+
+def test_nested_stop_signals_pass_a_signal_to_the_outer_one():
+    from meshsim.engine import StopSignals
+
+    with StopSignals() as outer:
+        with StopSignals() as inner:  # a run inside a serial sweep
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        assert inner.signalled and outer.signalled
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_odd_output_values_and_scheduler_files_are_clear_errors(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert problems(write(tmp_path, '[sweep]\nbase = "base.toml"\noutput = 5\n')) == [
+        f"{tmp_path / 's.toml'}: sweep.output = 5: must be a string: the folder of the results, relative to the "
+        "current folder (default results/sweeps/NAME)"]
+    (tmp_path / "existing").mkdir()
+    (tmp_path / "sched.json").write_text("not json")
+    path = write(tmp_path, '[sweep]\nbase = "base.toml"\n', name="g.toml")
+    assert main(["sweep", str(path), "-o", "existing", "--scheduler-file", "sched.json"]) == 2
+    err = capsys.readouterr().err
+    assert "--scheduler-file sched.json: cannot connect to the Dask scheduler" in err and "Traceback" not in err
+    assert list((tmp_path / "existing").iterdir()) == []  # not even the lock file
+
+
+def test_the_same_sweep_reached_through_another_path_is_the_same_sweep(tmp_path, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    write(tmp_path, f'[sweep]\nbase = "base.toml"\noutput = "{tmp_path / "out"}"\n')
+    run_sweep(load_sweep(tmp_path / "s.toml"))
+    monkeypatch.chdir(tmp_path / "sub")
+    res = run_sweep(load_sweep("../s.toml", output="../out"))
+    assert res.skipped == 1 and res.ran == 0
