@@ -792,7 +792,14 @@ def dask_client(*, scheduler: str | None = None, scheduler_file: str | None = No
     # Points are long: in a sweep of more than twice as many points as workers, the scheduler keeps
     # the points waiting to itself and hands a worker its next one only when it is free (Dask's
     # queuing), rather than lining them up behind a slow point or on a worker that may die.
-    one_each = dask.config.set({"distributed.scheduler.worker-saturation": 1.0})
+    # The points are long and few: Dask's statistical profiler (a sample every 10 ms in every
+    # worker), its 50 Hz event-loop tick and its 10 Hz memory and system monitors only take CPU from
+    # the points on a small machine. Memory limits are still enforced, within a second.
+    one_each = dask.config.set({"distributed.scheduler.worker-saturation": 1.0,
+                                "distributed.worker.profile.enabled": False,
+                                "distributed.admin.tick.interval": "500ms",
+                                "distributed.admin.system-monitor.interval": "2s",
+                                "distributed.worker.memory.monitor-interval": "1s"})
     if cluster is not None:
         with one_each, _jobqueue_cluster(cluster, queue=queue, account=account, walltime=walltime, cores=cores,
                                          memory=memory, dashboard=dashboard, threads=threads) as jc:
