@@ -398,6 +398,17 @@ def row_of_file(path) -> dict:
     return {k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))}
 
 
+def _done_row(point: Point) -> dict | None:
+    """The "done" row of a point whose file is complete and holds its scenario, read from the file;
+    None if it has no such file (or one without a summary: it runs again)."""
+    if point_status(point) != "complete":
+        return None
+    try:
+        return {"point_id": point.id, "status": "done", "path": point.output, **row_of_file(point.output)}
+    except InputError:
+        return None
+
+
 # Stop requests in a worker process: every run (Ctrl-C reached the worker of a cluster this process
 # started), or the runs of one sweep (its client asked, by token). Read between kernel calls.
 _STOP = {"all": False, "tokens": set()}
@@ -458,12 +469,7 @@ def run_point(point: Point, token: str | None = None, also_stop=None) -> dict:
 def _row_after_failure(point: Point, error: BaseException) -> dict:
     """The row of a point whose task itself failed (its worker died every time it ran it): what its
     file says if the point got as far as completing it, else failed with Dask's error."""
-    if point_status(point) == "complete":
-        try:
-            return {"point_id": point.id, "status": "done", "path": point.output, **row_of_file(point.output)}
-        except InputError:
-            pass
-    return {"point_id": point.id, "status": "failed", "path": point.output,
+    return _done_row(point) or {"point_id": point.id, "status": "failed", "path": point.output,
             "error": f"{type(error).__name__}: {error}",
             "traceback": "".join(traceback.format_exception(error))}
 
@@ -532,22 +538,14 @@ def _run_sweep(sweep, client, connect, progress, on_row, t0, signals) -> SweepRe
         if signals.requested:
             raise KeyboardInterrupt
 
-    rows, todo = {}, []
-    for p in sweep.points:
-        if point_status(p) == "complete":
-            try:
-                rows[p.id] = {"point_id": p.id, "status": "done", "path": p.output, **row_of_file(p.output)}
-                continue
-            except InputError:  # complete but without a summary: run it again
-                pass
-        todo.append(p)
-        rows[p.id] = {"point_id": p.id, "status": "not run", "path": p.output}
+    rows = {p.id: _done_row(p) or {"point_id": p.id, "status": "not run", "path": p.output} for p in sweep.points}
+    todo = [p for p in sweep.points if rows[p.id]["status"] != "done"]
     skipped = len(sweep.points) - len(todo)
     if progress is None:
         progress = sys.stderr.isatty()
     bar = tqdm(total=len(sweep.points), initial=skipped, unit="point", disable=not progress, file=sys.stderr,
                dynamic_ncols=True, desc=sweep.name)
-    state = {"ran": 0, "failed": 0, "written": 0.0, "dirty": False, "workers": 1, "counted": 0.0}
+    state = {"written": 0.0, "dirty": False, "workers": 1, "counted": 0.0}
 
     def flush(now=False):
         # The CSV follows the points at most a second behind, without rewriting it for every row;
@@ -559,8 +557,6 @@ def _run_sweep(sweep, client, connect, progress, on_row, t0, signals) -> SweepRe
     def record(point, row):
         row["_ran"] = True
         rows[point.id] = row
-        state["ran"] += 1
-        state["failed"] += row["status"] == "failed"
         state["dirty"] = True
         bar.update(1)
         if on_row is not None:
@@ -594,26 +590,26 @@ def _run_sweep(sweep, client, connect, progress, on_row, t0, signals) -> SweepRe
                 flush(now=True)  # the next point may be long
         check()
     except (KeyboardInterrupt, RunInterrupted, _ClusterLost) as e:
-        bar.close()
         _keep_partial(rows, sweep)
         write_summary(sweep, rows)
         why = str(e) if isinstance(e, _ClusterLost) else ""
         raise SweepInterrupted(sweep, sum(r["status"] == "done" for r in rows.values()), why) from e
     except InputError:  # e.g. no scheduler to connect to: nothing ran, nothing to write
-        bar.close()
         raise
     except BaseException:  # a bug, or a disk that filled: keep what is known, then let it show
-        bar.close()
         try:
             _keep_partial(rows, sweep)
             write_summary(sweep, rows)
         except Exception:
             pass
         raise
-    bar.close()
+    finally:
+        bar.close()
     write_summary(sweep, rows)
-    return SweepResult(sweep=sweep, rows=rows, skipped=skipped, ran=state["ran"], failed=state["failed"],
-                       wall_seconds=time.perf_counter() - t0, workers=state["workers"])
+    ran = [r for r in rows.values() if r.get("_ran")]
+    return SweepResult(sweep=sweep, rows=rows, skipped=skipped, ran=len(ran),
+                       failed=sum(r["status"] == "failed" for r in ran), wall_seconds=time.perf_counter() - t0,
+                       workers=state["workers"])
 
 
 class _FolderLock:
@@ -681,13 +677,10 @@ def _keep_partial(rows: dict, sweep: Sweep) -> None:
         r = rows[p.id]
         if r["status"] != "not run":
             continue
-        if point_status(p) == "complete":
-            try:
-                r.update(status="done", **row_of_file(p.output))
-                continue
-            except InputError:
-                pass
-        if incomplete_path(Path(p.output)).exists():
+        done = _done_row(p)
+        if done is not None:
+            r.update(done)
+        elif incomplete_path(Path(p.output)).exists():
             r.update(status="interrupted", path=str(incomplete_path(Path(p.output))))
 
 
