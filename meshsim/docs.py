@@ -102,10 +102,14 @@ def _default(p: Param) -> str:
         return repr(float(p.default))
     if p.type == "regions":
         return "[]" if not p.default else str([list(r) for r in p.default])
+    if p.type == "ints":
+        return str(list(p.default))
     return format_number(p.default)
 
 
 def _allowed(p: Param) -> str:
+    if p.type == "ints":
+        return f"list of integers in {format_range(p)}"
     if p.range is not None:
         return format_range(p)
     if p.choices is not None:

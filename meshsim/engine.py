@@ -186,11 +186,12 @@ def check_output_path(path) -> Path:
 
 def run_scenario(scenario, output=None, *, threads: int | None = None, progress: bool | None = None,
                  max_cycles_per_call: int | None = None, stop=None) -> RunResult:
-    """Run a validated scenario and write its HDF5 result (rdu scenarios go to meshsim.rdu_run).
+    """Run a validated scenario and write its HDF5 result (rdu scenarios go to meshsim.rdu_run, ipu
+    scenarios to meshsim.ipu_run).
 
     output: the result path (default results/NAME.h5); threads: Numba threads (default run.threads,
     0 = all cores); progress: show a progress bar (default: when stderr is a terminal);
-    max_cycles_per_call: the most cycles per kernel call (for rdu, intervals per call); stop: a
+    max_cycles_per_call: the most cycles per kernel call (for rdu, intervals; for ipu, steps); stop: a
     callable asked between kernel calls, True stopping the run as Ctrl-C does.
     Raises InputError for a bad trace or output path before anything is written, and RunInterrupted
     on Ctrl-C/SIGTERM or `stop` (the file then holds every cycle done).
@@ -204,6 +205,14 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
         path, summary = run_rdu(scenario, final, threads=n_threads,
                                 progress=sys.stderr.isatty() if progress is None else progress,
                                 stop_signals=StopSignals(stop), chunk=max_cycles_per_call or 65_536)
+        return RunResult(path=path, summary=summary)
+    if scenario.get("machine", "type") == "ipu":
+        from .ipu_run import run_ipu
+
+        n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)
+        path, summary = run_ipu(scenario, final, threads=n_threads,
+                                progress=sys.stderr.isatty() if progress is None else progress,
+                                stop_signals=StopSignals(stop), steps_per_call=max_cycles_per_call or 0)
         return RunResult(path=path, summary=summary)
     inputs = build_inputs(scenario)  # may raise InputError: before any file exists
     n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: The value types a parameter may have. "regions" is a list of [row0, col0, row1, col1] integer
-#: lists: half-open rectangles of PEs, rows row0..row1-1 and columns col0..col1-1.
-TYPES = ("int", "float", "str", "bool", "regions")
+#: lists: half-open rectangles of PEs, rows row0..row1-1 and columns col0..col1-1; "ints" a list of
+#: integers, each in the key's allowed range.
+TYPES = ("int", "float", "str", "bool", "regions", "ints")
 
 #: The largest grid the mesh accepts, in PEs (DESIGN.md 2.1 asks for at least 850,000).
 MAX_MESH_PES = 4_194_304
@@ -58,8 +59,9 @@ class Param:
 
     @property
     def range(self) -> tuple | None:
-        """The inclusive (lo, hi) range of an "int" or "float" key, else None."""
-        if self.type in ("int", "float") and self.allowed is not None:
+        """The inclusive (lo, hi) range of an "int" or "float" key (of each item of an "ints" key),
+        else None."""
+        if self.type in ("int", "float", "ints") and self.allowed is not None:
             return tuple(self.allowed)
         return None
 
@@ -74,9 +76,10 @@ _BERNOULLI = ("workload.type", BERNOULLI_WORKLOADS)
 _TRAFFIC = ("workload.type", ("traffic",))
 _PIPELINE = ("workload.type", ("layer_pipeline",))
 _MODEL = ("workload.type", ("layer_pipeline", "transformer"))
-_TRANSFORMER = ("workload.type", ("transformer",))
 _MESH = ("machine.type", ("mesh",))
 _RDU = ("machine.type", ("rdu",))
+_IPU = ("machine.type", ("ipu",))
+_RDU_IPU = ("machine.type", ("rdu", "ipu"))
 
 #: RDU presets (docs/rdu.md, "Presets and their sources"): the values machine.preset gives the keys a
 #: scenario does not set. clock_ghz is not published: it makes PCUs x lanes x stages x 2 FLOPs per
@@ -91,6 +94,23 @@ RDU_PRESETS = {
 # The rdu keys' defaults are the default preset's (sn30).
 _SN30 = RDU_PRESETS["sn30"]
 
+#: IPU presets (docs/ipu.md, "Presets and their sources"). macs_per_cycle makes tiles x MACs x 2 x
+#: clock the published 16-bit peak (GC200 250, Bow 350, GC2 124.5 TFLOP/s).
+IPU_PRESETS = {
+    "gc200": dict(tiles=1472, tile_sram_kib=624, clock_ghz=1.33, macs_per_cycle=64, worker_threads=6,
+                  exchange_bytes_per_cycle=4, ipu_link_gbps=320.0, streaming_memory_gbps=20.0),
+    "bow": dict(tiles=1472, tile_sram_kib=624, clock_ghz=1.85, macs_per_cycle=64, worker_threads=6,
+                exchange_bytes_per_cycle=4, ipu_link_gbps=320.0, streaming_memory_gbps=20.0),
+    "gc2": dict(tiles=1216, tile_sram_kib=256, clock_ghz=1.6, macs_per_cycle=32, worker_threads=6,
+                exchange_bytes_per_cycle=4, ipu_link_gbps=320.0, streaming_memory_gbps=20.0),
+}
+
+#: The preset a machine type uses when the scenario names none.
+DEFAULT_PRESET = {"rdu": "sn30", "ipu": "gc200"}
+
+# The ipu keys' defaults are the default preset's (gc200).
+_GC200 = IPU_PRESETS["gc200"]
+
 #: WSE-2: about 7.5 PFLOP/s (16-bit) over about 850,000 PEs at 1.1 GHz, in FLOPs per PE per cycle.
 WSE2_PE_FLOPS_PER_CYCLE = round(7.5e15 / 850_000 / 1.1e9, 3)
 
@@ -101,7 +121,10 @@ PARAMS: tuple[Param, ...] = (
           "file's stem."),
     Param("run", "cycles", "int", "cycles", 1000,
           "Number of cycles to simulate (per-PE counters are 32-bit, which bounds a run); an rdu "
-          "run simulates one step, however many cycles it takes.", (1, 100_000_000), _MESH),
+          "run simulates one step, however many cycles it takes, an ipu run run.steps steps.",
+          (1, 100_000_000), _MESH),
+    Param("run", "steps", "int", "steps", 1,
+          "Training (or inference) steps an ipu run simulates, one after another.", (1, 1_000_000), _IPU),
     Param("run", "seed", "int", "", 1,
           "Seed of every random draw; the same seed gives bit-identical results.", (0, 2**63 - 1)),
     Param("run", "threads", "int", "threads", 0,
@@ -112,7 +135,8 @@ PARAMS: tuple[Param, ...] = (
     # [machine]
     Param("machine", "type", "str", "", "mesh",
           "The machine model: mesh is a WSE-2-style 2D mesh of PEs, rdu a SambaNova-style "
-          "reconfigurable dataflow chip (docs/rdu.md).", ("mesh", "rdu")),
+          "reconfigurable dataflow chip (docs/rdu.md), ipu Graphcore-style bulk-synchronous tiles "
+          "(docs/ipu.md).", ("mesh", "rdu", "ipu")),
     Param("machine", "rows", "int", "PEs", 757,
           "Rows of PEs in the mesh (the WSE-2 fabric usable by programs is 757 x 996).", (1, 4096), _MESH),
     Param("machine", "cols", "int", "PEs", 996,
@@ -134,7 +158,8 @@ PARAMS: tuple[Param, ...] = (
           (1, 48), ("workload.type", ("traffic", "layer_pipeline"))),
     Param("machine", "clock_ghz", "float", "GHz", 1.1,
           "Clock frequency; the mesh uses it only to convert cycles to seconds in reports; for rdu "
-          "the preset sets it (see docs/rdu.md) unless the scenario does.", (0.001, 100.0)),
+          "and ipu the preset sets it (see docs/rdu.md, docs/ipu.md) unless the scenario does.",
+          (0.001, 100.0)),
     Param("machine", "pe_flops_per_cycle", "float", "FLOPs/cycle", WSE2_PE_FLOPS_PER_CYCLE,
           "Peak FLOPs of one PE per cycle (WSE-2: about 7.5 PFLOP/s over 850,000 PEs at 1.1 GHz).",
           (0.001, 1e6), _PIPELINE),
@@ -142,8 +167,9 @@ PARAMS: tuple[Param, ...] = (
           "SRAM of each PE, which must hold the weights of its region's kernel (48 KiB on the WSE-2).",
           (1, 1_048_576), _PIPELINE),
     Param("machine", "preset", "str", "", "sn30",
-          "RDU chip whose published figures fill the rdu keys the scenario does not set (docs/rdu.md).",
-          ("sn10", "sn30"), _RDU),
+          "Chip whose published figures fill the machine keys the scenario does not set: sn10 or sn30 "
+          "for rdu (docs/rdu.md), gc200, bow or gc2 for ipu (docs/ipu.md); when not set, sn30 for "
+          "rdu and gc200 for ipu.", ("sn10", "sn30", "gc200", "bow", "gc2"), _RDU_IPU),
     Param("machine", "pcus", "int", "PCUs", _SN30["pcus"],
           "Pattern compute units per chip (preset: SN10 640, SN30 1,280).", (1, 1_000_000), _RDU),
     Param("machine", "pcu_lanes", "int", "lanes", _SN30["pcu_lanes"],
@@ -175,6 +201,38 @@ PARAMS: tuple[Param, ...] = (
           (0.001, 1e6), _RDU),
     Param("machine", "interconnect_latency_cycles", "int", "cycles", 2000,
           "Latency of one chip-to-chip transfer step (an assumption).", (0, 1_000_000_000), _RDU),
+    Param("machine", "tiles", "int", "tiles", _GC200["tiles"],
+          "Tiles per IPU (preset: GC200 and Bow 1,472, GC2 1,216).", (1, 1_000_000), _IPU),
+    Param("machine", "tile_sram_kib", "int", "KiB", _GC200["tile_sram_kib"],
+          "SRAM of each tile (preset: GC200 and Bow 624, GC2 256).", (1, 1_048_576), _IPU),
+    Param("machine", "macs_per_cycle", "int", "MACs/cycle", _GC200["macs_per_cycle"],
+          "16-bit multiply-accumulates a tile does per cycle in a GEMM (preset: 64, GC2 32).", (1, 65536), _IPU),
+    Param("machine", "worker_threads", "int", "threads", _GC200["worker_threads"],
+          "Hardware threads per tile; they take the tile's issue slots in turn (preset 6).", (1, 64), _IPU),
+    Param("machine", "exchange_bytes_per_cycle", "int", "bytes/cycle", _GC200["exchange_bytes_per_cycle"],
+          "Bytes a tile sends, and receives, per cycle in an exchange (preset 4: about 8 TB/s on a GC200).",
+          (1, 65536), _IPU),
+    Param("machine", "ipu_link_gbps", "float", "GB/s", _GC200["ipu_link_gbps"],
+          "IPU-Link bandwidth of each IPU, for pipeline transfers and all-reduces (preset 320).", (0.001, 1e6),
+          _IPU),
+    Param("machine", "streaming_memory_gbps", "float", "GB/s", _GC200["streaming_memory_gbps"],
+          "Off-chip streaming memory bandwidth each IPU sees; the token ids stream in from it (preset 20, "
+          "an assumption).", (0.001, 1e6), _IPU),
+    Param("machine", "sync_cycles", "int", "cycles", 150,
+          "Cycles of the chip-wide barrier of every superstep (an assumption).", (0, 1_000_000_000), _IPU),
+    Param("machine", "ipu_sync_cycles", "int", "cycles", 5000,
+          "Cycles of a barrier across IPUs, paid by every IPU-Link transfer (an assumption).",
+          (0, 1_000_000_000), _IPU),
+    Param("machine", "exchange_latency_cycles", "int", "cycles", 30,
+          "Cycles from the first byte sent in an exchange to the first received (an assumption).",
+          (0, 1_000_000_000), _IPU),
+    Param("machine", "vector_flops_per_cycle", "int", "FLOPs/cycle", 16,
+          "Elementwise and norm FLOPs a tile does per cycle (an assumption).", (1, 65536), _IPU),
+    Param("machine", "gemm_block", "int", "elements", 64,
+          "Side of the blocks a GEMM's output and an attention's query rows are cut into; a block is "
+          "one unit of work on one tile.", (1, 65536), _IPU),
+    Param("machine", "code_kib_per_tile", "int", "KiB", 96,
+          "SRAM each tile sets aside for code, vertex state and stacks (an assumption).", (0, 1_048_576), _IPU),
     # [migration]
     Param("migration", "policy", "str", "", "least_loaded",
           "How an overfull PE picks the neighbour it moves a task to (none disables migration).",
@@ -191,7 +249,8 @@ PARAMS: tuple[Param, ...] = (
           "Where tasks come from: Bernoulli injection with a uniform, hotspot or lognormal-skewed "
           "rate map, or events read from a trace file; traffic offers routed packets instead "
           "(network studies); layer_pipeline runs a transformer's kernels as a pipeline of regions; "
-          "transformer is the rdu machine's workload (a model compiled into sections).",
+          "transformer is the rdu's and the ipu's workload (a model compiled into sections, or "
+          "mapped onto tiles).",
           ("uniform", "hotspot", "skewed", "trace", "traffic", "layer_pipeline", "transformer")),
     Param("workload", "injection_rate", "float", "tasks/PE/cycle", 0.05,
           "Probability that a PE is offered a task (a packet for traffic) in a cycle (the mean rate "
@@ -249,7 +308,9 @@ PARAMS: tuple[Param, ...] = (
     Param("workload", "training", "bool", "", False,
           "Add the backward kernels (a training step) after the forward ones.", None, _MODEL),
     Param("workload", "replicas", "int", "copies", 1,
-          "Copies of the pipeline side by side (data parallel on one wafer).", (1, 64), _PIPELINE),
+          "Copies of the pipeline side by side: data parallel on one wafer (mesh, at most 64), or on "
+          "more IPUs (ipu; the batch is split between them).", (1, 1024),
+          ("workload.type", ("layer_pipeline", "transformer"))),
     Param("workload", "fuse_elementwise", "bool", "", True,
           "Fold each LayerNorm, GeLU and residual add into its neighbouring matrix kernel's region "
           "(false gives every kernel its own region).", None, _PIPELINE),
@@ -268,18 +329,31 @@ PARAMS: tuple[Param, ...] = (
           "150 GB/s).", (0.001, 1e9), ("workload.weight_streaming", (True,))),
     Param("workload", "fusion", "str", "", "o1",
           "How operators are fused into sections: o0 one per section, o1 by rules (LayerNorm and "
-          "elementwise into their GEMMs), o3 as many as fit.", ("o0", "o1", "o3"), _TRANSFORMER),
+          "elementwise into their GEMMs), o3 as many as fit.", ("o0", "o1", "o3"), _RDU),
     Param("workload", "tile_tokens", "int", "tokens", 64,
           "Tokens per tile streamed through a section; must divide the tokens of a microbatch.",
-          (1, 1_048_576), _TRANSFORMER),
+          (1, 1_048_576), _RDU),
     Param("workload", "parallelism", "str", "", "T1P1D1",
-          "Chips as T<tensor>P<pipeline>D<data> degrees, e.g. T4P2D1 on 8 chips.", None, _TRANSFORMER),
+          "Chips as T<tensor>P<pipeline>D<data> degrees, e.g. T4P2D1 on 8 chips.", None, _RDU),
     Param("workload", "microbatches", "int", "microbatches", 1,
           "Microbatches per data-parallel replica (GPipe schedule over the pipeline stages).",
-          (1, 1_048_576), _TRANSFORMER),
+          (1, 1_048_576), _RDU),
     Param("workload", "prefetch", "bool", "", True,
           "Load the next section's weights into the PMUs the running section leaves free.", None,
-          _TRANSFORMER),
+          _RDU),
+    Param("workload", "layers_per_ipu", "ints", "layers", (),
+          "Transformer blocks each IPU of a replica holds, in order (one entry per pipeline stage; they sum "
+          "to n_layers; only the first may be 0, putting the embedding alone on IPU 0); empty means one "
+          "IPU holding every block.", (0, 1024), _IPU),
+    Param("workload", "gradient_accumulation", "int", "micro-batches", 1,
+          "Micro-batches per step of each replica; they flow through the pipeline stages one after "
+          "another (batch / (replicas x gradient_accumulation) sequences each).", (1, 1_048_576), _IPU),
+    Param("workload", "vocab_size", "int", "tokens", 50257,
+          "Vocabulary of the embedding on IPU 0 (GPT-2: 50,257); 0 leaves the embedding out.",
+          (0, 10_000_000), _IPU),
+    Param("workload", "recompute", "bool", "", False,
+          "Training: keep only each micro-batch's input and recompute a block's activations before its "
+          "backward (less memory, more compute).", None, _IPU),
     Param("workload", "trace_file", "str", "", "",
           "Path of a CSV or HDF5 trace of (cycle, row, col, work_cycles) events, relative to the "
           "scenario file.", None, ("workload.type", ("trace",))),

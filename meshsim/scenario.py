@@ -24,6 +24,8 @@ import tomli_w
 from meshsim.errors import InputError
 from meshsim.params import (
     BERNOULLI_WORKLOADS,
+    DEFAULT_PRESET,
+    IPU_PRESETS,
     MAX_MESH_PES,
     PARAMS,
     RDU_PRESETS,
@@ -282,11 +284,21 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
             values[p.section][p.name] = p.default_value()
             valid[p.path] = True
 
-    if valid["machine.type"] and values["machine"]["type"] == "rdu" and valid["machine.preset"]:
-        # The preset fills the chip's keys the scenario leaves out (docs/rdu.md, "Presets").
-        for key, value in RDU_PRESETS[values["machine"]["preset"]].items():
-            if f"machine.{key}" not in given:
-                values["machine"][key] = value
+    mtype = values["machine"]["type"] if valid["machine.type"] else None
+    if mtype in DEFAULT_PRESET and valid["machine.preset"]:
+        # The preset fills the chip's keys the scenario leaves out (docs/rdu.md, docs/ipu.md, "Presets").
+        presets = RDU_PRESETS if mtype == "rdu" else IPU_PRESETS
+        if "machine.preset" not in given:
+            values["machine"]["preset"] = DEFAULT_PRESET[mtype]
+        name = values["machine"]["preset"]
+        if name in presets:
+            for key, value in presets[name].items():
+                if f"machine.{key}" not in given:
+                    values["machine"][key] = value
+        else:
+            problems.append(f"{origin['machine.preset']}: machine.preset = {_toml_repr(name)}: is not a preset of "
+                            f"the {mtype}; when machine.type is \"{mtype}\" it must be one of "
+                            f"{format_choices(presets)}")
 
     for p in PARAMS:
         # A key left at its default changes nothing where it does not apply; accepting it lets
@@ -348,6 +360,16 @@ def _check_value(p: Param, value) -> str | None:
         if not isinstance(value, bool):
             return "must be true or false"
         return None
+    if p.type == "ints":
+        expected = f"must be a list of integers in {format_range(p)}{unit}"
+        if not isinstance(value, list):
+            return expected
+        for i, x in enumerate(value):
+            if isinstance(x, bool) or not isinstance(x, int) or not (p.range[0] <= x <= p.range[1]):
+                return f"{expected}; item {i} is {_toml_repr(x)}"
+        if len(value) > 4096:
+            return f"{expected}, at most 4096 of them"
+        return None
     if p.type == "regions":
         expected = f"must be a list of [row0, col0, row1, col1] lists of 4 integers{unit}"
         if not isinstance(value, list):
@@ -369,6 +391,8 @@ def _normalise(p: Param, value):
         return float(value)
     if p.type == "regions":
         return [list(region) for region in value]
+    if p.type == "ints":
+        return list(value)
     return value
 
 
@@ -501,11 +525,22 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
     if ok(mtype, wtype):
         if get(mtype) == "rdu" and get(wtype) != "transformer":
             add(wtype, [mtype], 'must be "transformer" when machine.type is "rdu" (the rdu runs a compiled model)')
+        if get(mtype) == "ipu" and get(wtype) != "transformer":
+            add(wtype, [mtype], 'must be "transformer" when machine.type is "ipu" (the ipu runs a model mapped '
+                                'onto its tiles)')
         if get(mtype) == "mesh" and get(wtype) == "transformer":
-            add(wtype, [mtype], 'applies only when machine.type is "rdu"; the mesh runs a transformer as '
+            add(wtype, [mtype], 'applies only when machine.type is "rdu" or "ipu"; the mesh runs a transformer as '
                                 '"layer_pipeline"')
+    reps = "workload.replicas"
     if ok(mtype, wtype) and get(mtype) == "rdu" and get(wtype) == "transformer":
+        if ok(reps) and get(reps) != 1:
+            add(reps, [mtype], 'must be 1 when machine.type is "rdu"; its data-parallel copies are the D of '
+                               'workload.parallelism')
         _check_rdu(ok, get, add, shown)
+    if ok(mtype, wtype) and get(mtype) == "ipu" and get(wtype) == "transformer":
+        _check_ipu(ok, get, add, shown)
+    if ok(wtype, reps) and get(wtype) == "layer_pipeline" and get(reps) > 64:
+        add(reps, [wtype], "must be an integer in [1, 64] (copies) for a layer_pipeline workload")
 
     if ok(wtype) and get(wtype) == "layer_pipeline" and not (ok(mtype) and get(mtype) != "mesh"):
         if ok(pol) and get(pol) != "none":
@@ -565,6 +600,33 @@ def _check_rdu(ok, get, add, shown) -> None:
                 add(tile, [batch, seq, mb, par],
                     f"must divide the {tokens:,} tokens of a microbatch ({batch} / (data degree {d} x "
                     f"{mb}) x {seq})")
+
+
+def _check_ipu(ok, get, add, shown) -> None:
+    """Problems of an ipu scenario that involve several keys (docs/ipu.md, "Mapping"), each reported
+    through `add`. Whether every tile's memory suffices is the compiler's check (meshsim.ipu)."""
+    hs, nh, layers, lpi = "workload.hidden_size", "workload.n_heads", "workload.n_layers", "workload.layers_per_ipu"
+    batch, reps, ga = "workload.batch", "workload.replicas", "workload.gradient_accumulation"
+    tr, rc = "workload.training", "workload.recompute"
+    if ok(hs, nh) and get(hs) % get(nh) != 0:
+        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}")
+    if ok(lpi, layers) and get(lpi):
+        split = get(lpi)
+        zero = [i for i, x in enumerate(split) if x == 0 and i > 0]
+        if zero:
+            add(lpi, [], f"entry {zero[0]} is 0: every IPU after the first holds at least one layer (only IPU 0 may "
+                         "hold the embedding alone)")
+        elif sum(split) != get(layers):
+            add(lpi, [layers], f"sums to {sum(split)} layers; must sum to {layers} = {shown(layers)}")
+        if ok(reps) and len(split) * get(reps) > 4096:
+            add(lpi, [reps], f"{len(split)} IPUs x {reps} = {get(reps)} asks for {len(split) * get(reps)} IPUs; "
+                             "at most 4096")
+    if ok(batch, reps, ga) and get(batch) % (get(reps) * get(ga)) != 0:
+        add(batch, [reps, ga], f"must be a multiple of {reps} x {ga} = {get(reps)} x {get(ga)} = "
+                               f"{get(reps) * get(ga)} (each micro-batch holds whole sequences)")
+    if ok(tr, rc) and get(rc) and not get(tr):
+        add(rc, [tr], f"applies only with training ({tr} = {shown(tr)}): inference keeps no activations to "
+                      "recompute")
 
 
 def _resolve_relative(file: str, scenario_path: str | None) -> str:

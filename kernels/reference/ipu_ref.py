@@ -1,0 +1,461 @@
+"""Plain reference ("oracle") of the IPU machine model, written from docs/ipu.md alone.
+
+It is deliberately slow and literal: every rule of docs/ipu.md ("Mapping", "Memory", "One
+superstep", "The pipeline", "Observables and metrics") is carried out in plain Python with lists
+and exact integers, unit by unit, tile by tile, superstep instance by superstep instance.  Its only
+job is to be obviously correct so that comparing it with the fast kernel, element by element,
+catches bugs in either.  Only `simulate(values)` is public.
+
+Choices made where docs/ipu.md is ambiguous or silent (each is also noted at its spot below):
+
+1. Elementwise, norm and embedding operators always have exactly `N` units (slices), even when
+   `E < N` and some slices hold 0 elements: they count in the dealing and in `units`, and cost 0.
+2. The exchange's "received" bytes are chosen by the direction of the *next* superstep ("their
+   u_in" / "their u_out" refers to the next superstep's units): a recompute superstep that
+   follows a backward one receives its `u_in`, a backward one that follows a recompute one
+   receives its `u_out`.
+3. The exchange phase always lasts at least `exchange_latency_cycles`, even when no tile sends or
+   receives a byte (the formula as written has no exception for 0 bytes).
+4. Every pipeline step adds the IPU-Link transfer when `n > 1`, the last forward and the last
+   backward pipeline steps included (the formula has no exception).
+5. The token ids are streamed on IPU 0 in every forward pass, even with `vocab_size = 0` (no
+   embedding).
+6. The slowest stage of a pipeline step is taken among the stages that process a micro-batch in
+   it (an idle stage has no time); ties go to the lowest stage.
+7. A pipeline row's `transfer_cycles` is the IPU-Link transfer only (`ipu_sync_cycles +
+   bytes_cycles(T H e, ipu_link_gbps)` when `n > 1`, else 0); the token streaming counts in the
+   stage's time (so in `cycles` via the slowest stage) and in the *transfer* share only when
+   stage 0 is the slowest stage.
+8. `Wst` of the all-reduce is the sum of `Wb(o)` over the stage's forward operators (embedding
+   table included) of the largest stage, not doubled for training and not rounded per tile.
+9. Superstep rows carry the pipeline direction (0 forward, 1 backward); a recompute superstep runs
+   in a backward pipeline step and so has row direction 1 (its template has direction 2).
+10. `recompute` without `training` is ignored (recomputation is "training only").
+11. The memory error names, for every stage with a tile over its SRAM, the lowest such tile.
+12. `bytes_cycles(y, g)` is `ceil((float(y) * float(f_c)) / float(g))`, multiplying first.
+"""
+
+from __future__ import annotations
+
+import math
+
+from meshsim.errors import InputError
+from meshsim.transformer import BACKWARD_FLOPS_FACTOR, PRECISION_BYTES, Model, operators
+
+# Template kinds and directions, as docs/ipu.md "Result file" numbers them.
+KIND_CODE = {"gemm": 0, "attention": 1, "elementwise": 2, "norm": 3, "embedding": 4}
+DIR_FORWARD = 0
+DIR_BACKWARD = 1
+DIR_RECOMPUTE = 2
+DIR_ALLREDUCE = 2  # pipeline rows only
+
+
+def _ceil_div(a, c):
+    """ceil(a / c) for non-negative integers, exactly."""
+    return -((-a) // c)
+
+
+def _exact_div(a, c):
+    """a / c where the doc says the division is exact; checked."""
+    assert a % c == 0, (a, c)
+    return a // c
+
+
+def simulate(values: dict) -> dict:
+    mach = values["machine"]
+    wl = values["workload"]
+    steps = int(values["run"]["steps"])
+
+    # ---- Names of docs/ipu.md.
+    N = int(mach["tiles"])
+    W = int(mach["worker_threads"])
+    M = int(mach["macs_per_cycle"])
+    V = int(mach["vector_flops_per_cycle"])
+    X = int(mach["exchange_bytes_per_cycle"])
+    b = int(mach["gemm_block"])
+    f_c = mach["clock_ghz"]
+    sram_bytes = int(mach["tile_sram_kib"]) * 1024
+    code_bytes = int(mach["code_kib_per_tile"]) * 1024
+    sync_cycles = int(mach["sync_cycles"])
+    ipu_sync_cycles = int(mach["ipu_sync_cycles"])
+    exchange_latency = int(mach["exchange_latency_cycles"])
+    ipu_link_gbps = mach["ipu_link_gbps"]
+    streaming_gbps = mach["streaming_memory_gbps"]
+
+    H = int(wl["hidden_size"])
+    n_layers = int(wl["n_layers"])
+    A = int(wl["n_heads"])
+    S = int(wl["seq_len"])
+    batch = int(wl["batch"])
+    precision = wl["precision"]
+    e = PRECISION_BYTES[precision]
+    training = bool(wl["training"])
+    # Choice 10: recomputation is "training only"; without training it is ignored.
+    recompute = bool(wl["recompute"]) and training
+    r_replicas = int(wl["replicas"])
+    m = int(wl["gradient_accumulation"])
+    vocab = int(wl["vocab_size"])
+    layers_per_ipu = list(wl["layers_per_ipu"])
+    if len(layers_per_ipu) == 0:
+        layers_per_ipu = [n_layers]
+    n = len(layers_per_ipu)
+
+    def bytes_cycles(y, g):
+        # docs/ipu.md: ceil(y x f_c / g), double precision, 0 for 0 bytes.  Choice 12: y x f_c first.
+        if y == 0:
+            return 0
+        return int(math.ceil(float(y) * float(f_c) / float(g)))
+
+    # ---- Batches.
+    B_m = _exact_div(batch, r_replicas * m)
+    T = B_m * S
+    model = Model(
+        hidden_size=H,
+        n_layers=n_layers,
+        n_heads=A,
+        seq_len=S,
+        batch=B_m,
+        ffn_multiplier=int(wl["ffn_multiplier"]),
+        precision=precision,
+    )
+    all_ops = operators(model, True)  # forward and backward operators of one micro-batch
+    op_by_name = {op.name: op for op in all_ops}
+
+    # ---- Stages: which blocks each IPU holds.
+    stage_layers = []
+    first = 0
+    for s in range(n):
+        stage_layers.append(list(range(first, first + int(layers_per_ipu[s]))))
+        first += int(layers_per_ipu[s])
+    has_embedding = vocab > 0
+
+    # ---- Forward operators of each stage, with their units, dealt to tiles.
+    # An "fop" is a dict: name, kind, block (layer index or -1 for the embedding), F, Wb, I, O,
+    # backward_name, backward_flops, units (list in dealing order of dicts: tile, thread, c_f,
+    # c_b, u_out, u_in).
+    stage_fops = []
+    for s in range(n):
+        fops = []
+        if s == 0 and has_embedding:
+            fops.append(
+                dict(
+                    name="embedding",
+                    kind="embedding",
+                    block=-1,
+                    F=T * H,  # one FLOP per gathered element
+                    Wb=vocab * H * e,
+                    I=0,
+                    O=T * H * e,
+                    backward_name="embedding.backward",
+                    backward_flops=T * H,
+                )
+            )
+        for layer in stage_layers[s]:
+            for op in all_ops:
+                if op.phase == "forward" and op.layer == layer:
+                    bop = op_by_name[op.name + ".backward"]
+                    fops.append(
+                        dict(
+                            name=op.name,
+                            kind=op.kind,
+                            block=layer,
+                            F=op.flops,
+                            Wb=op.weight_bytes,
+                            I=op.input_bytes,
+                            O=op.output_bytes,
+                            backward_name=bop.name,
+                            backward_flops=bop.flops,
+                        )
+                    )
+
+        # Work units, in their fixed order: (c_forward, c_backward, u_out, u_in) per unit.
+        for fo in fops:
+            units = []
+            kind = fo["kind"]
+            if kind == "gemm":
+                K = _exact_div(fo["I"], T * e)
+                C = _exact_div(fo["O"], T * e)
+                for tb in range(_ceil_div(T, b)):
+                    r = min(b, T - tb * b)
+                    for cb in range(_ceil_div(C, b)):
+                        q = min(b, C - cb * b)
+                        c_f = _ceil_div(r * q * K, M)
+                        F_u = 2 * r * q * K
+                        c_b = _ceil_div(BACKWARD_FLOPS_FACTOR["gemm"] * F_u, 2 * M)
+                        units.append([c_f, c_b, r * q * e, r * K * e])
+            elif kind == "attention":
+                D = B_m * A * S
+                nblk = _ceil_div(S, b)
+                for _seq in range(B_m):
+                    for _head in range(A):
+                        for blk in range(nblk):
+                            r = (S - b * (nblk - 1)) if blk == nblk - 1 else b
+                            c_f = _ceil_div(fo["F"] * r, 2 * M * D)
+                            # F_u = F(o) r / D; backward ceil(2 F_u / (2 M)), kept as one exact ratio.
+                            c_b = _ceil_div(BACKWARD_FLOPS_FACTOR["attention"] * fo["F"] * r, 2 * M * D)
+                            units.append([c_f, c_b, _exact_div(fo["O"] * r, D), _exact_div(fo["I"] * r, D)])
+            elif kind in ("elementwise", "norm", "embedding"):
+                if kind == "embedding":
+                    E = T * H
+                    phi = 1
+                else:
+                    E = _exact_div(fo["O"], e)
+                    phi = _exact_div(fo["F"], E)
+                # Choice 1: always N slices, some possibly of 0 elements.
+                for k in range(N):
+                    s_k = E // N + (1 if k < E % N else 0)
+                    c = _ceil_div(s_k * phi, V)
+                    u_in = 0 if kind == "embedding" else _exact_div(fo["I"] * s_k, E)
+                    # backward: a slice costs what it costs forward
+                    units.append([c, c, s_k * e, u_in])
+            else:
+                raise AssertionError(kind)
+            fo["units"] = [dict(tile=-1, thread=-1, c_f=u[0], c_b=u[1], u_out=u[2], u_in=u[3]) for u in units]
+        # Dealing: the j-th unit of the stage (over all its forward operators) goes to tile j mod N;
+        # on its tile, the units of one operator are numbered k = 0, 1, ... and run on thread k mod W.
+        j = 0
+        for fo in fops:
+            count_on_tile = [0] * N
+            for u in fo["units"]:
+                tile = j % N
+                u["tile"] = tile
+                u["thread"] = count_on_tile[tile] % W
+                count_on_tile[tile] += 1
+                j += 1
+        stage_fops.append(fops)
+
+    # ---- Per-tile quantities of one operator.
+    def tile_busy(fo, cost_key):
+        busy = [0] * N
+        # docs/ipu.md: an attention unit runs on one thread (W x the largest thread sum); a GEMM
+        # block and every slice are split over all the tile's threads (the sum of the costs).
+        if fo["kind"] == "attention":
+            per_thread = [[0] * W for _ in range(N)]
+            for u in fo["units"]:
+                per_thread[u["tile"]][u["thread"]] += u[cost_key]
+            for t in range(N):
+                busy[t] = W * max(per_thread[t])
+        else:
+            for u in fo["units"]:
+                busy[u["tile"]] += u[cost_key]
+        return busy
+
+    def tile_bytes(fo, key):
+        out = [0] * N
+        for u in fo["units"]:
+            out[u["tile"]] += u[key]
+        return out
+
+    # ---- Memory (checked before anything runs).
+    memory = []
+    problems = []
+    for s in range(n):
+        fops = stage_fops[s]
+        w_share = 0
+        for fo in fops:
+            w_share += _ceil_div(fo["Wb"], N)
+        if training:
+            w_share *= 2
+        outs = [tile_bytes(fo, "u_out") for fo in fops]
+        ins = [tile_bytes(fo, "u_in") for fo in fops]
+        mem = []
+        split = []
+        for t in range(N):
+            if not training:
+                act = max([ins[i][t] + outs[i][t] for i in range(len(fops))] + [0])
+            elif not recompute:
+                act = m * sum(outs[i][t] for i in range(len(fops))) + max([ins[i][t] for i in range(len(fops))] + [0])
+            else:
+                groups = {}
+                for i, fo in enumerate(fops):
+                    groups[fo["block"]] = groups.get(fo["block"], 0) + outs[i][t]
+                act = (
+                    m * _ceil_div(T * H * e, N)
+                    + max(list(groups.values()) + [0])
+                    + max([ins[i][t] for i in range(len(fops))] + [0])
+                )
+            mem.append(code_bytes + w_share + act)
+            split.append((code_bytes, w_share, act))
+        memory.append(mem)
+        for t in range(N):
+            if mem[t] > sram_bytes:
+                # Choice 11: the lowest tile over its SRAM, one line per stage.
+                lay = stage_layers[s]
+                if len(lay) == 1:
+                    held = "layer %d" % lay[0]
+                elif lay:
+                    held = "layers %d-%d" % (lay[0], lay[-1])
+                else:
+                    held = "no layer"
+                if s == 0 and has_embedding:
+                    held += " and the embedding"
+                code, wsh, act = split[t]
+                problems.append(
+                    "IPU %d tile %d needs %d bytes but has %d (tile_sram_kib = %d): code %d + "
+                    "weights %d + activations %d; IPU %d holds %s"
+                    % (s, t, mem[t], sram_bytes, sram_bytes // 1024, code, wsh, act, s, held)
+                )
+                break
+    if problems:
+        raise InputError(problems)
+
+    # ---- Superstep lists and templates, stage by stage: forward list, then backward list.
+    # A list entry is (fop, direction).
+    templates = []
+    stage_fwd_ids = []  # per stage: template indices of its forward list
+    stage_bwd_ids = []  # per stage: template indices of its backward list
+    for s in range(n):
+        fops = stage_fops[s]
+        fwd_list = [(fo, DIR_FORWARD) for fo in fops]
+        bwd_list = []
+        if training:
+            if not recompute:
+                bwd_list = [(fo, DIR_BACKWARD) for fo in reversed(fops)]
+            else:
+                for layer in reversed(stage_layers[s]):
+                    block_ops = [fo for fo in fops if fo["block"] == layer]
+                    bwd_list += [(fo, DIR_RECOMPUTE) for fo in block_ops]
+                    bwd_list += [(fo, DIR_BACKWARD) for fo in reversed(block_ops)]
+                for fo in fops:
+                    if fo["block"] == -1:  # the embedding's backward comes last
+                        bwd_list.append((fo, DIR_BACKWARD))
+        ids_per_list = []
+        for lst in (fwd_list, bwd_list):
+            ids = []
+            for i, (fo, d) in enumerate(lst):
+                if d == DIR_BACKWARD:
+                    busy = tile_busy(fo, "c_b")
+                    sent = tile_bytes(fo, "u_in")
+                    name = fo["backward_name"]
+                    flops = fo["backward_flops"]
+                else:
+                    busy = tile_busy(fo, "c_f")
+                    sent = tile_bytes(fo, "u_out")
+                    name = fo["name"] + (".recompute" if d == DIR_RECOMPUTE else "")
+                    flops = fo["F"]
+                if i + 1 < len(lst):
+                    nfo, nd = lst[i + 1]
+                    # Choice 2: keyed on the direction of the next superstep.
+                    received = tile_bytes(nfo, "u_out" if nd == DIR_BACKWARD else "u_in")
+                else:
+                    received = [0] * N
+                compute = max(busy)
+                peak = max(max(sent[t], received[t]) for t in range(N))
+                # Choice 3: the latency is paid even with 0 bytes.
+                exchange = exchange_latency + _ceil_div(peak, X)
+                ids.append(len(templates))
+                templates.append(
+                    dict(
+                        stage=s,
+                        name=name,
+                        direction=d,
+                        kind=KIND_CODE[fo["kind"]],
+                        units=len(fo["units"]),
+                        flops=flops,
+                        busy=busy,
+                        compute=compute,
+                        sync=sync_cycles,
+                        exchange=exchange,
+                        sent_max=max(sent),
+                        received_max=max(received),
+                    )
+                )
+            ids_per_list.append(ids)
+        stage_fwd_ids.append(ids_per_list[0])
+        stage_bwd_ids.append(ids_per_list[1])
+
+    def superstep_length(x):
+        tp = templates[x]
+        return tp["compute"] + tp["sync"] + tp["exchange"]
+
+    # Choice 5: the token ids are streamed on IPU 0 in every forward pass.
+    stream_cycles = bytes_cycles(4 * T, streaming_gbps)
+    # Stage time per micro-batch per direction.
+    stage_time = [[0, 0] for _ in range(n)]
+    for s in range(n):
+        stage_time[s][0] = sum(superstep_length(x) for x in stage_fwd_ids[s])
+        if s == 0:
+            stage_time[s][0] += stream_cycles
+        stage_time[s][1] = sum(superstep_length(x) for x in stage_bwd_ids[s])
+
+    # Choice 4: every pipeline step has the transfer when n > 1.
+    link_transfer = (ipu_sync_cycles + bytes_cycles(T * H * e, ipu_link_gbps)) if n > 1 else 0
+    allreduce = None
+    if r_replicas > 1 and training:
+        # Choice 8: Wst is the sum of Wb(o) over the largest stage's forward operators.
+        wst = max(sum(fo["Wb"] for fo in stage_fops[s]) for s in range(n))
+        allreduce = ipu_sync_cycles + bytes_cycles(_ceil_div(2 * (r_replicas - 1) * wst, r_replicas), ipu_link_gbps)
+
+    # ---- Run: steps, pipeline steps, stages, supersteps.
+    supersteps = []
+    pipeline = []
+    tile_busy_total = [[0] * N for _ in range(n)]
+    latency = []
+    shares = dict(compute=0, sync=0, exchange=0, transfer=0)
+    directions = [DIR_FORWARD, DIR_BACKWARD] if training else [DIR_FORWARD]
+    n_psteps = m + n - 1
+    cycle = 0
+    for step in range(steps):
+        step_start = cycle
+        # per micro-batch: start of the forward pipeline step in which IPU 0 starts it, and end
+        mb_start = [None] * m
+        mb_end = [None] * m
+        for d in directions:
+            for p in range(n_psteps):
+                p_start = cycle
+                slowest = -1
+                slowest_time = -1
+                for s in range(n):
+                    mb = p - s if d == DIR_FORWARD else p - (n - 1 - s)
+                    if not (0 <= mb < m):
+                        continue  # idle: a bubble
+                    t0 = p_start
+                    ids = stage_fwd_ids[s] if d == DIR_FORWARD else stage_bwd_ids[s]
+                    if d == DIR_FORWARD and s == 0:
+                        t0 += stream_cycles
+                    for x in ids:
+                        tp = templates[x]
+                        supersteps.append((step, d, p, s, mb, x, t0, tp["compute"], tp["sync"], tp["exchange"]))
+                        for t in range(N):
+                            tile_busy_total[s][t] += tp["busy"][t]
+                        t0 += superstep_length(x)
+                    if d == DIR_FORWARD and s == 0:
+                        mb_start[mb] = p_start
+                    if training and d == DIR_BACKWARD and s == 0:
+                        mb_end[mb] = t0
+                    if not training and d == DIR_FORWARD and s == n - 1:
+                        mb_end[mb] = t0
+                    # Choice 6: the slowest among the stages with a micro-batch; ties the lowest.
+                    if stage_time[s][d] > slowest_time:
+                        slowest_time = stage_time[s][d]
+                        slowest = s
+                length = slowest_time + link_transfer
+                # Choice 7: the row's transfer_cycles is the IPU-Link transfer only.
+                pipeline.append((step, d, p, p_start, length, slowest, link_transfer))
+                ids = stage_fwd_ids[slowest] if d == DIR_FORWARD else stage_bwd_ids[slowest]
+                for x in ids:
+                    shares["compute"] += templates[x]["compute"]
+                    shares["sync"] += templates[x]["sync"]
+                    shares["exchange"] += templates[x]["exchange"]
+                if d == DIR_FORWARD and slowest == 0:
+                    shares["transfer"] += stream_cycles
+                shares["transfer"] += link_transfer
+                cycle = p_start + length
+        if allreduce is not None:
+            pipeline.append((step, DIR_ALLREDUCE, 0, cycle, allreduce, -1, allreduce))
+            shares["transfer"] += allreduce
+            cycle += allreduce
+        for mb in range(m):
+            latency.append(mb_end[mb] - mb_start[mb])
+        assert step_start <= cycle
+
+    return dict(
+        templates=templates,
+        supersteps=supersteps,
+        pipeline=pipeline,
+        memory=memory,
+        tile_busy=tile_busy_total,
+        cycles=cycle,
+        microbatch_latency=latency,
+        shares=shares,
+    )

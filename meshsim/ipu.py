@@ -1,0 +1,360 @@
+"""The IPU compiler: a transformer mapped onto the tiles of pipeline stages (docs/ipu.md, DESIGN.md
+section 2.3).
+
+`compile_scenario` turns a validated ipu scenario into an `IpuProgram`: per stage its superstep
+templates (forward, and backward with training) with every tile's busy cycles and the phases'
+lengths, every tile's memory (an InputError naming the IPU when a tile overflows), and the
+pipeline's transfer costs. `kernels.ipu.run_steps` then runs the schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernels import ipu as K
+
+from .errors import InputError
+from .transformer import Model, Operator, backward_of, operators
+
+#: Template kinds (docs/ipu.md, "Result file": templates/kind).
+KINDS = ("gemm", "attention", "elementwise", "norm", "embedding")
+#: Template directions (templates/direction).
+DIRECTIONS = ("forward", "backward", "recompute")
+#: Bytes per token id streamed in on IPU 0.
+TOKEN_ID_BYTES = 4
+
+
+@dataclass(frozen=True)
+class IpuSpec:
+    """The resolved machine and workload of an ipu scenario (names as in docs/ipu.md)."""
+
+    tiles: int
+    tile_sram_kib: int
+    clock_ghz: float
+    macs_per_cycle: int
+    worker_threads: int
+    exchange_bytes_per_cycle: int
+    ipu_link_gbps: float
+    streaming_memory_gbps: float
+    sync_cycles: int
+    ipu_sync_cycles: int
+    exchange_latency_cycles: int
+    vector_flops_per_cycle: int
+    gemm_block: int
+    code_kib_per_tile: int
+    preset: str
+    model: Model  # batch = the whole step's sequences over every replica
+    micro: Model  # batch = one micro-batch's sequences
+    layers_per_ipu: tuple[int, ...]
+    replicas: int
+    microbatches: int
+    vocab_size: int
+    training: bool
+    recompute: bool
+    steps: int
+
+    @property
+    def stages(self) -> int:
+        return len(self.layers_per_ipu)
+
+    @property
+    def peak_flops_per_cycle(self) -> int:
+        """FLOPs one IPU can do per cycle: tiles x MACs x 2."""
+        return self.tiles * self.macs_per_cycle * 2
+
+
+def spec_of(values: dict) -> IpuSpec:
+    m, w = values["machine"], values["workload"]
+    model = Model(hidden_size=w["hidden_size"], n_layers=w["n_layers"], n_heads=w["n_heads"], seq_len=w["seq_len"],
+                  batch=w["batch"], ffn_multiplier=w["ffn_multiplier"], precision=w["precision"])
+    mb = w["gradient_accumulation"]
+    micro = Model(hidden_size=w["hidden_size"], n_layers=w["n_layers"], n_heads=w["n_heads"], seq_len=w["seq_len"],
+                  batch=w["batch"] // (w["replicas"] * mb), ffn_multiplier=w["ffn_multiplier"],
+                  precision=w["precision"])
+    split = tuple(w["layers_per_ipu"]) or (w["n_layers"],)
+    keys = ("tiles", "tile_sram_kib", "clock_ghz", "macs_per_cycle", "worker_threads", "exchange_bytes_per_cycle",
+            "ipu_link_gbps", "streaming_memory_gbps", "sync_cycles", "ipu_sync_cycles", "exchange_latency_cycles",
+            "vector_flops_per_cycle", "gemm_block", "code_kib_per_tile", "preset")
+    return IpuSpec(**{k: m[k] for k in keys}, model=model, micro=micro, layers_per_ipu=split,
+                   replicas=w["replicas"], microbatches=mb, vocab_size=w["vocab_size"], training=w["training"],
+                   recompute=w["recompute"] and w["training"], steps=values["run"]["steps"])
+
+
+def bytes_cycles(nbytes: int, gbps: float, clock_ghz: float) -> int:
+    """Cycles to move `nbytes` at `gbps` GB/s: ceil(bytes x clock / bandwidth) in double precision."""
+    return math.ceil(nbytes * clock_ghz / gbps) if nbytes else 0
+
+
+@dataclass
+class _Units:
+    """The work units of one forward operator (docs/ipu.md, "Work units")."""
+
+    op: Operator
+    kind: str
+    cost: np.ndarray  # forward cycles per unit
+    cost_backward: np.ndarray
+    out_bytes: np.ndarray
+    in_bytes: np.ndarray
+    offset: int  # the stage's unit count before this operator
+
+    @property
+    def even(self) -> bool:
+        return self.kind != "attention"
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+def _units(op: Operator, kind: str, spec: IpuSpec) -> tuple:
+    """(cost, cost_backward, out_bytes, in_bytes) int64 arrays of one forward operator's units."""
+    mdl, e, n = spec.micro, spec.micro.element_bytes, spec.tiles
+    t_tokens, b, mac = mdl.tokens, spec.gemm_block, spec.macs_per_cycle
+    if kind == "gemm":
+        k_in, c_out = op.input_bytes // (t_tokens * e), op.output_bytes // (t_tokens * e)
+        rows = np.array([min(b, t_tokens - i) for i in range(0, t_tokens, b)], np.int64)
+        cols = np.array([min(b, c_out - j) for j in range(0, c_out, b)], np.int64)
+        rq = np.outer(rows, cols).ravel()
+        cost = _ceil_div(rq * k_in, mac)
+        back = _ceil_div(2 * rq * k_in, mac)  # ceil(2 x 2 r q K / 2M)
+        out = rq * e
+        inp = np.repeat(rows * k_in * e, len(cols))
+        return cost, back, out, inp
+    if kind == "attention":
+        s_len, heads, bm = mdl.seq_len, mdl.n_heads, mdl.batch
+        d = bm * heads * s_len
+        blocks = np.array([min(b, s_len - i) for i in range(0, s_len, b)], np.int64)
+        r = np.tile(blocks, bm * heads)
+        f_u = op.flops * r // d  # exact for attention (docs/ipu.md)
+        cost = _ceil_div(op.flops * r, 2 * mac * d)
+        back = _ceil_div(2 * f_u, 2 * mac)
+        return cost, back, op.output_bytes * r // d, op.input_bytes * r // d
+    # elementwise, norm, embedding: n slices
+    elements = op.output_bytes // e
+    phi = op.flops // elements
+    s = np.full(n, elements // n, np.int64)
+    s[: elements % n] += 1
+    cost = _ceil_div(s * phi, spec.vector_flops_per_cycle)
+    inp = np.zeros(n, np.int64) if kind == "embedding" else op.input_bytes * s // elements
+    return cost, cost.copy(), s * e, inp
+
+
+def _embedding(spec: IpuSpec) -> Operator:
+    m = spec.micro
+    e, th = m.element_bytes, m.tokens * m.hidden_size
+    return Operator("embedding", -1, "elementwise", "forward", th, spec.vocab_size * m.hidden_size * e, 0, th * e)
+
+
+@dataclass
+class Template:
+    """One superstep template: an operator's superstep on a stage, as every instance runs it."""
+
+    stage: int
+    name: str
+    direction: int
+    kind: int
+    units: int
+    flops: int
+    compute: int
+    sync: int
+    exchange: int
+    sent_max: int
+    received_max: int
+    li: float
+    layer: int
+
+
+@dataclass
+class IpuProgram:
+    spec: IpuSpec
+    templates: list
+    busy: np.ndarray  # int64[templates, tiles]: each tile's busy cycles in one instance
+    fwd_ptr: np.ndarray
+    fwd_idx: np.ndarray
+    bwd_ptr: np.ndarray
+    bwd_idx: np.ndarray
+    t_comp: np.ndarray
+    t_sync: np.ndarray
+    t_exch: np.ndarray
+    io0: int  # token ids streamed in on IPU 0 per micro-batch
+    transfer: int  # per pipeline step (0 with one stage)
+    allreduce: int  # per step; -1 for none
+    memory: np.ndarray  # int64[stages, tiles]
+    memory_parts: dict  # code, weights, activations: int64[stages, tiles] (code a scalar)
+    stage_layers: list  # per stage, the block indices it holds
+
+    @property
+    def stages(self) -> int:
+        return self.spec.stages
+
+    @property
+    def rows_per_step(self) -> int:
+        m = self.spec.microbatches
+        return m * (len(self.fwd_idx) + (len(self.bwd_idx) if self.spec.training else 0))
+
+    @property
+    def pipeline_rows_per_step(self) -> int:
+        n, m = self.stages, self.spec.microbatches
+        return (m + n - 1) * (2 if self.spec.training else 1) + (1 if self.allreduce >= 0 else 0)
+
+
+def _stage_ops(spec: IpuSpec) -> list[list[tuple[Operator, str]]]:
+    ops = operators(spec.micro, training=False)
+    out, first = [], 0
+    for s, count in enumerate(spec.layers_per_ipu):
+        layers = range(first, first + count)
+        items = [(op, op.kind) for op in ops if op.layer in layers]
+        if s == 0 and spec.vocab_size > 0:
+            items.insert(0, (_embedding(spec), "embedding"))
+        out.append(items)
+        first += count
+    return out
+
+
+def compile_program(spec: IpuSpec) -> IpuProgram:
+    """Map every stage (docs/ipu.md, "Mapping", "Memory", "One superstep"); InputError when a tile's
+    memory overflows."""
+    n_tiles, threads = spec.tiles, spec.worker_threads
+    templates, busy_rows, fwd, bwd = [], [], [], []
+    mem = np.zeros((spec.stages, n_tiles), np.int64)
+    weights = np.zeros((spec.stages, n_tiles), np.int64)
+    acts = np.zeros((spec.stages, n_tiles), np.int64)
+    code = spec.code_kib_per_tile * 1024
+    e, th = spec.micro.element_bytes, spec.micro.tokens * spec.micro.hidden_size
+    stage_layers = []
+    first_layer = 0
+    for s, items in enumerate(_stage_ops(spec)):
+        stage_layers.append(list(range(first_layer, first_layer + spec.layers_per_ipu[s])))
+        first_layer += spec.layers_per_ipu[s]
+        units, offset = [], 0
+        for op, kind in items:
+            cost, back, out_b, in_b = _units(op, kind, spec)
+            units.append(_Units(op, kind, cost, back, out_b, in_b, offset))
+            offset += len(cost)
+        # every unit's tile: per-tile sums of one operator
+        per_tile = []
+        for u in units:
+            b_f, snt, rcv = (np.zeros(n_tiles, np.int64) for _ in range(3))
+            K.deal(u.cost, u.out_bytes, u.in_bytes, u.offset, n_tiles, threads, u.even, b_f, snt, rcv)
+            b_b = np.zeros(n_tiles, np.int64)
+            K.deal(u.cost_backward, u.out_bytes, u.in_bytes, u.offset, n_tiles, threads, u.even, b_b,
+                   np.zeros(n_tiles, np.int64), np.zeros(n_tiles, np.int64))
+            per_tile.append((b_f, b_b, snt, rcv))  # snt: u_out sums, rcv: u_in sums
+        # forward list, then the backward list (docs/ipu.md, "Backward", "Recomputation")
+        f_list = [(i, 0) for i in range(len(units))]
+        b_list = []
+        if spec.training:
+            if spec.recompute:
+                blocks = sorted({u.op.layer for u in units if u.kind != "embedding"}, reverse=True)
+                for layer in blocks:
+                    mine = [i for i, u in enumerate(units) if u.op.layer == layer and u.kind != "embedding"]
+                    b_list += [(i, 2) for i in mine] + [(i, 1) for i in reversed(mine)]
+                b_list += [(i, 1) for i, u in enumerate(units) if u.kind == "embedding"]
+            else:
+                b_list = [(i, 1) for i in reversed(range(len(units)))]
+        for lst, sink in ((f_list, fwd), (b_list, bwd)):
+            idx = []
+            for pos, (i, d) in enumerate(lst):
+                u = units[i]
+                b_f, b_b, u_out, u_in = per_tile[i]
+                busy = b_b if d == 1 else b_f
+                sent = u_in if d == 1 else u_out
+                if pos + 1 < len(lst):
+                    j, dn = lst[pos + 1]
+                    received = per_tile[j][2] if dn == 1 else per_tile[j][3]
+                else:
+                    received = np.zeros(n_tiles, np.int64)
+                top = int(max(sent.max(), received.max()))
+                exch = spec.exchange_latency_cycles + _ceil_div(top, spec.exchange_bytes_per_cycle)
+                comp = int(busy.max())
+                op = u.op
+                if u.kind == "embedding":
+                    name = "embedding" if d != 1 else "embedding.backward"
+                    flops = op.flops
+                elif d == 1:
+                    name, flops = f"{op.name}.backward", backward_of(op).flops
+                else:
+                    name, flops = op.name + (".recompute" if d == 2 else ""), op.flops
+                li = float(busy.mean() / comp) if comp else float("nan")
+                idx.append(len(templates))
+                templates.append(Template(s, name, d, KINDS.index(u.kind), len(u.cost), flops, comp,
+                                          spec.sync_cycles, exch, int(sent.max()), int(received.max()), li,
+                                          op.layer))
+                busy_rows.append(busy)
+            sink.append(idx)
+        # memory (docs/ipu.md, "Memory")
+        w = sum(_ceil_div(u.op.weight_bytes, n_tiles) for u in units) * (2 if spec.training else 1)
+        outs = np.array([per_tile[i][2] for i in range(len(units))])
+        ins = np.array([per_tile[i][3] for i in range(len(units))])
+        if not spec.training:
+            act = (outs + ins).max(axis=0)
+        elif not spec.recompute:
+            act = spec.microbatches * outs.sum(axis=0) + ins.max(axis=0)
+        else:
+            groups = {}
+            for i, u in enumerate(units):
+                groups.setdefault(u.op.layer, np.zeros(n_tiles, np.int64))
+                groups[u.op.layer] += outs[i]
+            act = (spec.microbatches * _ceil_div(th * e, n_tiles) + np.max(np.array(list(groups.values())), axis=0)
+                   + ins.max(axis=0))
+        weights[s] = w
+        acts[s] = act
+        mem[s] = code + w + act
+    _check_memory(spec, mem, weights, acts, code, stage_layers)
+
+    def csr(lists):
+        ptr = np.zeros(len(lists) + 1, np.int64)
+        ptr[1:] = np.cumsum([len(x) for x in lists])
+        return ptr, np.array([i for x in lists for i in x], np.int64)
+
+    fwd_ptr, fwd_idx = csr(fwd)
+    bwd_ptr, bwd_idx = csr(bwd)
+    n = spec.stages
+    transfer = spec.ipu_sync_cycles + bytes_cycles(th * e, spec.ipu_link_gbps, spec.clock_ghz) if n > 1 else 0
+    allreduce = -1
+    if spec.training and spec.replicas > 1:
+        r = spec.replicas
+        wst = max(sum(op.weight_bytes for op, _ in items) for items in _stage_ops(spec))
+        allreduce = spec.ipu_sync_cycles + bytes_cycles(_ceil_div(2 * (r - 1) * wst, r), spec.ipu_link_gbps,
+                                                        spec.clock_ghz)
+    io0 = bytes_cycles(TOKEN_ID_BYTES * spec.micro.tokens, spec.streaming_memory_gbps, spec.clock_ghz)
+    return IpuProgram(spec=spec, templates=templates, busy=np.array(busy_rows, np.int64).reshape(-1, n_tiles),
+                      fwd_ptr=fwd_ptr, fwd_idx=fwd_idx, bwd_ptr=bwd_ptr, bwd_idx=bwd_idx,
+                      t_comp=np.array([t.compute for t in templates], np.int64),
+                      t_sync=np.array([t.sync for t in templates], np.int64),
+                      t_exch=np.array([t.exchange for t in templates], np.int64), io0=io0, transfer=transfer,
+                      allreduce=allreduce, memory=mem, memory_parts=dict(code=code, weights=weights, activations=acts),
+                      stage_layers=stage_layers)
+
+
+def _layers_text(layers: list[int]) -> str:
+    if not layers:
+        return "the embedding only"
+    return f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}-{layers[-1]}"
+
+
+def _check_memory(spec, mem, weights, acts, code, stage_layers) -> None:
+    cap = spec.tile_sram_kib * 1024
+    problems = []
+    for s in range(spec.stages):
+        t = int(np.argmax(mem[s]))
+        if mem[s, t] > cap:
+            held = _layers_text(stage_layers[s]) + (" and the embedding" if s == 0 and spec.vocab_size and
+                                                    stage_layers[s] else "")
+            problems.append(
+                f"machine.tile_sram_kib = {spec.tile_sram_kib}: IPU {s} ({held}) does not fit: tile {t} needs "
+                f"{int(mem[s, t]):,} bytes ({code:,} code, {int(weights[s, t]):,} weights"
+                f"{' and their gradients' if spec.training else ''}, {int(acts[s, t]):,} activations) of "
+                f"{cap:,}; spread the layers over more IPUs (workload.layers_per_ipu), use more micro-batches "
+                f"of fewer sequences (workload.gradient_accumulation), smaller GEMM blocks (machine.gemm_block)"
+                + (", or recompute activations (workload.recompute)" if spec.training and not spec.recompute else ""))
+    if problems:
+        raise InputError(problems)
+
+
+def compile_scenario(scenario) -> IpuProgram:
+    """The program of a validated ipu scenario (InputError when a tile's memory overflows)."""
+    return compile_program(spec_of(scenario.values))
