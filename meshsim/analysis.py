@@ -32,6 +32,11 @@ class MissingData(InputError):
 #: would be a table nobody reads).
 MAX_WINDOWS = 100_000
 
+#: Throughput figures of a transformer run as the run reported them (`meshsim report A B C` puts the
+#: machines side by side): the rdu's and ipu's per step, the mesh layer pipeline's in its steady state.
+MODEL_FIGURES = ("samples_per_second", "samples_per_second_steady", "time_per_sample_seconds", "achieved_tflops",
+                 "flop_utilization", "pcu_utilization")
+
 _WHOLE = ("li", "percent_imbalance", "jain_index", "cv", "busy_min_cycles", "busy_max_cycles", "busy_mean_cycles",
           "compute_time_spread", "active_units", "utilization")
 
@@ -42,16 +47,20 @@ def analyse(path, window: int | None = None, target: float | None = None) -> dic
     multiple of the run's window_cycles; rdu: any), default the run's."""
     root, _ = read_summary(path)  # a meshsim result with a summary, or InputError
     machine = root.get("machine")
-    if machine not in ("mesh", "rdu"):
-        raise InputError(f"{path}: machine {machine!r}: report knows mesh and rdu results")
+    if machine not in ("mesh", "rdu", "ipu"):
+        raise InputError(f"{path}: machine {machine!r}: report knows mesh, rdu and ipu results")
     values = values_of_file(path)
     with h5py.File(path, "r") as f:
         out = dict(file=str(path), machine=machine, scenario=root.get("scenario_name", ""),
                    complete=bool(root.get("complete")), cycles=int(root.get("cycles_done", 0)))
         if machine == "mesh":
             out.update(_mesh(f, values, out["cycles"], window, path))
+        elif machine == "ipu":
+            out.update(_ipu(f, values, out["cycles"], path))
         else:
             out.update(_rdu(f, values, out["cycles"], window))
+    _, summary = read_summary(path)
+    out["model"] = {k: summary[k] for k in MODEL_FIGURES if k in summary}
     goal = TARGET_LI[machine] if target is None else target
     if not (0 < goal <= 1):
         raise InputError(f"--target {goal}: must be a number in (0, 1] (an LI)")
@@ -156,6 +165,58 @@ def _mesh_windows(f, shape, cycles, run_window, window, path) -> dict:
                          jain_index=lb["jain_index"], cv=lb["cv"], busy_min=lb["min"], busy_max=lb["max"],
                          utilization=metrics.utilization(int(acc.sum()), acc.size, end - start)))
     return dict(window_cycles=n, source="windows/busy_cycles", rows=rows)
+
+
+def _ipu(f, values, cycles, path) -> dict:
+    """An ipu file's figures from its per-tile totals, templates and superstep and pipeline rows
+    (docs/ipu.md, "Observables and metrics")."""
+    _need(f, ["units/tile_busy_cycles", "templates/li", "supersteps/template", "pipeline/cycles"], path)
+    busy = f["units/tile_busy_cycles"][()].astype(np.int64)
+    stages, tiles = busy.shape
+    whole = metrics.balance_figures(busy, cycles)
+    whole.update(n_units=int(busy.size), idle_units=int((busy == 0).sum()))
+    t = {k: f[f"templates/{k}"][()] for k in ("stage", "li", "compute_cycles", "sync_cycles", "exchange_cycles")}
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in f["templates/name"][()]]
+    ss = {k: f[f"supersteps/{k}"][()].astype(np.int64) for k in ("template", "stage", "direction", "step",
+                                                                   "pipeline_step", "microbatch", "start_cycle")}
+    pipe = {k: f[f"pipeline/{k}"][()].astype(np.int64) for k in ("step", "direction", "index", "start_cycle",
+                                                                  "cycles", "slowest_stage", "transfer_cycles")}
+    lat = f["latency/microbatch_latency"][()].astype(np.int64)
+    if lat.size:
+        la = metrics.sample_latency_stats(lat)
+        whole.update({f"latency_{k}_cycles": la[k] for k in ("mean", "p50", "p90", "p99", "max")},
+                     latency_var_cycles2=la["var"])
+    phase = np.stack([t["compute_cycles"], t["sync_cycles"], t["exchange_cycles"]], axis=1).astype(np.int64)
+    # each pipeline step is its slowest stage's supersteps plus its transfer; what is left is the token
+    # ids IPU 0 streams in, counted as transfer
+    slowest = {(int(a), int(d), int(i)): int(x) for a, d, i, x in
+               zip(pipe["step"], pipe["direction"], pipe["index"], pipe["slowest_stage"], strict=True) if d != 2}
+    want = np.array([slowest.get((int(a), int(d), int(p)), -2) for a, d, p in
+                     zip(ss["step"], ss["direction"], ss["pipeline_step"], strict=True)], np.int64)
+    shares = np.zeros(4, np.int64)
+    shares[:3] = phase[ss["template"][ss["stage"] == want]].sum(axis=0)
+    shares[3] = int(pipe["cycles"].sum()) - int(shares[:3].sum())
+    if cycles:
+        whole.update(compute_fraction=int(shares[0]) / cycles, sync_fraction=int(shares[1]) / cycles,
+                     exchange_fraction=int(shares[2]) / cycles, transfer_fraction=int(shares[3]) / cycles)
+    # stage times per micro-batch: step 0's rows of micro-batch 0, and IPU 0's token ids (the gap
+    # between the pipeline step's start and its first superstep)
+    first = (ss["step"] == 0) & (ss["microbatch"] == 0)
+    st = np.zeros(stages, np.int64)
+    np.add.at(st, ss["stage"][first], phase[ss["template"][first]].sum(axis=1))
+    if len(ss["start_cycle"]) and len(pipe["start_cycle"]):
+        st[0] += int(ss["start_cycle"][0] - pipe["start_cycle"][0])
+    whole["stage_li"] = metrics.load_balance(st)["li"] if st.any() else math.nan
+    li = t["li"].astype(np.float64)
+    whole["superstep_li_min"] = float(np.nanmin(li)) if np.isfinite(li).any() else math.nan
+    out = dict(whole=whole)
+    out["stages"] = [dict(name=f"IPU {s}", li=metrics.load_balance(busy[s])["li"],
+                          utilization=metrics.utilization(int(busy[s].sum()), tiles, cycles),
+                          stage_cycles=int(st[s]), idle_units=int((busy[s] == 0).sum())) for s in range(stages)]
+    # a superstep's compute phase: its tiles' busy cycles over tiles x the phase, which is its LI
+    out["supersteps"] = [dict(name=f"IPU {int(t['stage'][i])} {names[i]}", li=float(li[i]), utilization=float(li[i]))
+                         for i in range(len(names))]
+    return out
 
 
 def _rdu(f, values, cycles, window) -> dict:
@@ -269,12 +330,13 @@ def _findings(a: dict, values: dict, goal: float) -> list[dict]:
 
     if math.isnan(w["li"]) or w["li"] >= goal:
         return out
-    unit = "PEs" if a["machine"] == "mesh" else "PCUs"
+    unit = {"mesh": "PEs", "rdu": "PCUs", "ipu": "tiles"}[a["machine"]]
+    busy_ds = {"mesh": "busy_cycles", "rdu": "pcu_busy_cycles", "ipu": "tile_busy_cycles"}[a["machine"]]
     if w.get("idle_units"):
         where = "of the pipeline's " if "active_units_in_regions" in w else "of "
         total = w.get("active_units_in_regions", w["n_units"])
         add(f"{w['idle_units']:,} {where}{total:,} {unit} never worked",
-            f"units/{'busy_cycles' if a['machine'] == 'mesh' else 'pcu_busy_cycles'} == 0 at {w['idle_units']:,}")
+            f"units/{busy_ds} == 0 at {w['idle_units']:,}")
     base = w.get("utilization_active", w["utilization"])
     regions = [r for r in a.get("regions", []) if r["name"] != "idle" and r["n_units"]]
     if regions:
@@ -300,7 +362,7 @@ def _findings(a: dict, values: dict, goal: float) -> list[dict]:
     add(f"the busiest {unit[:-1]} worked {w['busy_max_cycles']:,} cycles, {w['percent_imbalance']:.3g}% above the "
         f"mean of {w['busy_mean_cycles']:.4g} (CV {w['cv']:.3g}, compute-time spread "
         f"{w['compute_time_spread']:.3g})",
-        f"units/{'busy_cycles' if a['machine'] == 'mesh' else 'pcu_busy_cycles'}: max {w['busy_max_cycles']:,}, "
+        f"units/{busy_ds}: max {w['busy_max_cycles']:,}, "
         f"mean {w['busy_mean_cycles']:.6g}")
     secs = [r for r in a.get("sections", []) if not math.isnan(r["li"])]
     if secs:
@@ -320,6 +382,8 @@ def _findings(a: dict, values: dict, goal: float) -> list[dict]:
     if a.get("operators_below_0_9"):
         add(f"{a['operators_below_0_9']} operators spread unevenly over their PCUs (lanes wasted; LI down to "
             f"{a['operators_li_min']:.3g})", f"operators/li < 0.9 at {a['operators_below_0_9']}")
+    if a["machine"] == "ipu":
+        _ipu_findings(a, add)
     found = model_of(values)
     if found is not None and waits:
         plat = platform_of(values)
@@ -329,6 +393,27 @@ def _findings(a: dict, values: dict, goal: float) -> list[dict]:
             add(f"{len(mem)} kernels per layer are memory-bound on {plat.name} (ridge {plat.ridge:.3g} FLOP/B), "
                 f"which the DDR waits bear out: {names}", f"roofline: arithmetic intensity < {plat.ridge:.4g}")
     return out
+
+
+def _ipu_findings(a: dict, add) -> None:
+    w = a["whole"]
+    st = a.get("stages", [])
+    if len(st) > 1 and w.get("stage_li", 1) < 0.9:
+        top = max(st, key=lambda r: r["stage_cycles"])
+        low = min(st, key=lambda r: r["stage_cycles"])
+        add(f"pipeline stages are uneven (stage LI {w['stage_li']:.3g}): {top['name']} takes "
+            f"{top['stage_cycles']:,} cycles per micro-batch, {low['name']} {low['stage_cycles']:,}; move layers "
+            "from the busiest (workload.layers_per_ipu)", f"stage LI = {w['stage_li']:.4g}")
+    sup = [r for r in a.get("supersteps", []) if not math.isnan(r["li"])]
+    below = [r for r in sup if r["li"] < 0.5]
+    if below:
+        worst = min(below, key=lambda r: r["li"])
+        add(f"{len(below)} superstep templates keep fewer than half their tiles' time busy (lowest: {worst['name']}, "
+            f"LI {worst['li']:.3g}): too few work units for the tiles (machine.gemm_block)",
+            f"templates/li < 0.5 at {len(below)}")
+    if w.get("exchange_fraction", 0) > 0.2:
+        add(f"exchange takes {w['exchange_fraction']:.3g} of the time", "supersteps/exchange_cycles of the slowest "
+            f"stages = {w['exchange_fraction']:.4g} of the cycles")
 
 
 def format_report(a: dict) -> str:
@@ -343,7 +428,8 @@ def format_report(a: dict) -> str:
               "packet_latency_p99_cycles", "packet_latency_max_cycles", "packets_delivered", "chip_li",
               "pmu_utilization", "ddr_busy_fraction", "ddr_wait_fraction", "ddr_effective_gbps",
               "pipeline_bubble_fraction", "link_utilization_max", "link_utilization_mean",
-              "throughput_tasks_per_cycle"):
+              "throughput_tasks_per_cycle", "stage_li", "superstep_li_min", "compute_fraction", "sync_fraction",
+              "exchange_fraction", "transfer_fraction"):
         if k in w:
             lines.append(f"  {k:<28}{_fmt(w[k])}")
     win = a.get("windows", {})
@@ -358,7 +444,7 @@ def format_report(a: dict) -> str:
                 lines.append(f"  {'...':>14}")
                 continue
             lines.append(f"  {r['start']:>14,}{r['end']:>14,}" + "".join(f"{_fmt(r[k]):>14}" for k in keys))
-    for group in ("regions", "sections", "chips"):
+    for group in ("regions", "sections", "chips", "stages", "supersteps"):
         rows = a.get(group, [])
         if rows:
             lines.append(f"{group} ({len(rows)}):")
@@ -391,6 +477,11 @@ def format_comparison(items: list[dict]) -> str:
     verdicts = [f"{ {True: 'yes', False: 'no', None: 'n/a'}[a['diagnosis']['meets']]} "
                 f"({a['diagnosis']['target_li']:g})" for a in items]
     lines.append(f"{'meets target LI':<28}" + "".join(f"{v:>{width}}" for v in verdicts))
+    model_keys = [k for k in MODEL_FIGURES if any(k in a.get("model", {}) for a in items)]
+    if model_keys:
+        lines.append("as the runs reported:")
+        for k in model_keys:
+            lines.append(f"{k:<28}" + "".join(f"{_fmt(a.get('model', {}).get(k, math.nan)):>{width}}" for a in items))
     return "\n".join(lines)
 
 

@@ -47,6 +47,13 @@ def _cmd_validate(args) -> int:
         w = sc.values["workload"]
         print(f"{args.scenario}: valid (rdu {m['preset']}, {prog.chips_total} chip(s) {w['parallelism']}, fusion "
               f"{w['fusion']}: {len(prog.sections)} sections, {int(prog.n_instances.sum())} to run)")
+    elif m["type"] == "ipu":
+        from .ipu import compile_scenario as compile_ipu
+
+        prog = compile_ipu(sc)  # the memory check: what a run would refuse
+        print(f"{args.scenario}: valid (ipu {m['preset']}, {prog.stages} stage(s) x {prog.spec.replicas} replica(s), "
+              f"{len(prog.templates)} superstep templates; fullest tile {int(prog.memory.max()):,} of "
+              f"{m['tile_sram_kib'] * 1024:,} bytes)")
     else:
         print(f"{args.scenario}: valid ({sc.get('machine', 'type')} {m['rows']} x {m['cols']}, "
               f"{sc.get('workload', 'type')} workload, migration {sc.get('migration', 'policy')}, "

@@ -137,8 +137,8 @@ class IpuResultWriter(ResultFile):
         ds.dims[0].attach_scale(self.template)
         occ = self.f.create_group("occupancy")
         occ.attrs["description"] = "busy cycles of every tile in one instance of each superstep template"
-        ds = occ.create_dataset("tile_busy_cycles", data=prog.busy, chunks=(max(1, 65536 // prog.spec.tiles),
-                                                                            prog.spec.tiles), **self.comp)
+        rows = min(len(prog.templates), max(1, 65536 // prog.spec.tiles))
+        ds = occ.create_dataset("tile_busy_cycles", data=prog.busy, chunks=(rows, prog.spec.tiles), **self.comp)
         describe(ds, "cycles", "busy cycles of each tile of the template's stage in one instance (the same in every "
                                "instance)")
         ds.dims[0].attach_scale(self.template)

@@ -157,6 +157,8 @@ def timeline(path, out, fmt: str = "png") -> list[Path]:
         title = _title(f)
         if f.attrs.get("machine") == "rdu":
             return _rdu_timeline(f, Path(out), fmt, title)
+        if f.attrs.get("machine") == "ipu":
+            return _ipu_timeline(f, Path(out), fmt, title)
         n = f["row"].size * f["col"].size
         if not f["series/busy"][()].any() and "series/packets_delivered" in f:
             return _traffic_timeline(f, Path(out), fmt, title, n)
@@ -206,6 +208,38 @@ def _traffic_timeline(f, out, fmt, title, n) -> list[Path]:
     return [_save(fig, out, "timeline", fmt)]
 
 
+def _ipu_timeline(f, out, fmt, title) -> list[Path]:
+    """ipu, the first step: when every stage is busy in each pipeline step (the bubbles and the
+    stage imbalance), and the LI across tiles of every superstep against its start."""
+    ss = {k: f[f"supersteps/{k}"][()] for k in ("step", "stage", "template", "start_cycle", "compute_cycles",
+                                                  "sync_cycles", "exchange_cycles", "direction")}
+    li = f["templates/li"][()]
+    first = ss["step"] == 0
+    stages = int(f.attrs.get("stages", ss["stage"].max() + 1))
+    fig = _figure(10, 7)
+    a1, a2 = fig.subplots(2, 1, sharex=True, height_ratios=(max(2, stages), 3))
+    end = ss["start_cycle"] + ss["compute_cycles"] + ss["sync_cycles"] + ss["exchange_cycles"]
+    colours = ("#0072B2", "#D55E00")
+    for s in range(stages):
+        for d in (0, 1):
+            pick = first & (ss["stage"] == s) & (ss["direction"] == d)
+            if pick.any():
+                a1.broken_barh(list(zip(ss["start_cycle"][pick], end[pick] - ss["start_cycle"][pick], strict=True)),
+                               (s - 0.4, 0.8), facecolors=colours[d], linewidth=0,
+                               label=("forward", "backward")[d] if s == 0 else None)
+    a1.set_yticks(range(stages), [f"IPU {s}" for s in range(stages)])
+    a1.invert_yaxis()
+    a1.set_ylabel("stage")
+    a1.legend(loc="upper right", fontsize=8)
+    a2.scatter(ss["start_cycle"][first], li[ss["template"][first]], s=4, c=ss["stage"][first], cmap="viridis")
+    a2.axhline(0.9, color="0.5", ls="--", lw=0.8)
+    a2.set_ylim(0, 1.05)
+    a2.set_ylabel("superstep LI across tiles")
+    a2.set_xlabel("cycle (step 0)")
+    fig.suptitle(f"{title}: pipeline stages and superstep balance")
+    return [_save(fig, out, "timeline", fmt)]
+
+
 def _rdu_use(axes, f, ic) -> None:
     """Busy PCUs (as a share), PMUs in use and DDR busy of every chip over time, on three axes."""
     pcus = f["pcu"].size
@@ -235,8 +269,9 @@ def latency(path, out, fmt: str = "png") -> list[Path]:
     marked."""
     with h5py.File(path, "r") as f:
         title = _title(f)
-        if "latency/tile_latency" in f:
-            lat = f["latency/tile_latency"][()]
+        if "latency/tile_latency" in f or "latency/microbatch_latency" in f:
+            ipu = "latency/microbatch_latency" in f
+            lat = f["latency/microbatch_latency" if ipu else "latency/tile_latency"][()]
             lat = lat[lat >= 0]
             if lat.size == 0:
                 raise InputError(f"{path}: no tile finished: no latency to draw")
@@ -244,7 +279,7 @@ def latency(path, out, fmt: str = "png") -> list[Path]:
             values = edges[:-1]
             stats = dict(mean=float(lat.mean()), var=float(lat.var()),
                          p99=float(np.quantile(lat, 0.99, method="inverted_cdf")))
-            what, widths, cdf_x = "tiles", np.diff(edges), edges[1:]
+            what, widths, cdf_x = "micro-batches" if ipu else "tiles", np.diff(edges), edges[1:]
         else:
             h = f["latency/histogram"][()]
             a = f["latency"].attrs
@@ -278,15 +313,18 @@ def busy(path, out, fmt: str = "png") -> list[Path]:
     compute-time spread."""
     with h5py.File(path, "r") as f:
         title = _title(f)
-        rdu = "units/pcu_busy_cycles" in f
-        b = f["units/pcu_busy_cycles" if rdu else "units/busy_cycles"][()]
+        name = next(n for n in ("units/pcu_busy_cycles", "units/tile_busy_cycles", "units/busy_cycles") if n in f)
+        rdu = name != "units/busy_cycles"  # per chip (IPU) and unit, not a grid
+        unit, group = {"units/pcu_busy_cycles": ("PCU", "chip"), "units/tile_busy_cycles": ("tile", "IPU")}.get(
+            name, ("PE", "row (PE)"))
+        b = f[name][()]
         cycles = int(f.attrs.get("cycles_done", 0))
     fig = _figure(10, 4.5)
     a1, a2 = fig.subplots(1, 2, width_ratios=(3, 2))
     im = a1.imshow(b, cmap="cividis", interpolation="nearest", aspect="auto")
     fig.colorbar(im, ax=a1, label="busy cycles")
-    a1.set_xlabel("PCU" if rdu else "column (PE)")
-    a1.set_ylabel("chip" if rdu else "row (PE)")
+    a1.set_xlabel(unit if rdu else "column (PE)")
+    a1.set_ylabel(group)
     if rdu:
         a1.set_yticks(range(b.shape[0]))
     lb = metrics.load_balance(b)
@@ -295,9 +333,9 @@ def busy(path, out, fmt: str = "png") -> list[Path]:
     a2.axvline(lb["mean"], color="#D55E00", label=f"mean {lb['mean']:.4g}")
     a2.axvline(lb["max"], color="#CC79A7", ls="--", label=f"max {lb['max']:,}")
     a2.set_xlabel(f"busy cycles (of {cycles:,})")
-    a2.set_ylabel("PCUs" if rdu else "PEs")
+    a2.set_ylabel(f"{unit}s")
     a2.legend(title=f"LI {lb['li']:.3g}, spread {spread:.3g}", fontsize=8)
-    fig.suptitle(f"{title}: busy time per {'PCU' if rdu else 'PE'}")
+    fig.suptitle(f"{title}: busy time per {unit}")
     return [_save(fig, out, "busy", fmt)]
 
 
@@ -487,18 +525,19 @@ def applicable(path) -> list[str]:
 
     out = []
     with h5py.File(path, "r") as f:
-        rdu = f.attrs.get("machine") == "rdu"
+        rdu = f.attrs.get("machine") in ("rdu", "ipu")
         frames = f["occupancy/queue_depth"].shape[0] if "occupancy/queue_depth" in f else 0
         if not rdu and frames >= 1:
             out.append("heatmap")
         if not rdu and frames >= 2:
             out.append("animation")
-        if ("windows/li" in f and "series/busy" in f) or "series/interval_cycles" in f:
+        if ("windows/li" in f and "series/busy" in f) or "series/interval_cycles" in f or "supersteps/stage" in f:
             out.append("timeline")
         if ("latency/histogram" in f and f["latency"].attrs.get("count", 0) > 0) or (
-                "latency/tile_latency" in f and (f["latency/tile_latency"][()] >= 0).any()):
+                "latency/tile_latency" in f and (f["latency/tile_latency"][()] >= 0).any()) or (
+                "latency/microbatch_latency" in f and f["latency/microbatch_latency"].shape[0] > 0):
             out.append("latency")  # only when something finished
-        if "units/busy_cycles" in f or "units/pcu_busy_cycles" in f:
+        if "units/busy_cycles" in f or "units/pcu_busy_cycles" in f or "units/tile_busy_cycles" in f:
             out.append("busy")
         if "units/link_messages" in f:
             out.append("links")

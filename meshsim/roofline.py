@@ -74,6 +74,12 @@ def platform_of(values: dict) -> Platform:
     m = values["machine"]
     if m["type"] == "rdu":
         return _rdu(f"rdu {m['preset']} ({m['pcus']} PCUs)", m)
+    if m["type"] == "ipu":
+        # the GC200's SRAM bandwidth per tile-cycle, on this scenario's tiles and clock
+        per_tile_cycle = GC200_SRAM_BYTES_PER_SECOND / (1472 * 1.33e9)
+        hz = m["clock_ghz"] * 1e9
+        return Platform(f"ipu {m['preset']} ({m['tiles']} tiles)", m["tiles"] * m["macs_per_cycle"] * 2 * hz,
+                        m["tiles"] * per_tile_cycle * hz, "SRAM")
     n = m["rows"] * m["cols"]
     return Platform(f"mesh {m['rows']} x {m['cols']}", n * m["pe_flops_per_cycle"] * m["clock_ghz"] * 1e9,
                     n * WSE2_SRAM_BYTES_PER_SECOND / WSE2_PES, "SRAM")

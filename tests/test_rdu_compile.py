@@ -53,7 +53,7 @@ def test_rdu_scenarios_are_checked_key_by_key():
         's.toml: workload.type = "uniform" (default): must be "transformer" when machine.type is "rdu" '
         "(the rdu runs a compiled model)"]
     assert problems('[workload]\ntype = "transformer"\n') == [
-        's.toml: workload.type = "transformer": applies only when machine.type is "rdu"; the mesh runs a '
+        's.toml: workload.type = "transformer": applies only when machine.type is "rdu" or "ipu"; the mesh runs a '
         'transformer as "layer_pipeline"']
     assert problems(RDU + "fusion = \"o2\"\n") == [
         's.toml: workload.fusion = "o2": must be one of "o0", "o1", "o3"']

@@ -243,7 +243,7 @@ def test_a_key_in_the_wrong_section_suggests_the_right_section():
 def test_an_unknown_key_with_no_close_match_lists_the_keys_of_its_section():
     assert only_problem("[run]\nxyzzy = 1\n") == (
         "s.toml: run.xyzzy: unknown key; the keys of [run] are "
-        "name, cycles, seed, threads, window_cycles"
+        "name, cycles, steps, seed, threads, window_cycles"
     )
 
 
@@ -326,8 +326,8 @@ def test_a_choice_outside_the_allowed_strings_suggests_the_closest():
 
 
 def test_a_choice_with_no_close_match_lists_the_choices_only():
-    assert only_problem('[machine]\ntype = "gpu"\n') == (
-        's.toml: machine.type = "gpu": must be one of "mesh", "rdu"'
+    assert only_problem('[machine]\ntype = "fpga"\n') == (
+        's.toml: machine.type = "fpga": must be one of "mesh", "rdu", "ipu"'
     )
 
 

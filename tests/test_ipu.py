@@ -1,0 +1,399 @@
+"""The ipu machine (docs/ipu.md): kernel against its slow reference, determinism, the directions the
+model must show, presets, validation, the memory check, the result file and report."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from kernels import ipu as K
+from kernels.reference.ipu_ref import simulate
+from meshsim.engine import RunInterrupted, run_scenario
+from meshsim.errors import InputError
+from meshsim.ipu import compile_scenario
+from meshsim.ipu_run import IpuSim
+from meshsim.params import IPU_PRESETS
+from meshsim.scenario import load_scenario, scenario_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SMALL_MACHINE = dict(tiles=16, gemm_block=16, tile_sram_kib=4096)
+
+
+def scenario(workload=None, machine=None, steps=2, **run):
+    w = dict(type="transformer", hidden_size=64, n_layers=2, n_heads=4, seq_len=40, batch=4, vocab_size=100)
+    w.update(workload or {})
+    m = dict(type="ipu", **SMALL_MACHINE)
+    m.update(machine or {})
+    return scenario_from_dict({"run": {"steps": steps, **run}, "machine": m, "workload": w})
+
+
+def run_kernel(sc, per_call=1):
+    prog = compile_scenario(sc)
+    sim = IpuSim(prog)
+    parts = []
+    while not sim.finished:
+        parts.append(sim.advance(per_call))
+    ss, pl, lat = (np.concatenate([p[i] for p in parts]) for i in range(3))
+    return prog, sim, ss, pl, lat
+
+
+def assert_matches_reference(sc):
+    prog, sim, ss, pl, lat = run_kernel(sc)
+    ref = simulate(sc.values)
+    assert len(ref["templates"]) == len(prog.templates)
+    for i, (a, t) in enumerate(zip(ref["templates"], prog.templates, strict=True)):
+        got = dict(stage=t.stage, name=t.name, direction=t.direction, kind=t.kind, units=t.units, flops=t.flops,
+                   compute=t.compute, sync=t.sync, exchange=t.exchange, sent_max=t.sent_max,
+                   received_max=t.received_max)
+        assert got == {k: a[k] for k in got}, f"template {i}"
+        assert prog.busy[i].tolist() == list(a["busy"]), f"template {i}: tile busy cycles"
+    assert ss.tolist() == [list(r) for r in ref["supersteps"]]
+    assert pl.tolist() == [list(r) for r in ref["pipeline"]]
+    assert lat.tolist() == ref["microbatch_latency"]
+    assert prog.memory.tolist() == ref["memory"]
+    assert sim.tile_busy().tolist() == ref["tile_busy"]
+    assert sim.cycle == ref["cycles"]
+    sh = ref["shares"]
+    assert sim.shares.tolist() == [sh["compute"], sh["sync"], sh["exchange"], sh["transfer"]]
+
+
+CASES = [dict(seq_len=s, layers_per_ipu=lpi, n_layers=sum(lpi) or 2, training=tr, recompute=rc, replicas=r,
+              gradient_accumulation=g)
+         for s, lpi, tr, rc, r, g in itertools.product((32, 40), ([], [0, 1, 1], [2, 1]), (False, True),
+                                                       (False, True), (1, 2), (1, 2))
+         if tr or not rc]
+
+
+@pytest.mark.parametrize("w", CASES, ids=lambda w: "-".join(f"{k[:3]}{v}" for k, v in w.items()))
+def test_kernel_matches_reference_superstep_by_superstep(w):
+    assert_matches_reference(scenario(w))
+
+
+@pytest.mark.parametrize("machine,workload", [
+    (dict(tiles=5000, gemm_block=8, worker_threads=3), dict(vocab_size=0, training=True, batch=2)),  # E < N
+    (dict(tiles=7, gemm_block=24, worker_threads=1, exchange_bytes_per_cycle=3, macs_per_cycle=5,
+          vector_flops_per_cycle=3), dict(precision="fp32", ffn_multiplier=3, seq_len=50, batch=2)),
+    # attention units several per tile and per thread: which thread a unit runs on matters
+    (dict(tiles=16, gemm_block=8, worker_threads=2), dict(training=True)),
+    (dict(tiles=16, gemm_block=8, worker_threads=4), dict(seq_len=36, batch=2)),
+    (dict(tiles=16, streaming_memory_gbps=0.01, sync_cycles=0, exchange_latency_cycles=0),
+     dict(layers_per_ipu=[1, 1], training=True)),  # IPU 0 slowest through its token ids
+])
+def test_kernel_matches_reference_at_the_edges(machine, workload):
+    assert_matches_reference(scenario(workload, machine))
+
+
+def test_steps_are_identical_and_the_split_over_calls_does_not_matter():
+    sc = scenario(dict(layers_per_ipu=[0, 1, 1], training=True, gradient_accumulation=2, replicas=2), steps=3)
+    _, sim1, ss1, pl1, lat1 = run_kernel(sc, per_call=1)
+    _, sim3, ss3, pl3, lat3 = run_kernel(sc, per_call=3)
+    assert np.array_equal(ss1, ss3) and np.array_equal(pl1, pl3) and np.array_equal(lat1, lat3)
+    assert np.array_equal(sim1.shares, sim3.shares) and sim1.cycle == sim3.cycle
+    step = sim1.cycle // 3
+    per = len(ss1) // 3
+    shifted = ss1[per:2 * per].copy()
+    shifted[:, K.SS_START] -= step
+    shifted[:, K.SS_STEP] -= 1
+    assert np.array_equal(shifted, ss1[:per])
+    assert sim1.shares.sum() == sim1.cycle
+
+
+def _datasets(path):
+    out = {}
+    with h5py.File(path, "r") as f:
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                out[name] = obj[()]
+        f.visititems(visit)
+        summary = {k: v for k, v in f["summary"].attrs.items()
+                   if k not in ("wall_seconds", "kernel_seconds", "pe_cycles_per_second", "threads")}
+    return out, summary
+
+
+def test_results_are_bit_identical_across_threads_and_reruns(tmp_path):
+    sc = scenario(dict(layers_per_ipu=[0, 1, 1], training=True, recompute=True, gradient_accumulation=2), steps=3)
+    a = run_scenario(sc, tmp_path / "a.h5", threads=1, progress=False).path
+    b = run_scenario(sc, tmp_path / "b.h5", threads=2, progress=False).path
+    c = run_scenario(sc, tmp_path / "c.h5", threads=2, progress=False, max_cycles_per_call=1).path
+    da, sa = _datasets(a)
+    for other in (b, c):
+        d, s = _datasets(other)
+        assert d.keys() == da.keys()
+        for k in da:
+            assert np.array_equal(da[k], d[k]), k
+        assert s.keys() == sa.keys()
+        for k in sa:
+            assert (sa[k] == s[k]) or (np.isnan(sa[k]) and np.isnan(s[k])), k
+
+
+GPT2 = dict(hidden_size=768, n_layers=12, n_heads=12, seq_len=1024, batch=8, training=True, recompute=True,
+            gradient_accumulation=8)
+
+
+def gpt2(split, **kw):
+    w = dict(GPT2, layers_per_ipu=split)
+    w.update(kw)
+    return scenario_from_dict({"machine": {"type": "ipu", "gemm_block": 32},
+                               "workload": dict(type="transformer", **w)})
+
+
+def summary_of(sc, tmp_path, name):
+    return run_scenario(sc, tmp_path / f"{name}.h5", progress=False).summary
+
+
+def test_the_busiest_stage_sets_throughput(tmp_path):
+    """Moving a layer between two stages that are not the busiest changes nothing; adding one to the
+    busiest stage slows every step by what it adds to that stage."""
+    base = summary_of(gpt2([0, 4, 4, 4]), tmp_path, "base")
+    shuffled = summary_of(gpt2([1, 3, 4, 4]), tmp_path, "shuffled")  # IPUs 0-1 lighter, the busiest unchanged
+    heavier = summary_of(gpt2([0, 3, 4, 5]), tmp_path, "heavier")
+    assert shuffled["stage_cycles_max"] == base["stage_cycles_max"]
+    assert shuffled["samples_per_second"] == pytest.approx(base["samples_per_second"], rel=1e-12)
+    assert heavier["stage_cycles_max"] > base["stage_cycles_max"]
+    assert heavier["samples_per_second"] < base["samples_per_second"]
+    # every pipeline step in which the busiest stage (IPU 3) has a micro-batch lasts its time
+    m = 8
+    prog, sim, _, pl, _ = run_kernel(gpt2([0, 3, 4, 5]))
+    fwd = pl[pl[:, K.PL_DIRECTION] == 0]
+    bwd = pl[pl[:, K.PL_DIRECTION] == 1]
+    assert (fwd[3:3 + m, K.PL_SLOWEST] == 3).all() and (bwd[:m, K.PL_SLOWEST] == 3).all()
+    per = prog.t_comp + prog.t_sync + prog.t_exch
+    t_fwd = per[prog.fwd_idx[prog.fwd_ptr[3]:prog.fwd_ptr[4]]].sum()
+    t_bwd = per[prog.bwd_idx[prog.bwd_ptr[3]:prog.bwd_ptr[4]]].sum()
+    assert t_fwd + t_bwd == heavier["stage_cycles_max"]
+    assert (fwd[3:3 + m, K.PL_CYCLES] == t_fwd + prog.transfer).all()
+    assert (bwd[:m, K.PL_CYCLES] == t_bwd + prog.transfer).all()
+    assert sim.cycle == heavier["cycles"]
+
+
+def test_balancing_layers_per_ipu_raises_stage_li_and_throughput(tmp_path):
+    uneven = summary_of(gpt2([0, 3, 4, 5]), tmp_path, "uneven")
+    alone = summary_of(gpt2([0, 4, 4, 4]), tmp_path, "alone")
+    even = summary_of(gpt2([3, 3, 3, 3]), tmp_path, "even")
+    assert uneven["stage_li"] < alone["stage_li"] < even["stage_li"]
+    assert uneven["samples_per_second"] < alone["samples_per_second"] < even["samples_per_second"]
+    assert even["stage_li"] > 0.99
+
+
+def test_more_exchange_bytes_raise_the_exchange_share(tmp_path):
+    even = ROOT / "scenarios/ipu_gpt2_even.toml"
+    # the same bytes over a narrower exchange...
+    shares = [run_scenario(load_scenario(even, [f"machine.exchange_bytes_per_cycle={x}"]), tmp_path / f"x{x}.h5",
+                           progress=False).summary["exchange_fraction"] for x in (8, 4, 2)]
+    assert shares[0] < shares[1] < shares[2]
+    # ...and more bytes over the same exchange: smaller GEMM blocks read their input rows more often
+    runs = [run_scenario(load_scenario(even, [f"machine.gemm_block={b}"]), tmp_path / f"b{b}.h5", progress=False)
+            for b in (32, 16)]
+    with h5py.File(runs[0].path) as a, h5py.File(runs[1].path) as b:
+        assert b["templates/received_max_bytes"][()].sum() > a["templates/received_max_bytes"][()].sum()
+    assert runs[1].summary["exchange_fraction"] > runs[0].summary["exchange_fraction"]
+
+
+def test_presets_give_the_published_peaks_and_a_key_set_wins():
+    peaks = {}
+    for name, tflops in (("gc200", 250), ("bow", 350), ("gc2", 124.5)):
+        sc = scenario_from_dict({"machine": {"type": "ipu", "preset": name}, "workload": {"type": "transformer"}})
+        m = sc.values["machine"]
+        assert {k: m[k] for k in IPU_PRESETS[name]} == IPU_PRESETS[name]
+        peaks[name] = m["tiles"] * m["macs_per_cycle"] * 2 * m["clock_ghz"] * 1e9 / 1e12
+        assert peaks[name] == pytest.approx(tflops, rel=0.01)
+    sc = scenario_from_dict({"machine": {"type": "ipu", "preset": "gc2", "tiles": 100},
+                             "workload": {"type": "transformer"}})
+    assert sc.values["machine"]["tiles"] == 100 and sc.values["machine"]["tile_sram_kib"] == 256
+    # no preset named: gc200; the resolved text loads again to the same values
+    sc = scenario_from_dict({"machine": {"type": "ipu"}, "workload": {"type": "transformer"}})
+    assert sc.values["machine"]["preset"] == "gc200"
+    again = load_scenario("x.toml", text=sc.resolved_toml())
+    assert again.values == sc.values
+
+
+def problems(text, *overrides):
+    with pytest.raises(InputError) as e:
+        load_scenario("s.toml", list(overrides), text=text)
+    return e.value.problems
+
+
+IPU = '[machine]\ntype = "ipu"\n[workload]\ntype = "transformer"\n'
+
+
+def test_bad_ipu_scenarios_name_the_key_the_value_and_what_is_allowed():
+    assert problems(IPU, "workload.layers_per_ipu=[0,4,4,5]") == [
+        "override workload.layers_per_ipu=[0,4,4,5]: workload.layers_per_ipu = [0, 4, 4, 5]: sums to 13 layers; "
+        "must sum to workload.n_layers = 12 (default)"]
+    assert problems(IPU, "workload.layers_per_ipu=[4,0,8]") == [
+        "override workload.layers_per_ipu=[4,0,8]: workload.layers_per_ipu = [4, 0, 8]: entry 1 is 0: every IPU "
+        "after the first holds at least one layer (only IPU 0 may hold the embedding alone)"]
+    assert problems(IPU, "workload.layers_per_ipu=[4,-1]") == [
+        "override workload.layers_per_ipu=[4,-1]: workload.layers_per_ipu = [4, -1]: must be a list of integers "
+        "in [0, 1024] (layers); item 1 is -1"]
+    assert problems(IPU, "workload.layers_per_ipu=4") == [
+        "override workload.layers_per_ipu=4: workload.layers_per_ipu = 4: must be a list of integers in "
+        "[0, 1024] (layers)"]
+    assert problems(IPU, "workload.gradient_accumulation=3") == [
+        "override workload.gradient_accumulation=3: workload.batch = 8 (default): must be a multiple of "
+        "workload.replicas x workload.gradient_accumulation = 1 x 3 = 3 (each micro-batch holds whole sequences)"]
+    assert problems(IPU, "machine.preset=sn30") == [
+        'override machine.preset=sn30: machine.preset = "sn30": is not a preset of the ipu; when machine.type is '
+        '"ipu" it must be one of "gc200", "bow", "gc2"']
+    assert problems(IPU, "workload.recompute=true") == [
+        "override workload.recompute=true: workload.recompute = true: applies only with training "
+        "(workload.training = false (default)): inference keeps no activations to recompute"]
+    assert problems(IPU, "workload.fusion=o3") == [
+        'override workload.fusion=o3: workload.fusion = "o3": applies only when machine.type is "rdu" (it is "ipu")']
+    assert problems('[machine]\ntype = "ipu"\n') == [
+        's.toml: workload.type = "uniform" (default): must be "transformer" when machine.type is "ipu" (the ipu '
+        'runs a model mapped onto its tiles)']
+    assert problems('[machine]\ntype = "rdu"\n[workload]\ntype = "transformer"\nreplicas = 2\n') == [
+        's.toml: workload.replicas = 2: must be 1 when machine.type is "rdu"; its data-parallel copies are the D '
+        'of workload.parallelism']
+    assert problems("[workload]\ntype = \"layer_pipeline\"\nreplicas = 65\n[migration]\npolicy = \"none\"\n") == [
+        "s.toml: workload.replicas = 65: must be an integer in [1, 64] (copies) for a layer_pipeline workload"]
+    assert problems(IPU, "run.steps=0") == [
+        "override run.steps=0: run.steps = 0: must be an integer in [1, 1_000_000] (steps)"]
+    assert problems("[run]\nsteps = 3\n") == [
+        's.toml: run.steps = 3: applies only when machine.type is "ipu" (it is "mesh")']
+
+
+def test_a_tile_over_its_sram_is_an_error_naming_the_ipu_and_nothing_is_written(tmp_path):
+    out = tmp_path / "r.h5"
+    r = subprocess.run([sys.executable, "-m", "meshsim", "run", str(ROOT / "scenarios/ipu_gpt2_4stage.toml"),
+                        "machine.gemm_block=64", "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    assert "machine.tile_sram_kib = 624: IPU 1 (layers 0-3) does not fit: tile" in r.stderr
+    assert "of 638,976" in r.stderr and "workload.layers_per_ipu" in r.stderr
+    assert "IPU 0" not in r.stderr  # the embedding alone fits
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(InputError, match="IPU 0"):
+        compile_scenario(scenario(machine=dict(tile_sram_kib=1, code_kib_per_tile=0)))
+    ref = scenario(machine=dict(tile_sram_kib=1, code_kib_per_tile=0))
+    with pytest.raises(InputError, match="IPU 0"):
+        simulate(ref.values)
+
+
+def test_memory_per_tile_follows_the_rules_for_inference_training_and_recomputation():
+    inf = compile_scenario(scenario(dict(training=False), machine=dict(code_kib_per_tile=1)))
+    tr = compile_scenario(scenario(dict(training=True, gradient_accumulation=2, batch=4),
+                                   machine=dict(code_kib_per_tile=1)))
+    rc = compile_scenario(scenario(dict(training=True, recompute=True, gradient_accumulation=2, batch=4),
+                                   machine=dict(code_kib_per_tile=1)))
+    # training keeps every micro-batch's activations and the gradients; recomputation keeps fewer
+    assert (tr.memory_parts["weights"] == 2 * inf.memory_parts["weights"]).all()
+    assert tr.memory.max() > rc.memory.max()
+    assert (rc.memory_parts["weights"] == tr.memory_parts["weights"]).all()
+    assert inf.memory_parts["code"] == 1024
+
+
+def test_an_interrupted_run_leaves_a_readable_incomplete_file(tmp_path):
+    sc = scenario(dict(training=True, layers_per_ipu=[1, 1]), steps=5)
+    calls = []
+
+    def stop():
+        calls.append(1)
+        return len(calls) >= 2
+
+    with pytest.raises(RunInterrupted) as e:
+        run_scenario(sc, tmp_path / "r.h5", progress=False, max_cycles_per_call=1, stop=stop)
+    path = e.value.path
+    assert path.name == "r.incomplete.h5" and not (tmp_path / "r.h5").exists()
+    full = run_scenario(sc, tmp_path / "full.h5", progress=False).path
+    with h5py.File(path) as f, h5py.File(full) as g:
+        assert not f.attrs["complete"]
+        n = f["supersteps/start_cycle"].shape[0]
+        assert 0 < n < g["supersteps/start_cycle"].shape[0]
+        assert np.array_equal(f["supersteps/start_cycle"][()], g["supersteps/start_cycle"][:n])
+        steps = f["summary"].attrs["steps"]
+        assert 0 < steps < 5 and f.attrs["cycles_done"] == f["pipeline/start_cycle"][-1] + f["pipeline/cycles"][-1]
+        assert (f["units/tile_busy_cycles"][()] * 5 == g["units/tile_busy_cycles"][()] * steps).all()
+
+
+def test_result_file_layout_and_report_recompute_the_run(tmp_path):
+    from meshsim.analysis import analyse, format_comparison
+
+    sc = scenario(dict(training=True, layers_per_ipu=[0, 1, 1], replicas=2, gradient_accumulation=2), steps=2)
+    res = run_scenario(sc, tmp_path / "r.h5", progress=False)
+    s = res.summary
+    with h5py.File(res.path) as f:
+        assert f.attrs["machine"] == "ipu" and f.attrs["complete"]
+        for group in ("supersteps", "templates", "pipeline", "units", "occupancy", "latency"):
+            for name, ds in f[group].items():
+                assert "units" in ds.attrs and "description" in ds.attrs, f"{group}/{name}"
+        assert f["units/tile_busy_cycles"].shape == (3, 16)
+        assert f["occupancy/tile_busy_cycles"].shape == (f["templates/li"].shape[0], 16)
+        assert (f["pipeline/direction"][()] == 2).sum() == 2  # one all-reduce per step
+        assert f["latency/microbatch_latency"].shape == (4,)
+    a = analyse(res.path)
+    w = a["whole"]
+    for k in ("li", "utilization", "stage_li", "compute_fraction", "sync_fraction", "exchange_fraction",
+              "transfer_fraction", "latency_mean_cycles"):
+        assert w[k] == pytest.approx(s[k], rel=1e-12), k
+    assert s["compute_fraction"] + s["sync_fraction"] + s["exchange_fraction"] + s["transfer_fraction"] == \
+        pytest.approx(1.0)
+    assert s["samples_per_second"] == pytest.approx(4 * 2 / (s["cycles"] / (s["clock_ghz"] * 1e9)))
+    text = format_comparison([a, a])
+    assert "stage_li" in text and "samples_per_second" in text
+
+
+def test_report_compares_the_three_machines_side_by_side(tmp_path):
+    model = dict(hidden_size=64, n_layers=2, n_heads=4, seq_len=64, batch=4)
+    mesh = scenario_from_dict({"run": {"cycles": 3000}, "machine": {"rows": 24, "cols": 24},
+                               "migration": {"policy": "none"}, "workload": dict(type="layer_pipeline", **model)})
+    rdu = scenario_from_dict({"machine": {"type": "rdu", "pcus": 64, "pmus": 64},
+                              "workload": dict(type="transformer", tile_tokens=32, **model)})
+    ipu = scenario_from_dict({"machine": {"type": "ipu", "tiles": 64},
+                              "workload": dict(type="transformer", layers_per_ipu=[1, 1], **model)})
+    paths = [run_scenario(sc, tmp_path / f"{name}.h5", progress=False).path
+             for name, sc in (("mesh", mesh), ("rdu", rdu), ("ipu", ipu))]
+    r = subprocess.run([sys.executable, "-m", "meshsim", "report", *map(str, paths)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[1].split() == ["machine", "mesh", "rdu", "ipu"]
+    row = next(line for line in lines if line.startswith("samples_per_second "))
+    assert all(float(x.replace(",", "")) > 0 for x in row.split()[2:])  # rdu and ipu: one step
+    steady = next(line for line in lines if line.startswith("samples_per_second_steady")).split()
+    assert float(steady[1].replace(",", "")) > 0 and steady[2:] == ["n/a", "n/a"]  # the mesh's steady state
+    assert any(line.startswith("li ") for line in lines)
+
+
+def test_shipped_ipu_scenarios_run(tmp_path):
+    figures = {}
+    for name in ("ipu_gpt2_4stage", "ipu_gpt2_even", "ipu_gpt2_uneven"):
+        s = run_scenario(load_scenario(ROOT / f"scenarios/{name}.toml"), tmp_path / f"{name}.h5",
+                         progress=False).summary
+        figures[name] = (round(s["stage_li"], 4), round(s["samples_per_second"], 1))
+    assert figures == {"ipu_gpt2_4stage": (0.75, 104.4), "ipu_gpt2_even": (0.9999, 126.4),
+                       "ipu_gpt2_uneven": (0.6, 88.9)}
+
+
+@pytest.mark.slow
+def test_the_24_layer_model_over_8_ipus_runs_100_steps(tmp_path):
+    s = run_scenario(load_scenario(ROOT / "scenarios/ipu_gpt2_24l_8ipu.toml"), tmp_path / "r.h5",
+                     progress=False).summary
+    assert s["steps"] == 100 and s["stages"] == 8 and s["memory_max_fraction"] <= 1
+
+
+def test_plot_draws_every_kind_an_ipu_file_has(tmp_path):
+    from meshsim.plots import applicable, plot
+
+    sc = scenario(dict(training=True, layers_per_ipu=[0, 1, 1], gradient_accumulation=2))
+    path = run_scenario(sc, tmp_path / "r.h5", progress=False).path
+    assert applicable(path) == ["timeline", "latency", "busy", "roofline"]
+    written = plot(path, tmp_path / "plots")
+    assert sorted(p.name for p in written) == ["busy.png", "latency.png", "roofline.png", "timeline.png"]
+    assert all(p.stat().st_size > 10_000 for p in written)
+
+
+def test_validate_compiles_and_checks_memory():
+    r = subprocess.run([sys.executable, "-m", "meshsim", "validate", str(ROOT / "scenarios/ipu_gpt2_4stage.toml")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "valid (ipu gc200, 4 stage(s) x 1 replica(s), 398 superstep templates" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "meshsim", "validate", str(ROOT / "scenarios/ipu_gpt2_4stage.toml"),
+                        "machine.gemm_block=64"], capture_output=True, text=True)
+    assert r.returncode == 2 and "does not fit" in r.stderr and "Traceback" not in r.stderr
