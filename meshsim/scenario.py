@@ -616,6 +616,9 @@ def _check_ipu(ok, get, add, shown) -> None:
         if zero:
             add(lpi, [], f"entry {zero[0]} is 0: every IPU after the first holds at least one layer (only IPU 0 may "
                          "hold the embedding alone)")
+        elif split[0] == 0 and ok("workload.vocab_size") and get("workload.vocab_size") == 0:
+            add(lpi, ["workload.vocab_size"], "entry 0 is 0 but workload.vocab_size = 0 leaves out the embedding: "
+                                              "IPU 0 would hold nothing")
         elif sum(split) != get(layers):
             add(lpi, [layers], f"sums to {sum(split)} layers; must sum to {layers} = {shown(layers)}")
         if ok(reps) and len(split) * get(reps) > 4096:

@@ -11,6 +11,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kernels import ipu as K
 from kernels.reference.ipu_ref import simulate
@@ -88,6 +90,28 @@ def test_kernel_matches_reference_superstep_by_superstep(w):
 ])
 def test_kernel_matches_reference_at_the_edges(machine, workload):
     assert_matches_reference(scenario(workload, machine))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(heads=st.sampled_from([1, 2, 4]), head_dim=st.sampled_from([4, 8, 12]), layers=st.integers(1, 3),
+       seq=st.integers(1, 40), sequences=st.integers(1, 3), micro=st.integers(1, 3), replicas=st.integers(1, 2),
+       training=st.booleans(), recompute=st.booleans(), alone=st.booleans(), stages=st.integers(1, 3),
+       tiles=st.integers(1, 40), threads=st.integers(1, 6), block=st.integers(1, 20), vocab=st.sampled_from([0, 7]),
+       precision=st.sampled_from(["fp8", "bf16", "fp32"]), xbytes=st.integers(1, 9))
+def test_kernel_matches_reference_on_random_models(heads, head_dim, layers, seq, sequences, micro, replicas, training,
+                                                   recompute, alone, stages, tiles, threads, block, vocab, precision,
+                                                   xbytes):
+    stages = min(stages, layers)
+    split = [layers // stages + (1 if s < layers % stages else 0) for s in range(stages)]
+    if alone and vocab:
+        split = [0] + split
+    w = dict(hidden_size=heads * head_dim, n_heads=heads, n_layers=layers, seq_len=seq,
+             batch=sequences * micro * replicas, gradient_accumulation=micro, replicas=replicas, training=training,
+             recompute=recompute and training, layers_per_ipu=split if len(split) > 1 else [], vocab_size=vocab,
+             precision=precision)
+    m = dict(tiles=tiles, worker_threads=threads, gemm_block=block, exchange_bytes_per_cycle=xbytes,
+             tile_sram_kib=1_048_576)
+    assert_matches_reference(scenario(w, m))
 
 
 def test_steps_are_identical_and_the_split_over_calls_does_not_matter():
@@ -236,6 +260,9 @@ def test_bad_ipu_scenarios_name_the_key_the_value_and_what_is_allowed():
     assert problems(IPU, "workload.layers_per_ipu=4") == [
         "override workload.layers_per_ipu=4: workload.layers_per_ipu = 4: must be a list of integers in "
         "[0, 1024] (layers)"]
+    assert problems(IPU, "workload.layers_per_ipu=[0,12]", "workload.vocab_size=0") == [
+        "override workload.layers_per_ipu=[0,12]: workload.layers_per_ipu = [0, 12]: entry 0 is 0 but "
+        "workload.vocab_size = 0 leaves out the embedding: IPU 0 would hold nothing"]
     assert problems(IPU, "workload.gradient_accumulation=3") == [
         "override workload.gradient_accumulation=3: workload.batch = 8 (default): must be a multiple of "
         "workload.replicas x workload.gradient_accumulation = 1 x 3 = 3 (each micro-batch holds whole sequences)"]
