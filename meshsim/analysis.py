@@ -167,18 +167,28 @@ def _mesh_windows(f, shape, cycles, run_window, window, path) -> dict:
     return dict(window_cycles=n, source="windows/busy_cycles", rows=rows)
 
 
+#: Datasets `_ipu` reads.
+_IPU_NEEDS = ["units/tile_busy_cycles", "latency/microbatch_latency",
+              *(f"templates/{k}" for k in ("stage", "name", "li", "compute_cycles", "sync_cycles", "exchange_cycles")),
+              *(f"supersteps/{k}" for k in ("template", "stage", "direction", "step", "pipeline_step", "microbatch",
+                                            "start_cycle")),
+              *(f"pipeline/{k}" for k in ("step", "direction", "index", "start_cycle", "cycles", "slowest_stage",
+                                          "transfer_cycles"))]
+
+#: Superstep rows read at a time (a long run has tens of millions).
+_IPU_CHUNK = 1 << 20
+
+
 def _ipu(f, values, cycles, path) -> dict:
     """An ipu file's figures from its per-tile totals, templates and superstep and pipeline rows
     (docs/ipu.md, "Observables and metrics")."""
-    _need(f, ["units/tile_busy_cycles", "templates/li", "supersteps/template", "pipeline/cycles"], path)
+    _need(f, _IPU_NEEDS, path)
     busy = f["units/tile_busy_cycles"][()].astype(np.int64)
     stages, tiles = busy.shape
     whole = metrics.balance_figures(busy, cycles)
     whole.update(n_units=int(busy.size), idle_units=int((busy == 0).sum()))
     t = {k: f[f"templates/{k}"][()] for k in ("stage", "li", "compute_cycles", "sync_cycles", "exchange_cycles")}
     names = [n.decode() if isinstance(n, bytes) else str(n) for n in f["templates/name"][()]]
-    ss = {k: f[f"supersteps/{k}"][()].astype(np.int64) for k in ("template", "stage", "direction", "step",
-                                                                   "pipeline_step", "microbatch", "start_cycle")}
     pipe = {k: f[f"pipeline/{k}"][()].astype(np.int64) for k in ("step", "direction", "index", "start_cycle",
                                                                   "cycles", "slowest_stage", "transfer_cycles")}
     lat = f["latency/microbatch_latency"][()].astype(np.int64)
@@ -188,24 +198,32 @@ def _ipu(f, values, cycles, path) -> dict:
                      latency_var_cycles2=la["var"])
     phase = np.stack([t["compute_cycles"], t["sync_cycles"], t["exchange_cycles"]], axis=1).astype(np.int64)
     # each pipeline step is its slowest stage's supersteps plus its transfer; what is left is the token
-    # ids IPU 0 streams in, counted as transfer
-    slowest = {(int(a), int(d), int(i)): int(x) for a, d, i, x in
-               zip(pipe["step"], pipe["direction"], pipe["index"], pipe["slowest_stage"], strict=True) if d != 2}
-    want = np.array([slowest.get((int(a), int(d), int(p)), -2) for a, d, p in
-                     zip(ss["step"], ss["direction"], ss["pipeline_step"], strict=True)], np.int64)
+    # ids IPU 0 streams in, counted as transfer. Pipeline rows are keyed (step, direction, index).
+    width = int(pipe["index"].max()) + 1 if pipe["index"].size else 1
+    keys = (pipe["step"] * 3 + pipe["direction"]) * width + pipe["index"]
+    order = np.argsort(keys, kind="stable")
     shares = np.zeros(4, np.int64)
-    shares[:3] = phase[ss["template"][ss["stage"] == want]].sum(axis=0)
+    st = np.zeros(stages, np.int64)
+    g = f["supersteps"]
+    n = g["template"].shape[0]
+    for a in range(0, n, _IPU_CHUNK):
+        c = {k: g[k][a:a + _IPU_CHUNK].astype(np.int64) for k in ("template", "stage", "direction", "step",
+                                                                   "pipeline_step", "microbatch")}
+        k = (c["step"] * 3 + c["direction"]) * width + c["pipeline_step"]
+        at = np.clip(np.searchsorted(keys[order], k), 0, max(len(keys) - 1, 0))
+        found = keys[order][at] == k if len(keys) else np.zeros(len(k), bool)
+        slow = np.where(found, pipe["slowest_stage"][order][at], -2)
+        shares[:3] += phase[c["template"][c["stage"] == slow]].sum(axis=0)
+        # stage times per micro-batch: step 0's rows of micro-batch 0
+        first = (c["step"] == 0) & (c["microbatch"] == 0)
+        np.add.at(st, c["stage"][first], phase[c["template"][first]].sum(axis=1))
     shares[3] = int(pipe["cycles"].sum()) - int(shares[:3].sum())
     if cycles:
         whole.update(compute_fraction=int(shares[0]) / cycles, sync_fraction=int(shares[1]) / cycles,
                      exchange_fraction=int(shares[2]) / cycles, transfer_fraction=int(shares[3]) / cycles)
-    # stage times per micro-batch: step 0's rows of micro-batch 0, and IPU 0's token ids (the gap
-    # between the pipeline step's start and its first superstep)
-    first = (ss["step"] == 0) & (ss["microbatch"] == 0)
-    st = np.zeros(stages, np.int64)
-    np.add.at(st, ss["stage"][first], phase[ss["template"][first]].sum(axis=1))
-    if len(ss["start_cycle"]) and len(pipe["start_cycle"]):
-        st[0] += int(ss["start_cycle"][0] - pipe["start_cycle"][0])
+    # and IPU 0's token ids: the gap between the first pipeline step's start and its first superstep
+    if n and len(pipe["start_cycle"]):
+        st[0] += int(g["start_cycle"][0]) - int(pipe["start_cycle"][0])
     whole["stage_li"] = metrics.load_balance(st)["li"] if st.any() else math.nan
     li = t["li"].astype(np.float64)
     whole["superstep_li_min"] = float(np.nanmin(li)) if np.isfinite(li).any() else math.nan

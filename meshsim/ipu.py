@@ -128,10 +128,12 @@ def _units(op: Operator, kind: str, spec: IpuSpec) -> tuple:
         d = bm * heads * s_len
         blocks = np.array([min(b, s_len - i) for i in range(0, s_len, b)], np.int64)
         r = np.tile(blocks, bm * heads)
-        f_u = op.flops * r // d  # exact for attention (docs/ipu.md)
-        cost = _ceil_div(op.flops * r, 2 * mac * d)
+        # F(o) / D, O(o) / D and I(o) / D are whole numbers for attention (docs/ipu.md), so dividing
+        # first keeps the products small
+        f_u = (op.flops // d) * r
+        cost = _ceil_div(f_u, 2 * mac)
         back = _ceil_div(2 * f_u, 2 * mac)
-        return cost, back, op.output_bytes * r // d, op.input_bytes * r // d
+        return cost, back, (op.output_bytes // d) * r, (op.input_bytes // d) * r
     # elementwise, norm, embedding: n slices
     elements = op.output_bytes // e
     phi = op.flops // elements
@@ -214,10 +216,37 @@ def _stage_ops(spec: IpuSpec) -> list[list[tuple[Operator, str]]]:
     return out
 
 
+#: The most tile busy counts (superstep templates x tiles) a program may hold, and the most superstep
+#: rows one step may have (micro-batches x templates): beyond them memory, not time, is the limit.
+MAX_TEMPLATE_TILES = 50_000_000
+MAX_ROWS_PER_STEP = 10_000_000
+#: Cycles a run may last (int64 counters with room to spare).
+MAX_CYCLES = 2**62
+
+
+def _check_size(spec: IpuSpec, stage_ops) -> None:
+    per_op = 1 + (2 if spec.recompute else 1 if spec.training else 0)
+    templates = sum(len(items) for items in stage_ops) * per_op
+    problems = []
+    if templates * spec.tiles > MAX_TEMPLATE_TILES:
+        problems.append(f"machine.tiles = {spec.tiles:,}: {templates:,} superstep templates x {spec.tiles:,} tiles is "
+                        f"{templates * spec.tiles:,} busy counts; at most {MAX_TEMPLATE_TILES:,} (fewer tiles or "
+                        "layers)")
+    rows = spec.microbatches * templates
+    if rows > MAX_ROWS_PER_STEP:
+        problems.append(f"workload.gradient_accumulation = {spec.microbatches:,}: {rows:,} supersteps per step "
+                        f"({spec.microbatches:,} micro-batches x {templates:,} templates); at most "
+                        f"{MAX_ROWS_PER_STEP:,}")
+    if problems:
+        raise InputError(problems)
+
+
 def compile_program(spec: IpuSpec) -> IpuProgram:
     """Map every stage (docs/ipu.md, "Mapping", "Memory", "One superstep"); InputError when a tile's
-    memory overflows."""
+    memory overflows, or the program or a run of it would be too large to hold."""
     n_tiles, threads = spec.tiles, spec.worker_threads
+    stage_ops = _stage_ops(spec)
+    _check_size(spec, stage_ops)
     templates, busy_rows, fwd, bwd = [], [], [], []
     mem = np.zeros((spec.stages, n_tiles), np.int64)
     weights = np.zeros((spec.stages, n_tiles), np.int64)
@@ -226,7 +255,7 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
     e, th = spec.micro.element_bytes, spec.micro.tokens * spec.micro.hidden_size
     stage_layers = []
     first_layer = 0
-    for s, items in enumerate(_stage_ops(spec)):
+    for s, items in enumerate(stage_ops):
         stage_layers.append(list(range(first_layer, first_layer + spec.layers_per_ipu[s])))
         first_layer += spec.layers_per_ipu[s]
         units, offset = [], 0
@@ -317,10 +346,11 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
     allreduce = -1
     if spec.training and spec.replicas > 1:
         r = spec.replicas
-        wst = max(sum(op.weight_bytes for op, _ in items) for items in _stage_ops(spec))
+        wst = max(sum(op.weight_bytes for op, _ in items) for items in stage_ops)
         allreduce = spec.ipu_sync_cycles + bytes_cycles(_ceil_div(2 * (r - 1) * wst, r), spec.ipu_link_gbps,
                                                         spec.clock_ghz)
     io0 = bytes_cycles(TOKEN_ID_BYTES * spec.micro.tokens, spec.streaming_memory_gbps, spec.clock_ghz)
+    _check_cycles(spec, templates, fwd, bwd, io0, transfer, allreduce)
     return IpuProgram(spec=spec, templates=templates, busy=np.array(busy_rows, np.int64).reshape(-1, n_tiles),
                       fwd_ptr=fwd_ptr, fwd_idx=fwd_idx, bwd_ptr=bwd_ptr, bwd_idx=bwd_idx,
                       t_comp=np.array([t.compute for t in templates], np.int64),
@@ -328,6 +358,23 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
                       t_exch=np.array([t.exchange for t in templates], np.int64), io0=io0, transfer=transfer,
                       allreduce=allreduce, memory=mem, memory_parts=dict(code=code, weights=weights, activations=acts),
                       stage_layers=stage_layers)
+
+
+def _check_cycles(spec, templates, fwd, bwd, io0, transfer, allreduce) -> None:
+    """InputError when the run's cycles could pass MAX_CYCLES (a bound: every stage as slow as the
+    slowest, in every pipeline step)."""
+    def slowest(lists):
+        return max((sum(templates[i].compute + templates[i].sync + templates[i].exchange for i in x) for x in lists),
+                   default=0)
+
+    steps_per_dir = spec.microbatches + spec.stages - 1
+    per_step = steps_per_dir * (slowest(fwd) + io0 + transfer) + max(allreduce, 0)
+    if spec.training:
+        per_step += steps_per_dir * (slowest(bwd) + transfer)
+    if per_step * spec.steps > MAX_CYCLES:
+        most = max(1, MAX_CYCLES // max(per_step, 1))
+        raise InputError(f"run.steps = {spec.steps:,}: {spec.steps:,} steps of up to {per_step:,} cycles could pass "
+                         f"{MAX_CYCLES:,} cycles; at most {most:,} steps of this model")
 
 
 def _layers_text(layers: list[int]) -> str:
@@ -348,13 +395,20 @@ def _check_memory(spec, mem, weights, acts, code, stage_layers) -> None:
                 f"machine.tile_sram_kib = {spec.tile_sram_kib}: IPU {s} ({held}) does not fit: tile {t} needs "
                 f"{int(mem[s, t]):,} bytes ({code:,} code, {int(weights[s, t]):,} weights"
                 f"{' and their gradients' if spec.training else ''}, {int(acts[s, t]):,} activations) of "
-                f"{cap:,}; spread the layers over more IPUs (workload.layers_per_ipu), use more micro-batches "
-                f"of fewer sequences (workload.gradient_accumulation), smaller GEMM blocks (machine.gemm_block)"
+                f"{cap:,}; spread the layers over more IPUs (workload.layers_per_ipu), "
+                + ("use more micro-batches of fewer sequences (workload.gradient_accumulation), "
+                   if spec.micro.batch > 1 else "")
+                + "smaller GEMM blocks (machine.gemm_block)"
                 + (", or recompute activations (workload.recompute)" if spec.training and not spec.recompute else ""))
     if problems:
         raise InputError(problems)
 
 
 def compile_scenario(scenario) -> IpuProgram:
-    """The program of a validated ipu scenario (InputError when a tile's memory overflows)."""
-    return compile_program(spec_of(scenario.values))
+    """The program of a validated ipu scenario; its problems (a tile's memory overflowing, a program
+    too large) name the scenario file."""
+    try:
+        return compile_program(spec_of(scenario.values))
+    except InputError as e:
+        where = scenario.path or "<scenario>"
+        raise InputError([f"{where}: {p}" for p in e.problems]) from None

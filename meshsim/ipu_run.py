@@ -145,21 +145,18 @@ class IpuResultWriter(ResultFile):
         ds.dims[1].attach_scale(self.tile)
 
     def append(self, ss, pl, lat) -> None:
-        """Rows of the steps just run, after those written before."""
-        n0 = self.n_ss
+        """Rows of the steps just run, after those written before. The counts move only once all
+        three tables are written, so a write cut short is written again over the same rows."""
+        n0, p0, l0 = self.n_ss, self.n_pl, self.n_lat
         self._put(self.ss_row, n0, np.arange(n0, n0 + len(ss), dtype=np.int64))
         for name, (col, _, _) in SUPERSTEPS.items():
             self._put(self.ss[name], n0, ss[:, col])
-        self.n_ss = n0 + len(ss)
-        p0 = self.n_pl
         self._put(self.pl_row, p0, np.arange(p0, p0 + len(pl), dtype=np.int64))
         for name, (col, _, _) in PIPELINE.items():
             self._put(self.pl[name], p0, pl[:, col])
-        self.n_pl = p0 + len(pl)
-        l0 = self.n_lat
         self._put(self.lat_row, l0, np.arange(l0, l0 + len(lat), dtype=np.int64))
         self._put(self.lat, l0, lat)
-        self.n_lat = l0 + len(lat)
+        self.n_ss, self.n_pl, self.n_lat = n0 + len(ss), p0 + len(pl), l0 + len(lat)
 
     def write_totals(self, tile_busy) -> None:
         u = self.f["units"]
@@ -200,10 +197,13 @@ class IpuSim:
         ss = np.zeros((k * p.rows_per_step, K.N_SS), np.int64)
         pl = np.zeros((k * p.pipeline_rows_per_step, K.N_PL), np.int64)
         lat = np.zeros(k * p.spec.microbatches, np.int64)
-        self.cycle = int(K.run_steps(self.steps_done, k, self.cycle, p.stages, p.spec.microbatches, p.spec.training,
-                                     p.fwd_ptr, p.fwd_idx, p.bwd_ptr, p.bwd_idx, p.t_comp, p.t_sync, p.t_exch, p.io0,
-                                     p.transfer, p.allreduce, self.count, ss, pl, lat, self.shares))
-        self.steps_done += k
+        # the kernel adds to copies: the state moves all at once, after it returns (a Ctrl-C in
+        # between leaves the state of the steps before)
+        count, shares = self.count.copy(), self.shares.copy()
+        end = int(K.run_steps(self.steps_done, k, self.cycle, p.stages, p.spec.microbatches, p.spec.training,
+                              p.fwd_ptr, p.fwd_idx, p.bwd_ptr, p.bwd_idx, p.t_comp, p.t_sync, p.t_exch, p.io0,
+                              p.transfer, p.allreduce, count, ss, pl, lat, shares))
+        self.cycle, self.count, self.shares, self.steps_done = end, count, shares, self.steps_done + k
         self.latencies.append(lat)
         return ss, pl, lat
 

@@ -11,7 +11,8 @@ Platform presets and their sources:
 - SN10, SN30: the rdu presets (`meshsim.params.RDU_PRESETS`): peak = PCUs x lanes x stages x 2 x
   clock, bandwidth = the DDR bandwidth sections stream from.
 - GC200: 250 TFLOP/s (16-bit) and 47.5 TB/s of in-processor memory bandwidth (Graphcore IPU-M2000
-  and GC200 product brief, 2020).
+  and GC200 product brief, 2020); an ipu scenario's platform is its tiles x MACs x 2 x clock, with
+  the GC200's SRAM bandwidth per tile-cycle on its tiles and clock.
 
 For a result file or scenario, the platform is its own machine: a mesh of rows x cols PEs at
 `pe_flops_per_cycle` and `clock_ghz`, with the WSE-2's SRAM bandwidth per PE; an rdu chip from its

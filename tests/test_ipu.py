@@ -82,6 +82,7 @@ def test_kernel_matches_reference_superstep_by_superstep(w):
     (dict(tiles=5000, gemm_block=8, worker_threads=3), dict(vocab_size=0, training=True, batch=2)),  # E < N
     (dict(tiles=7, gemm_block=24, worker_threads=1, exchange_bytes_per_cycle=3, macs_per_cycle=5,
           vector_flops_per_cycle=3), dict(precision="fp32", ffn_multiplier=3, seq_len=50, batch=2)),
+    (dict(tiles=16), dict(vocab_size=0, layers_per_ipu=[1, 1], training=True, recompute=True)),  # no embedding
     # attention units several per tile and per thread: which thread a unit runs on matters
     (dict(tiles=16, gemm_block=8, worker_threads=2), dict(training=True)),
     (dict(tiles=16, gemm_block=8, worker_threads=4), dict(seq_len=36, batch=2)),
@@ -318,6 +319,45 @@ def test_memory_per_tile_follows_the_rules_for_inference_training_and_recomputat
     assert inf.memory_parts["code"] == 1024
 
 
+def test_memory_weights_by_hand():
+    # one block and the embedding, H = 64, bf16, 16 tiles: ceil(bytes / 16) per operator on every tile
+    # ln1 2H, qkv 3H^2 + 3H, out H^2 + H, ln2 2H, ffn_up 4H^2 + 4H, ffn_down 4H^2 + H, embedding 100 H
+    per_op = [128, 12480, 4160, 128, 16640, 16448, 6400]
+    expected = sum(-(-2 * x // 16) for x in per_op)
+    assert expected == 7048
+    inf = compile_scenario(scenario(dict(n_layers=1)))
+    assert (inf.memory_parts["weights"] == expected).all()
+    tr = compile_scenario(scenario(dict(n_layers=1, training=True)))
+    assert (tr.memory_parts["weights"] == 2 * expected).all()
+
+
+def test_attention_costs_do_not_overflow_on_long_sequences():
+    from meshsim import ipu
+    from meshsim.transformer import operators
+
+    sc = scenario(dict(hidden_size=16384, n_heads=16, seq_len=1_048_576, batch=1, n_layers=1, vocab_size=0,
+                       precision="fp8"), dict(gemm_block=512))
+    spec = ipu.spec_of(sc.values)
+    for op in operators(spec.micro):
+        if op.kind == "attention":
+            cost, back, out, inp = ipu._units(op, "attention", spec)
+            d = spec.micro.batch * 16 * 1_048_576
+            assert int(cost[0]) == -(-(op.flops * 512 // d) // (2 * spec.macs_per_cycle)) > 0
+            assert int(cost.sum()) >= op.flops // (2 * spec.macs_per_cycle)
+            assert int(out.sum()) == op.output_bytes and int(inp.sum()) == op.input_bytes
+            assert (back >= cost).all()
+
+
+def test_programs_and_runs_too_large_to_hold_are_refused_before_anything_runs():
+    with pytest.raises(InputError, match=r"machine.tiles = 1,000,000: .* busy counts; at most 50,000,000"):
+        compile_scenario(scenario(dict(n_layers=12, training=True), dict(tiles=1_000_000)))
+    with pytest.raises(InputError, match=r"workload.gradient_accumulation = 1,000,000: .* supersteps per step"):
+        compile_scenario(scenario(dict(batch=1_000_000, gradient_accumulation=1_000_000, seq_len=1)))
+    with pytest.raises(InputError, match=r"<scenario>: run.steps = 1,000,000: .* could pass"):
+        compile_scenario(scenario(dict(training=True, batch=200, gradient_accumulation=200, seq_len=4),
+                                  dict(sync_cycles=1_000_000_000), steps=1_000_000))
+
+
 def test_an_interrupted_run_leaves_a_readable_incomplete_file(tmp_path):
     sc = scenario(dict(training=True, layers_per_ipu=[1, 1]), steps=5)
     calls = []
@@ -339,6 +379,65 @@ def test_an_interrupted_run_leaves_a_readable_incomplete_file(tmp_path):
         steps = f["summary"].attrs["steps"]
         assert 0 < steps < 5 and f.attrs["cycles_done"] == f["pipeline/start_cycle"][-1] + f["pipeline/cycles"][-1]
         assert (f["units/tile_busy_cycles"][()] * 5 == g["units/tile_busy_cycles"][()] * steps).all()
+    _report_and_plot(path, tmp_path)
+
+
+def _report_and_plot(path, tmp_path):
+    for cmd in (["report", str(path)], ["plot", str(path), "-o", str(tmp_path / "plots")]):
+        r = subprocess.run([sys.executable, "-m", "meshsim", *cmd], capture_output=True, text=True)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_ctrl_c_in_the_first_kernel_call_or_while_writing_loses_nothing(tmp_path, monkeypatch):
+    from meshsim import ipu_run
+
+    sc = scenario(dict(training=True, layers_per_ipu=[1, 1]), steps=4)
+    full = run_scenario(sc, tmp_path / "full.h5", progress=False).path
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(ipu_run.IpuSim, "advance", interrupted)
+        with pytest.raises(RunInterrupted) as e:
+            run_scenario(sc, tmp_path / "zero.h5", progress=False)
+    with h5py.File(e.value.path) as f:
+        assert f["supersteps/start_cycle"].shape == (0,) and f.attrs["cycles_done"] == 0
+    _report_and_plot(e.value.path, tmp_path)
+
+    # a Ctrl-C while the second call's rows are half written: the rows are written again, once
+    append = ipu_run.IpuResultWriter.append
+    calls = []
+
+    def half_written(self, ss, pl, lat):
+        calls.append(1)
+        if len(calls) == 2:  # the superstep rows are written, then Ctrl-C as the pipeline rows start
+            put = self._put
+
+            def cut(ds, t0, data):
+                if ds.name == self.pl["step"].name:
+                    raise KeyboardInterrupt
+                put(ds, t0, data)
+
+            self._put = cut
+            try:
+                append(self, ss, pl, lat)
+            finally:
+                self._put = put
+        append(self, ss, pl, lat)
+
+    with monkeypatch.context() as m:
+        m.setattr(ipu_run.IpuResultWriter, "append", half_written)
+        with pytest.raises(RunInterrupted) as e:
+            run_scenario(sc, tmp_path / "half.h5", progress=False, max_cycles_per_call=1)
+    with h5py.File(e.value.path) as f, h5py.File(full) as g:
+        n = f["supersteps/start_cycle"].shape[0]
+        assert n == g["supersteps/start_cycle"].shape[0] // 2  # two of four steps, each once
+        for name in ("supersteps/start_cycle", "supersteps/template", "pipeline/start_cycle",
+                     "latency/microbatch_latency"):
+            k = f[name].shape[0]
+            assert np.array_equal(f[name][()], g[name][:k]), name
+        assert f["summary"].attrs["steps"] == 2
 
 
 def test_result_file_layout_and_report_recompute_the_run(tmp_path):
