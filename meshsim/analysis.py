@@ -201,7 +201,8 @@ def _ipu(f, values, cycles, path) -> dict:
     # ids IPU 0 streams in, counted as transfer. Pipeline rows are keyed (step, direction, index).
     width = int(pipe["index"].max()) + 1 if pipe["index"].size else 1
     keys = (pipe["step"] * 3 + pipe["direction"]) * width + pipe["index"]
-    order = np.argsort(keys, kind="stable")
+    order = np.argsort(keys, kind="stable")  # already in order in a file meshsim wrote
+    keys, slowest = keys[order], pipe["slowest_stage"][order]
     shares = np.zeros(4, np.int64)
     st = np.zeros(stages, np.int64)
     g = f["supersteps"]
@@ -210,9 +211,9 @@ def _ipu(f, values, cycles, path) -> dict:
         c = {k: g[k][a:a + _IPU_CHUNK].astype(np.int64) for k in ("template", "stage", "direction", "step",
                                                                    "pipeline_step", "microbatch")}
         k = (c["step"] * 3 + c["direction"]) * width + c["pipeline_step"]
-        at = np.clip(np.searchsorted(keys[order], k), 0, max(len(keys) - 1, 0))
-        found = keys[order][at] == k if len(keys) else np.zeros(len(k), bool)
-        slow = np.where(found, pipe["slowest_stage"][order][at], -2)
+        at = np.clip(np.searchsorted(keys, k), 0, max(len(keys) - 1, 0))
+        found = keys[at] == k if len(keys) else np.zeros(len(k), bool)
+        slow = np.where(found, slowest[at], -2)
         shares[:3] += phase[c["template"][c["stage"] == slow]].sum(axis=0)
         # stage times per micro-batch: step 0's rows of micro-batch 0
         first = (c["step"] == 0) & (c["microbatch"] == 0)

@@ -140,7 +140,7 @@ def _units(op: Operator, kind: str, spec: IpuSpec) -> tuple:
     s = np.full(n, elements // n, np.int64)
     s[: elements % n] += 1
     cost = _ceil_div(s * phi, spec.vector_flops_per_cycle)
-    inp = np.zeros(n, np.int64) if kind == "embedding" else op.input_bytes * s // elements
+    inp = np.zeros(n, np.int64) if kind == "embedding" else (op.input_bytes // elements) * s  # exact per element
     return cost, cost.copy(), s * e, inp
 
 
@@ -216,27 +216,52 @@ def _stage_ops(spec: IpuSpec) -> list[list[tuple[Operator, str]]]:
     return out
 
 
-#: The most tile busy counts (superstep templates x tiles) a program may hold, and the most superstep
-#: rows one step may have (micro-batches x templates): beyond them memory, not time, is the limit.
+#: Limits that keep a compile, a run, and report and plot on its file within memory (docs/ipu.md,
+#: "Limits"): tile busy counts held (superstep templates x tiles), work units of one stage,
+#: superstep rows of one step and of a whole run, and the cycles of a run (int64 with room to spare).
 MAX_TEMPLATE_TILES = 50_000_000
+MAX_UNITS_PER_STAGE = 20_000_000
 MAX_ROWS_PER_STEP = 10_000_000
-#: Cycles a run may last (int64 counters with room to spare).
+MAX_RUN_SUPERSTEPS = 50_000_000
 MAX_CYCLES = 2**62
+# Byte counts past this would wrap int64 in a tile's sums; they are far past any SRAM.
+_WRAP = 2**62
+
+
+def _unit_count(op: Operator, kind: str, spec: IpuSpec) -> int:
+    """The units `_units` would cut an operator into, without cutting it."""
+    m, b = spec.micro, spec.gemm_block
+    if kind == "gemm":
+        return _ceil_div(m.tokens, b) * _ceil_div(op.output_bytes // (m.tokens * m.element_bytes), b)
+    if kind == "attention":
+        return m.batch * m.n_heads * _ceil_div(m.seq_len, b)
+    return spec.tiles
 
 
 def _check_size(spec: IpuSpec, stage_ops) -> None:
-    per_op = 1 + (2 if spec.recompute else 1 if spec.training else 0)
-    templates = sum(len(items) for items in stage_ops) * per_op
+    templates = 0
+    for items in stage_ops:
+        templates += len(items)
+        if spec.training:
+            templates += len(items) + (sum(1 for _, kind in items if kind != "embedding") if spec.recompute else 0)
     problems = []
     if templates * spec.tiles > MAX_TEMPLATE_TILES:
         problems.append(f"machine.tiles = {spec.tiles:,}: {templates:,} superstep templates x {spec.tiles:,} tiles is "
                         f"{templates * spec.tiles:,} busy counts; at most {MAX_TEMPLATE_TILES:,} (fewer tiles or "
                         "layers)")
+    units = max(sum(_unit_count(op, kind, spec) for op, kind in items) for items in stage_ops)
+    if units > MAX_UNITS_PER_STAGE:
+        problems.append(f"machine.gemm_block = {spec.gemm_block}: an IPU's operators cut into {units:,} work units; at "
+                        f"most {MAX_UNITS_PER_STAGE:,} (larger blocks, fewer sequences per micro-batch, or more IPUs)")
     rows = spec.microbatches * templates
     if rows > MAX_ROWS_PER_STEP:
         problems.append(f"workload.gradient_accumulation = {spec.microbatches:,}: {rows:,} supersteps per step "
                         f"({spec.microbatches:,} micro-batches x {templates:,} templates); at most "
                         f"{MAX_ROWS_PER_STEP:,}")
+    elif rows * spec.steps > MAX_RUN_SUPERSTEPS:
+        problems.append(f"run.steps = {spec.steps:,}: {rows * spec.steps:,} supersteps to record ({rows:,} per "
+                        f"step); at most {MAX_RUN_SUPERSTEPS:,}, so at most {MAX_RUN_SUPERSTEPS // rows:,} steps "
+                        "of this model (the steps are identical)")
     if problems:
         raise InputError(problems)
 
@@ -321,14 +346,19 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
         if not spec.training:
             act = (outs + ins).max(axis=0)
         elif not spec.recompute:
-            act = spec.microbatches * outs.sum(axis=0) + ins.max(axis=0)
+            kept = outs.sum(axis=0)
+            if int(kept.max()) * spec.microbatches > _WRAP:  # past any SRAM; int64 would wrap
+                _too_big(spec, s, int(kept.max()) * spec.microbatches, stage_layers[s])
+            act = spec.microbatches * kept + ins.max(axis=0)
         else:
             groups = {}
             for i, u in enumerate(units):
                 groups.setdefault(u.op.layer, np.zeros(n_tiles, np.int64))
                 groups[u.op.layer] += outs[i]
-            act = (spec.microbatches * _ceil_div(th * e, n_tiles) + np.max(np.array(list(groups.values())), axis=0)
-                   + ins.max(axis=0))
+            inputs = spec.microbatches * _ceil_div(th * e, n_tiles)
+            if inputs > _WRAP:
+                _too_big(spec, s, inputs, stage_layers[s])
+            act = inputs + np.max(np.array(list(groups.values())), axis=0) + ins.max(axis=0)
         weights[s] = w
         acts[s] = act
         mem[s] = code + w + act
@@ -371,10 +401,18 @@ def _check_cycles(spec, templates, fwd, bwd, io0, transfer, allreduce) -> None:
     per_step = steps_per_dir * (slowest(fwd) + io0 + transfer) + max(allreduce, 0)
     if spec.training:
         per_step += steps_per_dir * (slowest(bwd) + transfer)
+    if per_step > MAX_CYCLES:
+        raise InputError(f"workload: one step of this model could last {per_step:,} cycles, more than {MAX_CYCLES:,} "
+                         "(a smaller model, or faster phases)")
     if per_step * spec.steps > MAX_CYCLES:
-        most = max(1, MAX_CYCLES // max(per_step, 1))
         raise InputError(f"run.steps = {spec.steps:,}: {spec.steps:,} steps of up to {per_step:,} cycles could pass "
-                         f"{MAX_CYCLES:,} cycles; at most {most:,} steps of this model")
+                         f"{MAX_CYCLES:,} cycles; at most {MAX_CYCLES // per_step:,} steps of this model")
+
+
+def _too_big(spec, s, nbytes, layers) -> None:
+    raise InputError(f"machine.tile_sram_kib = {spec.tile_sram_kib}: IPU {s} ({_layers_text(layers)}) does not fit: "
+                     f"its tiles would keep {nbytes:,} bytes of activations; fewer or smaller micro-batches "
+                     "(workload.gradient_accumulation, workload.batch), or workload.recompute")
 
 
 def _layers_text(layers: list[int]) -> str:
@@ -398,7 +436,8 @@ def _check_memory(spec, mem, weights, acts, code, stage_layers) -> None:
                 f"{cap:,}; spread the layers over more IPUs (workload.layers_per_ipu), "
                 + ("use more micro-batches of fewer sequences (workload.gradient_accumulation), "
                    if spec.micro.batch > 1 else "")
-                + "smaller GEMM blocks (machine.gemm_block)"
+                + ("smaller GEMM blocks (machine.gemm_block)" if spec.gemm_block > 1
+                   else "give each IPU more tiles (machine.tiles)")
                 + (", or recompute activations (workload.recompute)" if spec.training and not spec.recompute else ""))
     if problems:
         raise InputError(problems)

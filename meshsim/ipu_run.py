@@ -287,7 +287,8 @@ def summarise(prog: IpuProgram, sim: IpuSim, wall: float, kernel_seconds: float,
         "exchange_fraction": int(sim.shares[K.SH_EXCHANGE]) / cycles if cycles else nan,
         "transfer_fraction": int(sim.shares[K.SH_TRANSFER]) / cycles if cycles else nan,
         "pipeline_bubble_fraction": (n - 1) / (m + n - 1),
-        "flops": flops,
+        # an HDF5 attribute holds 64-bit integers; a run past them keeps its FLOPs as a float
+        "flops": flops if flops < 2**63 else float(flops),
         "clock_ghz": spec.clock_ghz,
         "simulated_seconds": seconds,
         "step_seconds": seconds / done if done else nan,
@@ -362,7 +363,9 @@ def _rewrite_last(prog: IpuProgram, sim: IpuSim, writer: IpuResultWriter) -> Non
     a scratch state from where the file ends."""
     m = prog.spec.microbatches
     first = writer.n_lat // m
-    start = int(writer.f["pipeline/start_cycle"][-1] + writer.f["pipeline/cycles"][-1]) if writer.n_pl else 0
+    # the last pipeline row written in full (a cut write may have left rows after it)
+    last = writer.n_pl - 1
+    start = int(writer.f["pipeline/start_cycle"][last] + writer.f["pipeline/cycles"][last]) if writer.n_pl else 0
     k = sim.steps_done - first
     ss = np.zeros((k * prog.rows_per_step, K.N_SS), np.int64)
     pl = np.zeros((k * prog.pipeline_rows_per_step, K.N_PL), np.int64)

@@ -208,9 +208,15 @@ def _traffic_timeline(f, out, fmt, title, n) -> list[Path]:
     return [_save(fig, out, "timeline", fmt)]
 
 
+#: Datasets the ipu's timeline reads.
+_IPU_TIMELINE = ("supersteps/step", "supersteps/stage", "supersteps/template", "supersteps/start_cycle",
+                 "supersteps/compute_cycles", "supersteps/sync_cycles", "supersteps/exchange_cycles",
+                 "supersteps/direction", "supersteps/pipeline_step", "supersteps/microbatch", "templates/li")
+
+
 def _ipu_timeline(f, out, fmt, title) -> list[Path]:
-    """ipu, the first step: when every stage is busy in each pipeline step (the bubbles and the
-    stage imbalance), and the LI across tiles of every superstep against its start."""
+    """ipu, the first step: when every stage works in each pipeline step (the bubbles and the stage
+    imbalance), and the LI across tiles of micro-batch 0's supersteps against their start."""
     # steps are identical (docs/ipu.md): step 0's rows, which come first, are read alone
     g = f["supersteps"]
     n = g["step"].shape[0]
@@ -221,30 +227,38 @@ def _ipu_timeline(f, out, fmt, title) -> list[Path]:
         end += zeros
         if zeros < len(part):
             break
-    ss = {k: g[k][:end] for k in ("step", "stage", "template", "start_cycle", "compute_cycles", "sync_cycles",
-                                  "exchange_cycles", "direction")}
+    ss = {k.split("/")[1]: f[k][:end].astype(np.int64) for k in _IPU_TIMELINE if k.startswith("supersteps/")}
     li = f["templates/li"][()]
-    first = ss["step"] == 0
-    stages = int(f.attrs["stages"])
+    stages = int(f.attrs["stages"]) if "stages" in f.attrs else int(f["stage"].size)
     fig = _figure(10, 7)
     a1, a2 = fig.subplots(2, 1, sharex=True, height_ratios=(max(2, stages), 3))
-    end = ss["start_cycle"] + ss["compute_cycles"] + ss["sync_cycles"] + ss["exchange_cycles"]
-    colours = ("#0072B2", "#D55E00")
-    for s in range(stages):
-        for d in (0, 1):
-            pick = first & (ss["stage"] == s) & (ss["direction"] == d)
-            if pick.any():
-                a1.broken_barh(list(zip(ss["start_cycle"][pick], end[pick] - ss["start_cycle"][pick], strict=True)),
-                               (s - 0.4, 0.8), facecolors=colours[d], linewidth=0,
-                               label=("forward", "backward")[d] if s == 0 else None)
+    stop = ss["start_cycle"] + ss["compute_cycles"] + ss["sync_cycles"] + ss["exchange_cycles"]
+    # one bar per stage and pipeline step: its rows are consecutive, from its first start to its last end
+    group = (ss["direction"] * (ss["pipeline_step"].max(initial=0) + 1) + ss["pipeline_step"]) * (stages + 1) + \
+        ss["stage"]
+    cut = np.flatnonzero(np.diff(group)) + 1
+    first, last = np.concatenate([[0], cut]), np.concatenate([cut, [len(group)]]) - 1
+    colours, names = ("#0072B2", "#D55E00"), ("forward", "backward")
+    bars = {}
+    if len(group):
+        for i, j in zip(first, last, strict=True):
+            key = (int(ss["direction"][i]), int(ss["stage"][i]))
+            bars.setdefault(key, []).append((int(ss["start_cycle"][i]), int(stop[j] - ss["start_cycle"][i])))
+    labelled = set()
+    for (d, s), spans in sorted(bars.items()):
+        a1.broken_barh(spans, (s - 0.4, 0.8), facecolors=colours[d], linewidth=0,
+                       label=None if d in labelled else names[d])
+        labelled.add(d)
     a1.set_yticks(range(stages), [f"IPU {s}" for s in range(stages)])
     a1.invert_yaxis()
     a1.set_ylabel("stage")
-    a1.legend(loc="upper right", fontsize=8)
-    a2.scatter(ss["start_cycle"][first], li[ss["template"][first]], s=4, c=ss["stage"][first], cmap="viridis")
+    if labelled:
+        a1.legend(loc="upper right", fontsize=8)
+    mb0 = ss["microbatch"] == 0
+    a2.scatter(ss["start_cycle"][mb0], li[ss["template"][mb0]], s=4, c=ss["stage"][mb0], cmap="viridis")
     a2.axhline(0.9, color="0.5", ls="--", lw=0.8)
     a2.set_ylim(0, 1.05)
-    a2.set_ylabel("superstep LI across tiles")
+    a2.set_ylabel("superstep LI across tiles\n(micro-batch 0)")
     a2.set_xlabel("cycle (step 0)")
     fig.suptitle(f"{title}: pipeline stages and superstep balance")
     return [_save(fig, out, "timeline", fmt)]
@@ -542,7 +556,7 @@ def applicable(path) -> list[str]:
         if not rdu and frames >= 2:
             out.append("animation")
         if ("windows/li" in f and "series/busy" in f) or "series/interval_cycles" in f or (
-                "supersteps/stage" in f and f["supersteps/stage"].shape[0] > 0):
+                all(k in f for k in _IPU_TIMELINE) and f["supersteps/stage"].shape[0] > 0):
             out.append("timeline")
         if ("latency/histogram" in f and f["latency"].attrs.get("count", 0) > 0) or (
                 "latency/tile_latency" in f and (f["latency/tile_latency"][()] >= 0).any()) or (

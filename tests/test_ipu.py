@@ -348,14 +348,48 @@ def test_attention_costs_do_not_overflow_on_long_sequences():
             assert (back >= cost).all()
 
 
-def test_programs_and_runs_too_large_to_hold_are_refused_before_anything_runs():
+def test_programs_and_runs_too_large_to_hold_are_refused_before_anything_runs(monkeypatch):
+    from meshsim import ipu
+
     with pytest.raises(InputError, match=r"machine.tiles = 1,000,000: .* busy counts; at most 50,000,000"):
         compile_scenario(scenario(dict(n_layers=12, training=True), dict(tiles=1_000_000)))
     with pytest.raises(InputError, match=r"workload.gradient_accumulation = 1,000,000: .* supersteps per step"):
         compile_scenario(scenario(dict(batch=1_000_000, gradient_accumulation=1_000_000, seq_len=1)))
-    with pytest.raises(InputError, match=r"<scenario>: run.steps = 1,000,000: .* could pass"):
-        compile_scenario(scenario(dict(training=True, batch=200, gradient_accumulation=200, seq_len=4),
-                                  dict(sync_cycles=1_000_000_000), steps=1_000_000))
+    with pytest.raises(InputError, match=r"gemm_block = 1: an IPU.s operators cut into 170,482,688 work"):
+        compile_scenario(load_scenario(ROOT / "scenarios/ipu_gpt2_even.toml",
+                                       ["machine.gemm_block=1", "workload.gradient_accumulation=1"]))
+    with pytest.raises(InputError, match=r"<scenario>: run.steps = 1,000,000: 92,000,000 supersteps .* 543,478 steps"):
+        compile_scenario(scenario(dict(training=True, gradient_accumulation=2), steps=1_000_000))
+    # the cycles a run could last, and the template count, exactly at their limits
+    w = dict(training=True, recompute=True, layers_per_ipu=[1, 1], replicas=2, batch=4, gradient_accumulation=2)
+    sc = scenario(w, steps=3)
+    p = compile_scenario(sc)
+    per = p.t_comp + p.t_sync + p.t_exch
+    pipe_steps = 2 + 2 - 1
+    bound = (pipe_steps * (max(per[p.fwd_idx[p.fwd_ptr[s]:p.fwd_ptr[s + 1]]].sum() for s in range(2)) + p.io0
+                           + p.transfer)
+             + pipe_steps * (max(per[p.bwd_idx[p.bwd_ptr[s]:p.bwd_ptr[s + 1]]].sum() for s in range(2)) + p.transfer)
+             + p.allreduce)
+    assert run_kernel(sc)[1].cycle <= 3 * bound
+    monkeypatch.setattr(ipu, "MAX_TEMPLATE_TILES", len(p.templates) * 16)
+    monkeypatch.setattr(ipu, "MAX_CYCLES", 3 * bound)
+    compile_scenario(sc)
+    with pytest.raises(InputError, match="run.steps = 4: 4 steps of up to"):
+        compile_scenario(scenario(w, steps=4))
+    monkeypatch.setattr(ipu, "MAX_CYCLES", bound - 1)
+    with pytest.raises(InputError, match="workload: one step of this model could last"):
+        compile_scenario(scenario(w, steps=1))
+    monkeypatch.setattr(ipu, "MAX_TEMPLATE_TILES", len(p.templates) * 16 - 1)
+    with pytest.raises(InputError, match="busy counts"):
+        compile_scenario(sc)
+
+
+def test_a_run_past_64_bit_flops_keeps_them_as_a_float(tmp_path):
+    s = run_scenario(load_scenario(ROOT / "scenarios/ipu_gpt2_even.toml",
+                                   ["workload.batch=8192", "workload.gradient_accumulation=1", "run.steps=4000",
+                                    "machine.tile_sram_kib=1048576", "machine.gemm_block=1024"]),
+                     tmp_path / "r.h5", progress=False).summary
+    assert isinstance(s["flops"], float) and s["flops"] > 2**63
 
 
 def test_an_interrupted_run_leaves_a_readable_incomplete_file(tmp_path):
@@ -388,7 +422,8 @@ def _report_and_plot(path, tmp_path):
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
 
 
-def test_ctrl_c_in_the_first_kernel_call_or_while_writing_loses_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("cut_at", ["pl:step", "pl:slowest_stage", "lat"])
+def test_ctrl_c_in_the_first_kernel_call_or_while_writing_loses_nothing(tmp_path, monkeypatch, cut_at):
     from meshsim import ipu_run
 
     sc = scenario(dict(training=True, layers_per_ipu=[1, 1]), steps=4)
@@ -411,11 +446,12 @@ def test_ctrl_c_in_the_first_kernel_call_or_while_writing_loses_nothing(tmp_path
 
     def half_written(self, ss, pl, lat):
         calls.append(1)
-        if len(calls) == 2:  # the superstep rows are written, then Ctrl-C as the pipeline rows start
+        if len(calls) == 2:  # some of the tables are written, then Ctrl-C
             put = self._put
+            target = self.lat if cut_at == "lat" else self.pl[cut_at.split(":")[1]]
 
             def cut(ds, t0, data):
-                if ds.name == self.pl["step"].name:
+                if ds.name == target.name:
                     raise KeyboardInterrupt
                 put(ds, t0, data)
 
