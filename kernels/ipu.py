@@ -89,6 +89,17 @@ def _stage_cycles(ptr, idx, s, t_comp, t_sync, t_exch):
 
 
 @njit(**JIT)
+def _pipeline_row(out_pl, q, step, direction, index, start, cycles, slowest, transfer):
+    out_pl[q, PL_STEP] = step
+    out_pl[q, PL_DIRECTION] = direction
+    out_pl[q, PL_INDEX] = index
+    out_pl[q, PL_START] = start
+    out_pl[q, PL_CYCLES] = cycles
+    out_pl[q, PL_SLOWEST] = slowest
+    out_pl[q, PL_TRANSFER] = transfer
+
+
+@njit(**JIT)
 def _direction(step, d, start, n, m, ptr, idx, t_comp, t_sync, t_exch, extra0, transfer, count, out_ss, r,
                out_pl, q, shares, mb_start, mb_end, training):
     """The m + n - 1 pipeline steps of one direction of one step from cycle `start`; returns
@@ -133,13 +144,7 @@ def _direction(step, d, start, n, m, ptr, idx, t_comp, t_sync, t_exch, extra0, t
             shares[SH_SYNC] += t_sync[x]
             shares[SH_EXCHANGE] += t_exch[x]
         shares[SH_TRANSFER] += transfer + (extra0 if slowest == 0 else 0)
-        out_pl[q, PL_STEP] = step
-        out_pl[q, PL_DIRECTION] = d
-        out_pl[q, PL_INDEX] = p
-        out_pl[q, PL_START] = start
-        out_pl[q, PL_CYCLES] = length
-        out_pl[q, PL_SLOWEST] = slowest
-        out_pl[q, PL_TRANSFER] = transfer
+        _pipeline_row(out_pl, q, step, d, p, start, length, slowest, transfer)
         q += 1
         start += length
     return start, r, q
@@ -164,13 +169,7 @@ def run_steps(first_step, n_steps, start, n, m, training, fwd_ptr, fwd_idx, bwd_
             start, r, q = _direction(step, 1, start, n, m, bwd_ptr, bwd_idx, t_comp, t_sync, t_exch, 0, transfer,
                                      count, out_ss, r, out_pl, q, shares, mb_start, mb_end, training)
             if allreduce >= 0:  # -1: no all-reduce (one replica, or inference)
-                out_pl[q, PL_STEP] = step
-                out_pl[q, PL_DIRECTION] = 2
-                out_pl[q, PL_INDEX] = 0
-                out_pl[q, PL_START] = start
-                out_pl[q, PL_CYCLES] = allreduce
-                out_pl[q, PL_SLOWEST] = -1
-                out_pl[q, PL_TRANSFER] = allreduce
+                _pipeline_row(out_pl, q, step, 2, 0, start, allreduce, -1, allreduce)
                 shares[SH_TRANSFER] += allreduce
                 q += 1
                 start += allreduce

@@ -100,6 +100,16 @@ def _python(code: str, *args, env=None) -> tuple[dict, float]:
     return json.loads(out.stdout.strip().splitlines()[-1]), time.perf_counter() - t
 
 
+def _cold_and_cached(code: str, scenario: Path) -> tuple[dict, dict]:
+    """Figures of `code` run on a scenario in a fresh process twice: with an empty compilation cache,
+    then with the cache the first run filled."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, NUMBA_CACHE_DIR=os.path.join(tmp, "cache"))
+        cold, _ = _python(code, str(scenario), os.path.join(tmp, "a.h5"), env=env)
+        warm, _ = _python(code, str(scenario), os.path.join(tmp, "b.h5"), env=env)
+    return cold, warm
+
+
 def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     """Run every measurement and return the figures as a dict."""
     from kernels.mesh import S_LINK_SENT
@@ -213,10 +223,7 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     rdu = Path(__file__).resolve().parent.parent / "scenarios" / "rdu_sn30_train_h4096.toml"
     if rdu.is_file():
         over = repr(["workload.n_layers=2"] if quick else [])
-        with tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, NUMBA_CACHE_DIR=os.path.join(tmp, "cache"))
-            cold, _ = _python(_RDU.format(over=over), str(rdu), os.path.join(tmp, "a.h5"), env=env)
-            warm, _ = _python(_RDU.format(over=over), str(rdu), os.path.join(tmp, "b.h5"), env=env)
+        cold, warm = _cold_and_cached(_RDU.format(over=over), rdu)
         fig["rdu_step_process_seconds_cold"] = cold["process"]
         fig["rdu_step_process_seconds_cached"] = warm["process"]
         fig["rdu_step_run_wall_seconds"] = warm["wall"]
@@ -235,10 +242,7 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     ipu = Path(__file__).resolve().parent.parent / "scenarios" / "ipu_gpt2_24l_8ipu.toml"
     if ipu.is_file():
         over = repr(["run.steps=5"] if quick else [])
-        with tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, NUMBA_CACHE_DIR=os.path.join(tmp, "cache"))
-            cold, _ = _python(_IPU.format(over=over), str(ipu), os.path.join(tmp, "a.h5"), env=env)
-            warm, _ = _python(_IPU.format(over=over), str(ipu), os.path.join(tmp, "b.h5"), env=env)
+        cold, warm = _cold_and_cached(_IPU.format(over=over), ipu)
         fig["ipu_process_seconds_cold"] = cold["process"]
         fig["ipu_process_seconds_cached"] = warm["process"]
         fig["ipu_run_wall_seconds"] = warm["wall"]

@@ -198,21 +198,20 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     """
     t_start = time.perf_counter()
     final = check_output_path(output if output is not None else default_output_path(scenario))
-    if scenario.get("machine", "type") == "rdu":
-        from .rdu_run import run_rdu
+    machine = scenario.get("machine", "type")
+    if machine in ("rdu", "ipu"):
+        if machine == "rdu":
+            from .rdu_run import run_rdu as run_machine
 
-        n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)
-        path, summary = run_rdu(scenario, final, threads=n_threads,
-                                progress=sys.stderr.isatty() if progress is None else progress,
-                                stop_signals=StopSignals(stop), chunk=max_cycles_per_call or 65_536)
-        return RunResult(path=path, summary=summary)
-    if scenario.get("machine", "type") == "ipu":
-        from .ipu_run import run_ipu
+            per_call = dict(chunk=max_cycles_per_call or 65_536)
+        else:
+            from .ipu_run import run_ipu as run_machine
 
+            per_call = dict(steps_per_call=max_cycles_per_call or 0)
         n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)
-        path, summary = run_ipu(scenario, final, threads=n_threads,
-                                progress=sys.stderr.isatty() if progress is None else progress,
-                                stop_signals=StopSignals(stop), steps_per_call=max_cycles_per_call or 0)
+        path, summary = run_machine(scenario, final, threads=n_threads,
+                                    progress=sys.stderr.isatty() if progress is None else progress,
+                                    stop_signals=StopSignals(stop), **per_call)
         return RunResult(path=path, summary=summary)
     inputs = build_inputs(scenario)  # may raise InputError: before any file exists
     n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)
