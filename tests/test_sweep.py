@@ -566,6 +566,7 @@ def test_jobqueue_job_scripts_carry_the_queue_walltime_cores_and_memory(monkeypa
     ("noc_load", 30, ["workload.injection_rate"]),
     ("migration_threshold", 8, ["migration.threshold", "machine.hop_latency_cycles"]),
     ("rdu_hidden_fusion", 12, ["workload.hidden_size", "workload.fusion"]),
+    ("ipu_stage_split", 12, ["workload.layers_per_ipu", "machine.exchange_bytes_per_cycle"]),
 ])
 def test_the_shipped_sweep_files_are_valid(tmp_path, name, n_points, keys):
     sw = load_sweep(ROOT / "scenarios" / "sweeps" / f"{name}.toml", output=tmp_path)
@@ -583,6 +584,21 @@ def test_the_rdu_sweep_shows_fusion_and_hidden_size_raising_pcu_utilisation(tmp_
     for fusion in ("o0", "o1"):
         assert [util[h, fusion] for h in (1024, 2048, 4096, 8192)] == sorted(util[h, fusion]
                                                                               for h in (1024, 2048, 4096, 8192))
+
+
+def test_the_ipu_sweep_shows_the_busiest_stage_and_the_exchange_setting_the_pace(tmp_path):
+    sw = load_sweep(ROOT / "scenarios" / "sweeps" / "ipu_stage_split.toml", output=tmp_path)
+    res = run_sweep(sw)
+    assert res.failed == 0
+    rows = {(r["workload.layers_per_ipu"], int(r["machine.exchange_bytes_per_cycle"])): r
+            for r in read_csv(sw.summary_csv)}
+    for x in (2, 4, 8):
+        sps = {split: float(rows[split, x]["samples_per_second"]) for split, y in rows if y == x}
+        assert max(sps, key=sps.get) == "[3, 3, 3, 3]"
+        assert sps["[0, 4, 4, 4]"] == sps["[2, 3, 3, 4]"]  # the same busiest stage
+    for split in ("[0, 4, 4, 4]", "[3, 3, 3, 3]", "[0, 3, 4, 5]", "[2, 3, 3, 4]"):
+        share = [float(rows[split, x]["exchange_fraction"]) for x in (2, 4, 8)]
+        assert share == sorted(share, reverse=True)
 
 
 def test_a_point_that_kills_its_worker_every_time_is_recorded_as_failed(tmp_path):
