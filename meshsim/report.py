@@ -241,8 +241,8 @@ def _ipu_lines(s: dict) -> list:
         f"tiles         busy {_f(s['utilization'])} of tile-cycles; FLOP utilisation {_f(s['flop_utilization'])}",
         f"memory        per tile max {_f(s['memory_max_bytes'])} bytes ({_f(s['memory_max_fraction'], 3)} of the "
         f"SRAM), mean {_f(round(s['memory_mean_bytes']))}, min {_f(s['memory_min_bytes'])}",
-        f"micro-batches {_f(s['completed'])} done; latency mean {_f(s['latency_mean_cycles'])}, "
-        f"max {_f(s['latency_max_cycles'])} cycles",
+        f"micro-batches {_f(s['completed'])} done; latency mean {_f(s['latency_mean_cycles'])}, variance "
+        f"{_f(s['latency_var_cycles2'])}, p99 {_f(s['latency_p99_cycles'])}, max {_f(s['latency_max_cycles'])} cycles",
         f"speed         {_f(s['supersteps'])} supersteps; {_f(s['pe_cycles_per_second'], 3)} tile-cycles/s; "
         f"{_f(s['wall_seconds'], 3)} s wall",
     ]
