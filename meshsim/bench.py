@@ -56,7 +56,9 @@ _PEAK = textwrap.dedent("""
 """)
 
 
-_RDU = textwrap.dedent("""
+# A scenario (argv[1], with {over}) run into argv[2] in a fresh process: its summary's figures
+# {keys} as they are, and the process's time, wall and kernel seconds and peak memory.
+_FRESH_RUN = textwrap.dedent("""
     import json, resource, sys, time
     t0 = time.perf_counter()
     from meshsim.engine import run_scenario
@@ -65,22 +67,8 @@ _RDU = textwrap.dedent("""
     res = run_scenario(sc, sys.argv[2], progress=False)
     s = res.summary
     print(json.dumps(dict(process=time.perf_counter() - t0, wall=s["wall_seconds"], kernel=s["kernel_seconds"],
-                          cycles=s["cycles"], intervals=s["intervals"], step=s["step_seconds"],
-                          peak_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)))
-""")
-
-
-_IPU = textwrap.dedent("""
-    import json, resource, sys, time
-    t0 = time.perf_counter()
-    from meshsim.engine import run_scenario
-    from meshsim.scenario import load_scenario
-    sc = load_scenario(sys.argv[1], {over})
-    res = run_scenario(sc, sys.argv[2], progress=False)
-    s = res.summary
-    print(json.dumps(dict(process=time.perf_counter() - t0, wall=s["wall_seconds"], kernel=s["kernel_seconds"],
-                          steps=s["steps"], supersteps=s["supersteps"], cycles=s["cycles"],
-                          peak_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)))
+                          peak_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                          **{{k: s[k] for k in {keys}}})))
 """)
 
 
@@ -223,7 +211,7 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     rdu = Path(__file__).resolve().parent.parent / "scenarios" / "rdu_sn30_train_h4096.toml"
     if rdu.is_file():
         over = repr(["workload.n_layers=2"] if quick else [])
-        cold, warm = _cold_and_cached(_RDU.format(over=over), rdu)
+        cold, warm = _cold_and_cached(_FRESH_RUN.format(over=over, keys=("cycles", "intervals", "step_seconds")), rdu)
         fig["rdu_step_process_seconds_cold"] = cold["process"]
         fig["rdu_step_process_seconds_cached"] = warm["process"]
         fig["rdu_step_run_wall_seconds"] = warm["wall"]
@@ -233,7 +221,7 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
         fig["rdu_step_peak_memory_bytes"] = warm["peak_bytes"]
         fig["rdu_simulated_cycles_per_second"] = warm["cycles"] / warm["kernel"]
         log(f"rdu, {'2' if quick else '24'}-layer hidden-4096 training step on an SN30 ({warm['cycles']:,} cycles, "
-            f"{warm['step']:.2f} s of machine time): {cold['process']:.2f} s in a fresh process compiling, "
+            f"{warm['step_seconds']:.2f} s of machine time): {cold['process']:.2f} s in a fresh process compiling, "
             f"{warm['process']:.2f} s cached ({warm['wall']:.2f} s run, {warm['kernel']:.2f} s in the kernel for "
             f"{warm['intervals']:,} intervals); peak memory {warm['peak_bytes'] / 2**30:.2f} GiB")
 
@@ -242,7 +230,7 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     ipu = Path(__file__).resolve().parent.parent / "scenarios" / "ipu_gpt2_24l_8ipu.toml"
     if ipu.is_file():
         over = repr(["run.steps=5"] if quick else [])
-        cold, warm = _cold_and_cached(_IPU.format(over=over), ipu)
+        cold, warm = _cold_and_cached(_FRESH_RUN.format(over=over, keys=("steps", "supersteps", "cycles")), ipu)
         fig["ipu_process_seconds_cold"] = cold["process"]
         fig["ipu_process_seconds_cached"] = warm["process"]
         fig["ipu_run_wall_seconds"] = warm["wall"]

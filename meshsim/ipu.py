@@ -21,8 +21,6 @@ from .transformer import Model, Operator, backward_of, operators
 
 #: Template kinds (docs/ipu.md, "Result file": templates/kind).
 KINDS = ("gemm", "attention", "elementwise", "norm", "embedding")
-#: Template directions (templates/direction).
-DIRECTIONS = ("forward", "backward", "recompute")
 #: Bytes per token id streamed in on IPU 0.
 TOKEN_ID_BYTES = 4
 
@@ -197,6 +195,13 @@ class IpuProgram:
         m = self.spec.microbatches
         return m * (len(self.fwd_idx) + (len(self.bwd_idx) if self.spec.training else 0))
 
+    def stage_cycles(self, direction: int) -> np.ndarray:
+        """Each stage's supersteps summed, int64[stages]: its forward (0) or backward (1) time per
+        micro-batch, without IPU 0's token ids."""
+        ptr, idx = (self.fwd_ptr, self.fwd_idx) if direction == 0 else (self.bwd_ptr, self.bwd_idx)
+        per = self.t_comp + self.t_sync + self.t_exch
+        return np.array([per[idx[ptr[s]:ptr[s + 1]]].sum() for s in range(self.stages)], np.int64)
+
     @property
     def pipeline_rows_per_step(self) -> int:
         n, m = self.stages, self.spec.microbatches
@@ -293,9 +298,11 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
         for u in units:
             b_f, snt, rcv = (np.zeros(n_tiles, np.int64) for _ in range(3))
             K.deal(u.cost, u.out_bytes, u.in_bytes, u.offset, n_tiles, threads, u.even, b_f, snt, rcv)
-            b_b = np.zeros(n_tiles, np.int64)
-            K.deal(u.cost_backward, u.out_bytes, u.in_bytes, u.offset, n_tiles, threads, u.even, b_b,
-                   np.zeros(n_tiles, np.int64), np.zeros(n_tiles, np.int64))
+            b_b = None  # backward busy cycles, only for training
+            if spec.training:
+                b_b = np.zeros(n_tiles, np.int64)
+                K.deal(u.cost_backward, u.out_bytes, u.in_bytes, u.offset, n_tiles, threads, u.even, b_b,
+                       np.zeros(n_tiles, np.int64), np.zeros(n_tiles, np.int64))
             per_tile.append((b_f, b_b, snt, rcv))  # snt: u_out sums, rcv: u_in sums
         # forward list, then the backward list (docs/ipu.md, "Backward", "Recomputation")
         f_list = [(i, 0) for i in range(len(units))]
@@ -380,27 +387,27 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
         allreduce = spec.ipu_sync_cycles + bytes_cycles(_ceil_div(2 * (r - 1) * wst, r), spec.ipu_link_gbps,
                                                         spec.clock_ghz)
     io0 = bytes_cycles(TOKEN_ID_BYTES * spec.micro.tokens, spec.streaming_memory_gbps, spec.clock_ghz)
-    _check_cycles(spec, templates, fwd, bwd, io0, transfer, allreduce)
-    return IpuProgram(spec=spec, templates=templates, busy=np.array(busy_rows, np.int64).reshape(-1, n_tiles),
+    prog = IpuProgram(spec=spec, templates=templates, busy=np.array(busy_rows, np.int64).reshape(-1, n_tiles),
                       fwd_ptr=fwd_ptr, fwd_idx=fwd_idx, bwd_ptr=bwd_ptr, bwd_idx=bwd_idx,
                       t_comp=np.array([t.compute for t in templates], np.int64),
                       t_sync=np.array([t.sync for t in templates], np.int64),
                       t_exch=np.array([t.exchange for t in templates], np.int64), io0=io0, transfer=transfer,
                       allreduce=allreduce, memory=mem, memory_parts=dict(code=code, weights=weights, activations=acts),
                       stage_layers=stage_layers)
+    _check_cycles(prog)
+    return prog
 
 
-def _check_cycles(spec, templates, fwd, bwd, io0, transfer, allreduce) -> None:
+def _check_cycles(prog: IpuProgram) -> None:
     """InputError when the run's cycles could pass MAX_CYCLES (a bound: every stage as slow as the
     slowest, in every pipeline step)."""
-    def slowest(lists):
-        return max((sum(templates[i].compute + templates[i].sync + templates[i].exchange for i in x) for x in lists),
-                   default=0)
-
+    spec = prog.spec
     steps_per_dir = spec.microbatches + spec.stages - 1
-    per_step = steps_per_dir * (slowest(fwd) + io0 + transfer) + max(allreduce, 0)
+    # Python ints: the bound itself may pass int64
+    per_step = (steps_per_dir * (int(prog.stage_cycles(0).max()) + prog.io0 + prog.transfer)
+                + max(prog.allreduce, 0))
     if spec.training:
-        per_step += steps_per_dir * (slowest(bwd) + transfer)
+        per_step += steps_per_dir * (int(prog.stage_cycles(1).max()) + prog.transfer)
     if per_step > MAX_CYCLES:
         raise InputError(f"workload: one step of this model could last {per_step:,} cycles, more than {MAX_CYCLES:,} "
                          "(a smaller model, or faster phases)")

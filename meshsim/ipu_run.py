@@ -183,7 +183,6 @@ class IpuSim:
         self.cycle = 0
         self.count = np.zeros(len(prog.templates), np.int64)
         self.shares = np.zeros(K.N_SH, np.int64)
-        self.latency_sum = 0
         self.latencies = []
 
     @property
@@ -192,20 +191,14 @@ class IpuSim:
 
     def advance(self, max_steps: int):
         """Run up to `max_steps` more steps; returns their (superstep rows, pipeline rows, latencies)."""
-        p = self.prog
-        k = min(max_steps, p.spec.steps - self.steps_done)
-        ss = np.zeros((k * p.rows_per_step, K.N_SS), np.int64)
-        pl = np.zeros((k * p.pipeline_rows_per_step, K.N_PL), np.int64)
-        lat = np.zeros(k * p.spec.microbatches, np.int64)
+        k = min(max_steps, self.prog.spec.steps - self.steps_done)
         # the kernel adds to copies: the state moves all at once, after it returns (a Ctrl-C in
         # between leaves the state of the steps before)
         count, shares = self.count.copy(), self.shares.copy()
-        end = int(K.run_steps(self.steps_done, k, self.cycle, p.stages, p.spec.microbatches, p.spec.training,
-                              p.fwd_ptr, p.fwd_idx, p.bwd_ptr, p.bwd_idx, p.t_comp, p.t_sync, p.t_exch, p.io0,
-                              p.transfer, p.allreduce, count, ss, pl, lat, shares))
+        end, rows = run_steps(self.prog, self.steps_done, k, self.cycle, count, shares)
         self.cycle, self.count, self.shares, self.steps_done = end, count, shares, self.steps_done + k
-        self.latencies.append(lat)
-        return ss, pl, lat
+        self.latencies.append(rows[2])
+        return rows
 
     def tile_busy(self) -> np.ndarray:
         """Every tile's busy cycles over the steps done, int64[stages, tiles]."""
@@ -218,14 +211,21 @@ class IpuSim:
         return out
 
 
+def run_steps(prog: IpuProgram, first: int, k: int, start: int, count, shares):
+    """Steps first .. first + k - 1 of the schedule from cycle `start` (kernels.ipu.run_steps, adding
+    to `count` and `shares`); returns (end cycle, (superstep rows, pipeline rows, latencies))."""
+    ss = np.zeros((k * prog.rows_per_step, K.N_SS), np.int64)
+    pl = np.zeros((k * prog.pipeline_rows_per_step, K.N_PL), np.int64)
+    lat = np.zeros(k * prog.spec.microbatches, np.int64)
+    end = K.run_steps(first, k, start, prog.stages, prog.spec.microbatches, prog.spec.training, prog.fwd_ptr,
+                      prog.fwd_idx, prog.bwd_ptr, prog.bwd_idx, prog.t_comp, prog.t_sync, prog.t_exch, prog.io0,
+                      prog.transfer, prog.allreduce, count, ss, pl, lat, shares)
+    return int(end), (ss, pl, lat)
+
+
 def stage_times(prog: IpuProgram) -> np.ndarray:
     """Each stage's cycles per micro-batch, forward plus backward (token ids included), int64[stages]."""
-    per = prog.t_comp + prog.t_sync + prog.t_exch
-    out = np.zeros(prog.stages, np.int64)
-    for s in range(prog.stages):
-        out[s] = per[prog.fwd_idx[prog.fwd_ptr[s]:prog.fwd_ptr[s + 1]]].sum()
-        if prog.spec.training:
-            out[s] += per[prog.bwd_idx[prog.bwd_ptr[s]:prog.bwd_ptr[s + 1]]].sum()
+    out = prog.stage_cycles(0) + (prog.stage_cycles(1) if prog.spec.training else 0)
     out[0] += prog.io0
     return out
 
@@ -366,12 +366,7 @@ def _rewrite_last(prog: IpuProgram, sim: IpuSim, writer: IpuResultWriter) -> Non
     # the last pipeline row written in full (a cut write may have left rows after it)
     last = writer.n_pl - 1
     start = int(writer.f["pipeline/start_cycle"][last] + writer.f["pipeline/cycles"][last]) if writer.n_pl else 0
-    k = sim.steps_done - first
-    ss = np.zeros((k * prog.rows_per_step, K.N_SS), np.int64)
-    pl = np.zeros((k * prog.pipeline_rows_per_step, K.N_PL), np.int64)
-    lat = np.zeros(k * m, np.int64)
-    K.run_steps(first, k, start, prog.stages, m, prog.spec.training, prog.fwd_ptr, prog.fwd_idx, prog.bwd_ptr,
-                prog.bwd_idx, prog.t_comp, prog.t_sync, prog.t_exch, prog.io0, prog.transfer, prog.allreduce,
-                np.zeros(len(prog.templates), np.int64), ss, pl, lat, np.zeros(K.N_SH, np.int64))
-    writer.append(ss, pl, lat)
+    _, rows = run_steps(prog, first, sim.steps_done - first, start, np.zeros(len(prog.templates), np.int64),
+                        np.zeros(K.N_SH, np.int64))
+    writer.append(*rows)
 
