@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from . import metrics
 from .errors import InputError
+from .output import open_result_file
 from .report import read_summary
 from .roofline import kernels, model_of, platform_of, values_of_file
 
@@ -50,7 +50,11 @@ def analyse(path, window: int | None = None, target: float | None = None) -> dic
     if machine not in ("mesh", "rdu", "ipu"):
         raise InputError(f"{path}: machine {machine!r}: report knows mesh, rdu and ipu results")
     values = values_of_file(path)
-    with h5py.File(path, "r") as f:
+    with open_result_file(path) as f:
+        if "provisional" in f["summary"]:
+            raise MissingData(f"{path}: the run was killed: its figures are those of its last flush "
+                              f"({int(f.attrs.get('cycles_done', 0))} cycles), and its per-unit totals were never "
+                              "written")
         out = dict(file=str(path), machine=machine, scenario=root.get("scenario_name", ""),
                    complete=bool(root.get("complete")), cycles=int(root.get("cycles_done", 0)))
         if machine == "mesh":
@@ -58,7 +62,7 @@ def analyse(path, window: int | None = None, target: float | None = None) -> dic
         elif machine == "ipu":
             out.update(_ipu(f, values, out["cycles"], path))
         else:
-            out.update(_rdu(f, values, out["cycles"], window))
+            out.update(_rdu(f, values, out["cycles"], window, path))
     _, summary = read_summary(path)
     out["model"] = {k: summary[k] for k in MODEL_FIGURES if k in summary}
     goal = TARGET_LI[machine] if target is None else target
@@ -238,7 +242,8 @@ def _ipu(f, values, cycles, path) -> dict:
     return out
 
 
-def _rdu(f, values, cycles, window) -> dict:
+def _rdu(f, values, cycles, window, path) -> dict:
+    _need(f, ["units/pcu_busy_cycles", "latency/tile_latency"], path)
     busy = f["units/pcu_busy_cycles"][()].astype(np.int64)
     chips, pcus = busy.shape
     whole = metrics.balance_figures(busy, cycles)

@@ -118,6 +118,12 @@ class IpuResultWriter(ResultFile):
         describe(ds, "bytes", "SRAM each tile uses: code, weights (and gradients) and activations")
         ds.dims[0].attach_scale(self.stage)
         ds.dims[1].attach_scale(self.tile)
+        # written in place at every flush (a running file takes no new datasets)
+        self.tile_busy = u.create_dataset("tile_busy_cycles", data=np.zeros(prog.memory.shape, np.int64), chunks=True,
+                                          **self.comp)
+        describe(self.tile_busy, "cycles", "cycles each tile computed over the steps done")
+        self.tile_busy.dims[0].attach_scale(self.stage)
+        self.tile_busy.dims[1].attach_scale(self.tile)
         f.create_group("summary").attrs["description"] = "the run's figures (DESIGN.md section 5)"
 
     def _write_templates(self, prog: IpuProgram) -> None:
@@ -159,16 +165,11 @@ class IpuResultWriter(ResultFile):
         self.n_ss, self.n_pl, self.n_lat = n0 + len(ss), p0 + len(pl), l0 + len(lat)
 
     def write_totals(self, tile_busy) -> None:
-        u = self.f["units"]
-        if "tile_busy_cycles" in u:
-            del u["tile_busy_cycles"]
-        ds = u.create_dataset("tile_busy_cycles", data=np.asarray(tile_busy, np.int64), chunks=True, **self.comp)
-        describe(ds, "cycles", "cycles each tile computed over the steps done")
-        ds.dims[0].attach_scale(self.stage)
-        ds.dims[1].attach_scale(self.tile)
+        self.tile_busy[...] = np.asarray(tile_busy, np.int64)
 
     def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
         """As ResultFile.finish; a complete run also records its length as the cycles requested."""
+        self._finishing()
         if complete:
             self.f.attrs["cycles_requested"] = cycles_done
         return super().finish(summary, cycles_done, complete)
@@ -340,6 +341,8 @@ def run_ipu(scenario, final, *, threads: int, progress: bool, stop_signals, step
                     writer.append(*rows)
                     if time.perf_counter() - last_flush >= FLUSH_SECONDS:
                         writer.write_totals(sim.tile_busy())
+                        # provisional: a killed run still has one
+                        writer.write_summary(summarise(prog, sim, time.perf_counter() - t_start, kernel, threads))
                         writer.flush(sim.cycle)
                         last_flush = time.perf_counter()
                     bar.n = sim.steps_done

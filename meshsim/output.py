@@ -4,12 +4,33 @@ A run writes `NAME.incomplete.h5` while it goes and renames it to `NAME.h5` only
 An interrupted run keeps the `.incomplete.h5` file, marked `complete = False`, holding everything
 up to its last flush. Every dataset carries `units` and `description` attributes, is chunked along
 time and compressed, and has dimension scales (`cycle`, `row`, `col`, ...) so xarray can open it.
+
+The file's life keeps it readable whenever the run is stopped, SIGKILL included (docs/results.md):
+
+1. Its layout (every group, dataset, scale and attribute the run fills) is written under a
+   temporary name, `NAME.incomplete.h5.part`, and renamed to `NAME.incomplete.h5` only once it is
+   on disk and the file is in HDF5's single-writer/multiple-reader (SWMR) mode.
+2. While the run goes, it only appends to and overwrites those datasets, and every flush goes
+   through SWMR, which writes metadata in an order that leaves the file consistent on disk at every
+   moment. A flush writes the data first; then the `cycles_done` attribute and the provisional
+   summary (two alternating slots of `summary/provisional`, so that one is always whole); then
+   flushes again: `cycles_done` never exceeds what the datasets hold.
+3. The rest (per-unit totals, the summary as attributes, the marks) needs new objects, which SWMR
+   does not allow: it is written on a copy of the flushed file, which then replaces
+   `NAME.incomplete.h5` (an interrupted run) or becomes `NAME.h5` (a complete one). A stop while
+   finishing leaves the file as last flushed.
+
+A file whose writer was killed still carries HDF5's mark of a file open for writing: `open_result_file`
+opens it (through SWMR's reader), and so does any HDF5 program that opens it with SWMR read
+(`h5py.File(path, "r", swmr=True)`) or after `h5clear -s`.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import os
+import shutil
 from pathlib import Path
 
 import h5py
@@ -20,6 +41,11 @@ from kernels import mesh as K
 from . import __version__
 
 SCHEMA_VERSION = 1
+
+#: HDF5 format bounds of result files: SWMR needs the 1.10 format, which every HDF5 since 1.10 reads.
+LIBVER = ("v110", "v110")
+#: Bytes of one slot of summary/provisional when it is created (it widens if a summary needs more).
+PROVISIONAL_WIDTH = 16384
 
 # name -> (series column, units, description)
 SERIES = {
@@ -107,10 +133,46 @@ def incomplete_path(final: Path) -> Path:
     return final.with_name(final.stem + ".incomplete" + final.suffix)
 
 
+def part_path(path: Path) -> Path:
+    """The temporary name a result file is built under before it takes `path`."""
+    return path.with_name(path.name + ".part")
+
+
+def open_result_file(path) -> h5py.File:
+    """A result file opened for reading: a finished or interrupted run's as any HDF5 file, a killed
+    run's (still marked open for writing by HDF5) through SWMR's reader."""
+    try:
+        return h5py.File(path, "r")
+    except OSError as plain:
+        try:
+            return h5py.File(path, "r", swmr=True)
+        except OSError:
+            raise plain from None
+
+
+def read_provisional(f: h5py.File) -> dict | None:
+    """The summary a killed run last flushed (from summary/provisional), or None: the whole slot
+    with the most cycles not beyond the file's cycles_done."""
+    if "summary" not in f or "provisional" not in f["summary"]:
+        return None
+    done = int(f.attrs.get("cycles_done", 0))
+    best = None
+    for row in f["summary/provisional"][()]:
+        text = bytes(row).split(b"\0", 1)[0]
+        try:
+            entry = json.loads(text)
+            cycles, summary = int(entry["cycles_done"]), dict(entry["summary"])
+        except (ValueError, KeyError, TypeError):
+            continue  # empty, or cut by the stop
+        if cycles <= done and (best is None or cycles > best[0]):
+            best = (cycles, summary)
+    return None if best is None else best[1]
+
+
 def open_result(path: Path, scenario, machine: str, threads: int, cycles_requested: int) -> h5py.File:
     """A new result file at `path` with the root attributes of DESIGN.md section 5, marked
     incomplete (the writer sets cycles_done and complete as the run goes)."""
-    f = h5py.File(path, "w", libver=("earliest", "v110"))
+    f = h5py.File(path, "w", libver=LIBVER)
     a = f.attrs
     a["schema_version"] = SCHEMA_VERSION
     a["meshsim_version"] = __version__
@@ -123,7 +185,7 @@ def open_result(path: Path, scenario, machine: str, threads: int, cycles_request
     a["seed"] = np.uint64(scenario.get("run", "seed"))
     a["threads"] = threads
     a["cycles_requested"] = cycles_requested
-    a["cycles_done"] = 0
+    a["cycles_done"] = np.int64(0)
     a["complete"] = False
     a["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return f
@@ -135,19 +197,33 @@ def describe(ds, units: str, description: str) -> None:
     ds.attrs["description"] = description
 
 
+def _plain(v):
+    """A summary value as JSON takes it (numpy scalars as Python ones)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
 class ResultFile:
-    """The life of one result file (DESIGN.md section 5), shared by the machines' writers: written as
-    NAME.incomplete.h5, flushed as the run goes, renamed to NAME.h5 by `finish` when complete. Use as
-    a context manager around the run: leaving it by an exception keeps the file marked incomplete."""
+    """The life of one result file (the module's docstring), shared by the machines' writers: its
+    layout built under a temporary name, then SWMR appends and flushes while the run goes, then the
+    totals and summary on a copy that becomes NAME.h5 (complete) or replaces NAME.incomplete.h5.
+
+    A writer builds its layout in its constructor (and before entering); entering the context
+    starts the run's part of the life; leaving it by an exception keeps the file as last flushed,
+    marked incomplete. Between entering and finishing, only `_put`/`_append` to datasets, in-place
+    writes and `flush` are allowed; methods that create objects call `_finishing` first."""
 
     def __init__(self, final_path, scenario, machine: str, threads: int, cycles_requested: int,
                  compression_level: int):
         self.final_path = Path(final_path)
         self.path = incomplete_path(self.final_path)
+        self.part = part_path(self.path)
         self.comp = dict(compression="gzip", compression_opts=compression_level) if compression_level > 0 else {}
         self.finished = False
+        self.state = "building"  # then "running" (SWMR, at self.path), then "finishing" (a copy at self.part)
+        self._slot = 0
+        self._provisional = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.f = open_result(self.path, scenario, machine, threads, cycles_requested)
+        self.f = open_result(self.part, scenario, machine, threads, cycles_requested)
 
     def _scale(self, parent, name, values, units, description, grow=False, chunk=8192):
         kw = dict(maxshape=(None,), chunks=(chunk,)) if grow else dict(chunks=True)
@@ -169,52 +245,132 @@ class ResultFile:
             ds.resize(n, axis=0)
         ds[t0:n] = data
 
+    def _start(self) -> None:
+        """The layout is built: the provisional summary's slots, SWMR on, and the file under its name."""
+        s = self.f["summary"].create_dataset(
+            "provisional", shape=(2, PROVISIONAL_WIDTH), maxshape=(2, None), dtype=np.uint8,
+            chunks=(1, PROVISIONAL_WIDTH), compression="gzip", compression_opts=1)
+        describe(s, "bytes", "the summary at the last flush of a run stopped without finishing, as JSON "
+                             "{cycles_done, summary} in two alternating slots (NUL-padded); removed when the run "
+                             "finishes or is interrupted")
+        self.f.flush()
+        self.f.swmr_mode = True
+        os.replace(self.part, self.path)
+        self.state = "running"
+
     def flush(self, cycles_done: int) -> None:
-        """Make everything written so far durable and readable."""
-        self.f.attrs["cycles_done"] = cycles_done
+        """Make everything written so far durable and readable: the data, then cycles_done and the
+        summary given to `write_summary` since the last flush."""
+        if self.state != "running":
+            self.f.attrs["cycles_done"] = np.int64(cycles_done)
+            self.f.flush()
+            return
+        self.f.flush()
+        if self._provisional is not None:
+            text = json.dumps({"cycles_done": int(cycles_done),
+                               "summary": {k: _plain(v) for k, v in self._provisional.items()}}).encode()
+            ds = self.f["summary/provisional"]
+            if len(text) >= ds.shape[1]:
+                ds.resize(len(text) + PROVISIONAL_WIDTH, axis=1)
+            row = np.zeros(ds.shape[1], np.uint8)
+            row[:len(text)] = np.frombuffer(text, np.uint8)
+            ds[self._slot] = row
+            self._slot ^= 1
+            self._provisional = None
+        self.f.attrs.modify("cycles_done", np.int64(cycles_done))
         self.f.flush()
 
     def write_summary(self, summary: dict) -> None:
-        """The run's figures as attributes of /summary (replacing those written before)."""
+        """The run's figures: while it runs, provisional (written at the next flush); when it
+        finishes, as attributes of /summary (replacing those written before)."""
+        if self.state == "running":
+            self._provisional = dict(summary)
+            return
         s = self.f["summary"].attrs
         for k, v in summary.items():
             s[k] = v
 
+    def _finishing(self) -> None:
+        """Leave SWMR for the end of the file's life: close the flushed file and go on in a copy of
+        it, which `finish` puts in its place."""
+        if self.state != "running":
+            return
+        names = _handles(self)
+        self.f.close()
+        shutil.copyfile(self.path, self.part)
+        self.f = h5py.File(self.part, "r+", libver=LIBVER)
+        self.state = "finishing"
+        _rebind(self, names)
+
     def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
-        """Write the summary, mark the file and close it; rename to the final name if complete."""
+        """Write the summary, mark the file and close it; it becomes NAME.h5 if complete, else
+        NAME.incomplete.h5 again."""
+        self._finishing()
+        if "provisional" in self.f["summary"]:
+            del self.f["summary/provisional"]
         self.write_summary(summary)
-        self.f.attrs["cycles_done"] = cycles_done
+        self.f.attrs["cycles_done"] = np.int64(cycles_done)
         self.f.attrs["complete"] = complete
         self.f.close()
         self.finished = True
-        if complete:
-            try:
-                os.replace(self.path, self.final_path)
-            except OSError as e:
-                from .errors import InputError
+        target = self.final_path if complete else self.path
+        try:
+            os.replace(self.part, target)
+            if complete and self.path.exists():
+                self.path.unlink()
+        except OSError as e:
+            from .errors import InputError
 
-                raise InputError(f"{self.final_path}: the run is complete in {self.path} but it could not be "
-                                 f"renamed ({e.strerror or e})") from None
-            return self.final_path
-        return self.path
+            raise InputError(f"{target}: the run's file is complete in {self.part} but it could not be "
+                             f"renamed ({e.strerror or e})") from None
+        return target
 
     def close_incomplete(self) -> Path:
-        """Close a file whose run broke off before `finish`, keeping it marked incomplete."""
-        if not self.finished:
-            try:
-                self.f.attrs["complete"] = False
-                self.f.close()
-            finally:
-                self.finished = True
+        """Close a file whose run broke off before `finish`, keeping it as last flushed, marked
+        incomplete."""
+        if self.finished:
+            return self.path
+        self.finished = True
+        try:
+            self.f.close()
+        finally:
+            if self.state != "running" and self.part.exists():
+                self.part.unlink()  # the layout alone, or a copy being finished
         return self.path
 
     def __enter__(self):
+        if self.state == "building":
+            self._start()
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:
             self.close_incomplete()
         return False
+
+
+def _handles(writer) -> list:
+    """(container, key, object name) of every HDF5 object a writer holds, in its attributes and
+    one level of dicts in them."""
+    out = []
+    for key, value in vars(writer).items():
+        if key == "f":
+            continue
+        if isinstance(value, h5py.HLObject):
+            out.append((writer, key, value.name))
+        elif isinstance(value, dict):
+            out.extend((value, k, v.name) for k, v in value.items() if isinstance(v, h5py.HLObject))
+    return out
+
+
+def _rebind(writer, handles) -> None:
+    """Point the handles listed by `_handles` at the same objects in the writer's current file."""
+    for container, key, name in handles:
+        obj = writer.f[name]
+        if container is writer:
+            setattr(writer, key, obj)
+        else:
+            container[key] = obj
 
 
 class ResultWriter(ResultFile):
@@ -360,6 +516,7 @@ class ResultWriter(ResultFile):
         group "layers" for the per-layer figures."""
         from .regions import FIGURES
 
+        self._finishing()
         rg = self.f[group]
         scale = self.region if group == "regions" else self.layer
         for name, (dtype, units, desc) in FIGURES.items():
@@ -406,6 +563,7 @@ class ResultWriter(ResultFile):
     def write_totals(self, units: dict, latency_hist: np.ndarray, latency: dict, packets: bool = False) -> None:
         """Per-PE totals and the latency histogram (of measured packets when `packets`, a traffic
         run's; else of completed tasks), replacing any written before."""
+        self._finishing()
         g = self.f["units"]
         for name, (dtype, unit_name, desc) in {**UNITS, **PACKET_UNITS}.items():
             if name not in units:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import h5py
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from . import metrics
 from .errors import InputError
+from .output import open_result_file
 from .report import read_summary
 
 MAX_POINTS = 4000
@@ -87,7 +87,7 @@ def _binned(values: np.ndarray, lengths: np.ndarray | None = None, points: int =
 def heatmap(path, out, cycle: int | None = None, fmt: str = "png") -> list[Path]:
     """Queue depth of every PE in the frame nearest `cycle` (default the last), with the outlines of
     the workload's regions."""
-    with h5py.File(path, "r") as f:
+    with open_result_file(path) as f:
         frames = f["occupancy/queue_depth"]
         if frames.shape[0] == 0:
             raise InputError(f"{path}: no occupancy frames (output.frame_every_cycles = 0): no heat map to draw")
@@ -115,7 +115,7 @@ def animation(path, out, fmt: str = "png") -> list[Path]:
     them, evenly spaced."""
     from matplotlib.animation import FFMpegWriter, FuncAnimation, PillowWriter
 
-    with h5py.File(path, "r") as f:
+    with open_result_file(path) as f:
         frames = f["occupancy/queue_depth"]
         n = frames.shape[0]
         if n < 2:
@@ -153,7 +153,7 @@ def animation(path, out, fmt: str = "png") -> list[Path]:
 def timeline(path, out, fmt: str = "png") -> list[Path]:
     """LI per window, utilisation and queued work over time (mesh); PCU, PMU and DDR use over time
     (rdu)."""
-    with h5py.File(path, "r") as f:
+    with open_result_file(path) as f:
         title = _title(f)
         if f.attrs.get("machine") == "rdu":
             return _rdu_timeline(f, Path(out), fmt, title)
@@ -291,7 +291,7 @@ def _rdu_timeline(f, out, fmt, title) -> list[Path]:
 def latency(path, out, fmt: str = "png") -> list[Path]:
     """Histogram and CDF of task (or measured packet, or rdu tile) latency, mean, p99 and variance
     marked."""
-    with h5py.File(path, "r") as f:
+    with open_result_file(path) as f:
         title = _title(f)
         if "latency/tile_latency" in f or "latency/microbatch_latency" in f:
             ipu = "latency/microbatch_latency" in f
@@ -335,7 +335,7 @@ def latency(path, out, fmt: str = "png") -> list[Path]:
 def busy(path, out, fmt: str = "png") -> list[Path]:
     """Busy cycles of every PE (or PCU, chip by chip) as a map, and their distribution with the
     compute-time spread."""
-    with h5py.File(path, "r") as f:
+    with open_result_file(path) as f:
         title = _title(f)
         name = next(n for n in ("units/pcu_busy_cycles", "units/tile_busy_cycles", "units/busy_cycles") if n in f)
         rdu = name != "units/busy_cycles"  # per chip (IPU) and unit, not a grid
@@ -366,7 +366,7 @@ def busy(path, out, fmt: str = "png") -> list[Path]:
 def links(path, out, fmt: str = "png") -> list[Path]:
     """Utilisation of every link of a routed run: eastward and westward, southward and northward
     links, as maps."""
-    with h5py.File(path, "r") as f:
+    with open_result_file(path) as f:
         if "units/link_messages" not in f:
             raise InputError(f"{path}: no per-link totals (only routed traffic and layer_pipeline runs have them)")
         m = f["units/link_messages"][()].astype(np.float64)
@@ -393,7 +393,7 @@ def links(path, out, fmt: str = "png") -> list[Path]:
 def gantt(path, out, fmt: str = "png") -> list[Path]:
     """rdu: the section instances of every chip over time, with busy PCUs, PMUs in use and DDR busy
     underneath."""
-    with h5py.File(path, "r") as f:
+    with open_result_file(path) as f:
         if "sections" not in f:
             raise InputError(f"{path}: not an rdu result with sections: no Gantt chart to draw")
         s = f["sections"]
@@ -441,7 +441,7 @@ def roofline(path, out, fmt: str = "png") -> list[Path]:
         raise InputError(f"{path}: its workload is no transformer: no kernels to place on a roofline")
     plat = platform_of(values)
     rows = kernels(*found, plat)
-    with h5py.File(path, "r") as f:
+    with open_result_file(path) as f:
         title = _title(f)
     fig = _figure(9, 6)
     ax = fig.add_subplot()
@@ -548,7 +548,7 @@ def applicable(path) -> list[str]:
     from .roofline import model_of, values_of_file
 
     out = []
-    with h5py.File(path, "r") as f:
+    with open_result_file(path) as f:
         rdu = f.attrs.get("machine") in ("rdu", "ipu")
         frames = f["occupancy/queue_depth"].shape[0] if "occupancy/queue_depth" in f else 0
         if not rdu and frames >= 1:

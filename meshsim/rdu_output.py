@@ -125,6 +125,7 @@ class RduResultWriter(ResultFile):
         self.n = t0 + len(starts)
 
     def _table(self, group: str, description: str, columns: dict, data: dict, scale: str) -> None:
+        self._finishing()
         if group in self.f:
             del self.f[group]
         g = self.f.create_group(group)
@@ -143,6 +144,7 @@ class RduResultWriter(ResultFile):
     def write_totals(self, pcu_busy, ddr_bytes, tile_latency, sections: dict, operators: dict) -> None:
         """Per-PCU busy cycles, DDR bytes per chip, tile latencies and the section and operator
         tables, replacing any written before."""
+        self._finishing()
         u = self.f["units"]
         for name in list(u):
             del u[name]
@@ -169,6 +171,7 @@ class RduResultWriter(ResultFile):
 
     def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
         """As ResultFile.finish; a complete step also records its length as the cycles requested."""
+        self._finishing()
         if complete:
             self.f.attrs["cycles_requested"] = cycles_done
         return super().finish(summary, cycles_done, complete)

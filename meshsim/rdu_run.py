@@ -225,6 +225,8 @@ def run_rdu(scenario, final, *, threads: int, progress: bool, stop_signals, chun
                                             sim.out_stage_busy[:n])
                     sums.add(sim.out_cycles[:n], sim.out_series[:n])
                     if time.perf_counter() - last_flush >= FLUSH_SECONDS:
+                        # provisional: a killed run still has one
+                        writer.write_summary(summarise(prog, sim, sums, time.perf_counter() - t_start, kernel, threads))
                         writer.flush(sim.cycle)
                         last_flush = time.perf_counter()
                     bar.n = int((sim.finish >= 0).sum())

@@ -10,11 +10,10 @@ import json
 import math
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from .errors import InputError
-from .output import SCHEMA_VERSION
+from .output import SCHEMA_VERSION, open_result_file, read_provisional
 
 #: Attributes of /summary that every result has (DESIGN.md section 5); scripts rely on them.
 STABLE_SUMMARY_KEYS = ("cycles", "n_units", "li", "percent_imbalance", "jain_index", "cv", "utilization",
@@ -32,7 +31,7 @@ def read_summary(path) -> tuple[dict, dict]:
     if not p.exists():
         raise InputError(f"{p}: no such result file")
     try:
-        f = h5py.File(p, "r")
+        f = open_result_file(p)
     except OSError as e:
         raise InputError(f"{p}: not a readable HDF5 file ({e.__class__.__name__}: {str(e).splitlines()[0]})") from None
     with f:
@@ -46,6 +45,8 @@ def read_summary(path) -> tuple[dict, dict]:
             raise InputError(f"{p}: schema version {version} is newer than this meshsim reads "
                              f"(up to {SCHEMA_VERSION}); upgrade meshsim")
         summary = {k: _plain(v) for k, v in f["summary"].attrs.items() if k != "description"}
+        if not summary:  # a killed run: the summary of its last flush
+            summary = read_provisional(f) or {}
     missing = [k for k in STABLE_SUMMARY_KEYS if k not in summary]
     if missing:
         done = root.get("cycles_done", 0)
@@ -59,7 +60,7 @@ def read_regions(path) -> dict | None:
     """Per-region whole-run figures of a result file (name -> array), or None if it has no regions."""
     from .regions import FIGURES
 
-    with h5py.File(path, "r") as f:
+    with open_result_file(path) as f:
         if "regions" not in f or "li" not in f["regions"]:
             return None
         g = f["regions"]

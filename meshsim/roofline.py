@@ -111,9 +111,9 @@ def kernels(model: Model, training: bool, platform: Platform) -> list[dict]:
 
 def values_of_file(path) -> dict:
     """The resolved scenario stored in a result file, as `Scenario.values`."""
-    import h5py
+    from .output import open_result_file
 
-    with h5py.File(path, "r") as f:
+    with open_result_file(path) as f:
         text = f.attrs["scenario_resolved"]
     return tomllib.loads(text.decode() if isinstance(text, bytes) else text)
 
