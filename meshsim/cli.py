@@ -3,11 +3,22 @@
 A thin layer over the library. Problems with what the user gave (scenario, overrides, trace,
 result file) print one line each and exit with status 2, no traceback; a bug keeps its traceback
 (exit 1); an interrupted run exits with 130 and names its incomplete file.
+
+The commands that take a scenario (run, validate, roofline) read their options and their
+`section.key=value` overrides in any order: `run S.toml -o R.h5 a.b=1` is `run S.toml a.b=1 -o R.h5`.
+
+Output closed early (`meshsim report R.h5 --json | head -c 100`) ends the command quietly, as
+Unix tools end: no traceback, nothing on stderr, exit status 141 (128 + SIGPIPE, what a shell
+shows for a tool the signal ended). SIGPIPE itself keeps Python's setting (ignored), so a closed
+socket stays an exception where it is met (the Dask cluster of `meshsim sweep`); a BrokenPipeError
+that reaches here while stdout and stderr are still read is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import sys
 
 from . import __version__
@@ -124,12 +135,18 @@ def _cmd_roofline(args) -> int:
     from .roofline import format_table, values_of_file
 
     values = None
+    if args.file and "=" in args.file and not os.path.exists(args.file):
+        raise InputError(f"{args.file}: overrides apply to a scenario; write roofline SCENARIO.toml "
+                         "section.key=value ...")
     if args.file:
         if str(args.file).endswith(".toml"):
             from .scenario import load_scenario
 
-            values = load_scenario(args.file).values
+            values = load_scenario(args.file, args.overrides).values
         else:
+            if args.overrides:
+                raise InputError(f"{args.file}: overrides (section.key=value) apply to a scenario (.toml), not to "
+                                 "a result file")
             from .report import read_summary
 
             read_summary(args.file)  # a meshsim result, or a clear error
@@ -196,13 +213,33 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """A subcommand's parser; with intermixed=True it reads options before, between or after its
+    positionals (`parse_intermixed_args`), so a scenario's overrides may come on either side of
+    `-o FILE`."""
+
+    def __init__(self, *args, intermixed: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._any_order = intermixed
+        self._inside = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        if not self._any_order or self._inside:  # _inside: the two passes of parse_known_intermixed_args
+            return super().parse_known_args(args, namespace)
+        self._inside = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inside = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="meshsim", description="Cycle-approximate simulator of spatial AI accelerators "
                                 "for load-balance studies.")
     p.add_argument("--version", action="version", version=f"meshsim {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
-    r = sub.add_parser("run", help="run a scenario and write its HDF5 result")
+    r = sub.add_parser("run", intermixed=True, help="run a scenario and write its HDF5 result")
     r.add_argument("scenario", help="scenario TOML file")
     r.add_argument("overrides", nargs="*", metavar="section.key=value", help="override scenario values")
     r.add_argument("-o", "--output", help="result file (default results/NAME.h5)")
@@ -210,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
     r.set_defaults(func=_cmd_run)
 
-    v = sub.add_parser("validate", help="check a scenario without running it")
+    v = sub.add_parser("validate", intermixed=True, help="check a scenario without running it")
     v.add_argument("scenario")
     v.add_argument("overrides", nargs="*", metavar="section.key=value")
     v.add_argument("--resolved", action="store_true", help="print the scenario with every default filled in")
@@ -239,8 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--y", help="sweep table: a second swept key, for a heat map")
     pl.set_defaults(func=_cmd_plot)
 
-    rf = sub.add_parser("roofline", help="the platforms' rooflines and a scenario's or result's kernels on its own")
+    rf = sub.add_parser("roofline", intermixed=True, help="the platforms' rooflines and a scenario's or result's "
+                        "kernels on its own")
     rf.add_argument("file", nargs="?", help="a scenario (.toml) or result file (.h5)")
+    rf.add_argument("overrides", nargs="*", metavar="section.key=value", help="override scenario values")
     rf.set_defaults(func=_cmd_roofline)
 
     sw = sub.add_parser("sweep", help="run a scenario at many points of its parameters (a sweep file), on a local "
@@ -281,6 +320,49 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # meet a closed pipe here, not in the interpreter's last flush
+    except BrokenPipeError:
+        if not _silence_closed_pipes():
+            raise
+        return 141
+
+
+def _silence_closed_pipes() -> bool:
+    """Point stdout and stderr, those of them whose reader is gone, at os.devnull, so that nothing
+    more is written to a closed pipe (nor a note of it at exit); whether either was closed."""
+    closed = [stream for stream in (sys.stdout, sys.stderr) if _is_closed(stream)]
+    for stream in closed:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+    return bool(closed)
+
+
+def _is_closed(stream) -> bool:
+    """Whether `stream` writes into a pipe (or socket) nobody reads any more."""
+    try:
+        poller = select.poll()  # a closed pipe polls as an error (Linux) or a hang-up
+        poller.register(stream.fileno(), select.POLLOUT)
+        if any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0)):
+            return True
+    except (AttributeError, OSError, ValueError):  # no poll here, or no file behind the stream
+        pass
+    try:
+        stream.flush()  # what is still buffered fails if the pipe is closed
+    except BrokenPipeError:
+        return True
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "threads", None) is not None and args.threads < 0:

@@ -15,6 +15,7 @@ import difflib
 import json
 import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from meshsim.params import (
     section_params,
     sections,
 )
+from meshsim.transformer import PRECISION_BYTES
 
 _SECTIONS = sections()
 _KEYS = {s: tuple(p.name for p in section_params(s)) for s in _SECTIONS}
@@ -350,6 +352,9 @@ def _check_value(p: Param, value) -> str | None:
             if not isinstance(value, str):
                 return expected
             if value not in p.choices:
+                hint = _VALUE_HINTS[p.path](value) if p.path in _VALUE_HINTS else None
+                if hint:
+                    return f"{expected}; {hint}"
                 match = _closest(value, p.choices)
                 return expected + (f'; did you mean "{match}"?' if match else "")
             return None
@@ -580,7 +585,9 @@ def _check_rdu(ok, get, add, shown) -> None:
     try:
         t, p, d = parse_parallelism(get(par))
     except ValueError:
-        add(par, [], 'must be written T<tensor>P<pipeline>D<data> with degrees >= 1, e.g. "T4P2D1"')
+        meant = _parallelism_meant(get(par))
+        add(par, [], "must be written T<tensor>P<pipeline>D<data> with degrees >= 1" +
+            (f'; did you mean "{meant}"?' if meant else ', e.g. "T4P2D1"'))
         return
     if t * p * d > 4096:
         add(par, [], f"asks for {t * p * d} chips; at most 4096")
@@ -642,6 +649,58 @@ def _resolve_relative(file: str, scenario_path: str | None) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Messages
+
+
+# The usual other spellings of parallelism degrees: TP8, PP4, DP2, TP8PP2, tp=8 pp=2, tensor8, t4p2.
+_DEGREE = r"(tensor|pipeline|data|tp|pp|dp|t|p|d)\s*[=:]?\s*(\d+)"
+_DEGREE_SEPARATOR = r"[\s,;_\-x*/+]*"
+_PARALLELISM_OTHERWISE = re.compile(rf"{_DEGREE_SEPARATOR}(?:{_DEGREE}{_DEGREE_SEPARATOR})+", re.IGNORECASE)
+
+
+def _parallelism_meant(text: str) -> str | None:
+    """The T<t>P<p>D<d> spelling of degrees written another way (a degree left out is 1), or None."""
+    if not _PARALLELISM_OTHERWISE.fullmatch(text):
+        return None
+    degrees = {}
+    for m in re.finditer(_DEGREE, text, re.IGNORECASE):
+        kind = m.group(1)[0].upper()
+        if kind in degrees:
+            return None  # the same degree twice: no guess
+        degrees[kind] = int(m.group(2))
+    t, p, d = (degrees.get(k, 1) for k in "TPD")
+    if min(t, p, d) < 1:
+        return None
+    return f"T{t}P{p}D{d}"
+
+
+# Names of precisions as other tools write them, and the markers of a mixed-precision setting
+# (PyTorch's autocast, Lightning's "bf16-mixed", "bf16+fp32").
+_PRECISION_NAMES = {"fp32": "fp32", "float32": "fp32", "32": "fp32", "tf32": "tf32", "bf16": "bf16",
+                    "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16", "16": "fp16",
+                    "fp8": "fp8", "float8": "fp8"}
+_MIXED_MARKERS = ("mixed", "amp", "autocast")
+
+
+def _precision_hint(value: str) -> str | None:
+    """What to write instead of a mixed precision (two types, or "mixed", "amp"), or None.
+
+    One precision per model sets the element size of every weight and activation; fp32 master
+    weights beside a narrower compute type are not modelled, so the compute type, the narrower
+    of those named, stands for the mix.
+    """
+    words = [w for w in re.split(r"[\s+/_,\-]+", value.lower()) if w]
+    named = [_PRECISION_NAMES[w] for w in words if w in _PRECISION_NAMES]
+    if not (any(w in _MIXED_MARKERS for w in words) or len(set(named)) >= 2):
+        return None
+    said = ("mixed precision is not modelled (one type for every weight and activation, no fp32 master copy): "
+            "give the compute precision alone, ")
+    if not named:
+        return said + 'e.g. "bf16" (the default) or "fp16"'
+    return said + f'"{min(named, key=lambda n: PRECISION_BYTES[n])}"'
+
+
+_VALUE_HINTS = {"workload.precision": _precision_hint}
+"""Keys whose wrong values call for more than a near spelling: what to write instead, or None."""
 
 
 def _unknown_top_level(where: str, name: str, content) -> str:

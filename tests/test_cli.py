@@ -226,3 +226,81 @@ def test_a_traffic_window_longer_than_the_run_is_an_input_error(work):
     assert p.returncode == 2
     assert ("workload.measure_cycles = 5000: workload.warmup_cycles + workload.measure_cycles = 6000 must be at "
             "most run.cycles = 100") in p.stderr
+
+
+def test_options_and_overrides_go_in_any_order(work):
+    import h5py
+
+    p = meshsim("run", "smoke.toml", "-o", "a.h5", "run.cycles=50", "-q", "run.seed=3", cwd=work)
+    assert p.returncode == 0, p.stderr
+    with h5py.File(work / "a.h5") as f:
+        assert "cycles = 50" in f.attrs["scenario_resolved"] and "seed = 3" in f.attrs["scenario_resolved"]
+    for args in (["--resolved", "smoke.toml", "run.cycles=7"], ["smoke.toml", "--resolved", "run.cycles=7"],
+                 ["smoke.toml", "run.cycles=7", "--resolved"]):
+        p = meshsim("validate", *args, "run.seed=5", cwd=work)
+        assert p.returncode == 0, p.stderr
+        assert "7 cycles" in p.stdout and "cycles = 7" in p.stdout and "seed = 5" in p.stdout
+
+
+def test_a_bad_option_among_overrides_is_still_a_usage_error(work):
+    p = meshsim("run", "smoke.toml", "run.cycles=5", "--bogus", "run.seed=2", cwd=work)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "unrecognized arguments: --bogus" in p.stderr
+    p = meshsim("validate", "smoke.toml", "run.cycles=5", "--threads", "2", cwd=work)
+    assert p.returncode == 2 and "unrecognized arguments: --threads 2" in p.stderr
+    p = meshsim("run", "smoke.toml", "run.cycles=5", "-o", cwd=work)
+    assert p.returncode == 2 and "argument -o/--output: expected one argument" in p.stderr
+    assert not (work / "results").exists()
+
+
+def test_roofline_takes_overrides_like_run(work):
+    scenario = ROOT / "scenarios" / "rdu_gpt2_o1.toml"
+    plain = meshsim("roofline", scenario, cwd=work)
+    wide = meshsim("roofline", scenario, "workload.precision=fp32", cwd=work)
+    assert plain.returncode == 0 and wide.returncode == 0, plain.stderr + wide.stderr
+    assert "qkv_proj" in wide.stdout and wide.stdout != plain.stdout  # 4-byte elements: twice the bytes
+    p = meshsim("roofline", scenario, "workload.hidden_size=0", cwd=work)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "meshsim: error: override workload.hidden_size=0: workload.hidden_size = 0: must be an integer in "
+        "[1, 65536] (elements)"]
+    p = meshsim("roofline", "workload.hidden_size=1024", cwd=work)
+    assert p.returncode == 2 and "overrides apply to a scenario; write roofline SCENARIO.toml" in p.stderr
+    (work / "r.h5").write_bytes(b"")
+    p = meshsim("roofline", "r.h5", "workload.hidden_size=1024", cwd=work)
+    assert p.returncode == 2 and "r.h5: overrides (section.key=value) apply to a scenario (.toml)" in p.stderr
+
+
+def with_closed_stdout(*args, cwd):
+    """The command with its stdout a pipe whose reader has gone, as `| head -c 100` leaves it."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "meshsim", *map(str, args)], stdout=write,
+                              stderr=subprocess.PIPE, text=True, cwd=cwd, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    finally:
+        os.close(write)
+
+
+def test_a_closed_stdout_ends_every_command_quietly_with_141(work):
+    p = meshsim("run", "smoke.toml", "run.cycles=50", "-o", "r.h5", "-q", cwd=work)
+    assert p.returncode == 0, p.stderr
+    for args in (["report", "r.h5", "--json"], ["report", "r.h5", "r.h5"], ["validate", "smoke.toml", "--resolved"],
+                 ["roofline"], ["run", "smoke.toml", "run.cycles=50", "-o", "s.h5"]):
+        p = with_closed_stdout(*args, cwd=work)
+        assert (p.returncode, p.stderr) == (141, ""), args
+    p = with_closed_stdout("--help", cwd=work)  # argparse drops its help quietly itself
+    assert p.stderr == "" and p.returncode in (0, 141)
+    p = with_closed_stdout("validate", "nope.toml", cwd=work)  # errors go to stderr as before
+    assert p.returncode == 2 and p.stderr == "meshsim: error: nope.toml: no such scenario file\n"
+
+
+def test_a_broken_pipe_other_than_stdout_keeps_its_traceback(monkeypatch):
+    from meshsim import cli
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe")  # a socket's, say: stdout is still read
+
+    monkeypatch.setattr(cli, "_cmd_roofline", broken)
+    with pytest.raises(BrokenPipeError):
+        cli.main(["roofline"])

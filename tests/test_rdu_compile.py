@@ -61,7 +61,7 @@ def test_rdu_scenarios_are_checked_key_by_key():
         'override machine.rows=8: machine.rows = 8: applies only when machine.type is "mesh" (it is "rdu")']
     assert problems(RDU, "workload.parallelism=T4P2") == [
         'override workload.parallelism=T4P2: workload.parallelism = "T4P2": must be written '
-        'T<tensor>P<pipeline>D<data> with degrees >= 1, e.g. "T4P2D1"']
+        'T<tensor>P<pipeline>D<data> with degrees >= 1; did you mean "T4P2D1"?']
     assert problems(RDU, "workload.parallelism=T1P1D3") == [
         "override workload.parallelism=T1P1D3: workload.batch = 8 (default): must be a multiple of data degree 3 x "
         "workload.microbatches = 1 (default) = 3"]

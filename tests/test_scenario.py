@@ -331,6 +331,46 @@ def test_a_choice_with_no_close_match_lists_the_choices_only():
     )
 
 
+RDU = '[machine]\ntype = "rdu"\n[workload]\ntype = "transformer"\n'
+
+
+@pytest.mark.parametrize("written, meant", [
+    ("TP8", "T8P1D1"), ("PP4", "T1P4D1"), ("DP2", "T1P1D2"), ("TP8PP2", "T8P2D1"), ("tp=2 dp=4", "T2P1D4"),
+    ("TP4_PP2_DP1", "T4P2D1"), ("t4p2d1", "T4P2D1"), ("T4P2", "T4P2D1"), ("tensor=2,pipeline=3", "T2P3D1"),
+])
+def test_parallelism_written_another_way_suggests_the_meshsim_spelling(written, meant):
+    assert only_problem(RDU, [f"workload.parallelism={written}"]) == (
+        f'override workload.parallelism={written}: workload.parallelism = "{written}": must be written '
+        f'T<tensor>P<pipeline>D<data> with degrees >= 1; did you mean "{meant}"?'
+    )
+
+
+@pytest.mark.parametrize("written", ["EP4", "TP0", "TP2TP4", "8x2", "fsdp"])
+def test_parallelism_with_no_sure_reading_gets_the_form_and_an_example(written):
+    assert only_problem(RDU + f'parallelism = "{written}"\n') == (
+        f's.toml: workload.parallelism = "{written}": must be written T<tensor>P<pipeline>D<data> with '
+        'degrees >= 1, e.g. "T4P2D1"'
+    )
+
+
+@pytest.mark.parametrize("written, compute", [
+    ("tf32+fp16", '"fp16"'), ("bf16+fp32", '"bf16"'), ("fp32/fp16", '"fp16"'), ("bf16-mixed", '"bf16"'),
+    ("16-mixed", '"fp16"'), ("mixed", 'e.g. "bf16" (the default) or "fp16"'),
+    ("amp", 'e.g. "bf16" (the default) or "fp16"'),
+])
+def test_mixed_precision_is_refused_with_the_single_type_that_stands_for_it(written, compute):
+    assert only_problem(RDU + f'precision = "{written}"\n') == (
+        f's.toml: workload.precision = "{written}": must be one of "fp32", "tf32", "bf16", "fp16", "fp8"; '
+        "mixed precision is not modelled (one type for every weight and activation, no fp32 master copy): "
+        f"give the compute precision alone, {compute}"
+    )
+
+
+def test_a_misspelt_precision_still_gets_its_near_spelling():
+    assert only_problem(RDU, ["workload.precision=FP16"]).endswith('must be one of "fp32", "tf32", "bf16", '
+                                                                  '"fp16", "fp8"; did you mean "fp16"?')
+
+
 def test_a_run_name_must_be_a_plain_file_name():
     assert only_problem('[run]\nname = "a/b"\n') == (
         's.toml: run.name = "a/b": must be a plain file name, without / or \\'
