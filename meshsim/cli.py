@@ -172,6 +172,8 @@ def _cmd_sweep(args) -> int:
         problems.append("--workers: applies only to the local cluster (with --cluster, give --jobs and --cores)")
     if args.dashboard and (args.serial or args.scheduler or args.scheduler_file):
         problems.append("--dashboard: applies only to a cluster this command starts")
+    if args.insecure and not remote:
+        problems.append("--insecure: applies only with --scheduler, --scheduler-file or --cluster")
     if problems:
         raise InputError(problems)
     sweep = load_sweep(args.sweep, args.output, threads=args.threads)
@@ -183,7 +185,7 @@ def _cmd_sweep(args) -> int:
             dask_client, scheduler=args.scheduler, scheduler_file=args.scheduler_file, cluster=args.cluster,
             workers=args.workers, dashboard=args.dashboard, queue=args.queue, account=args.account,
             walltime=args.walltime, cores=args.cores, memory=args.memory, jobs=args.jobs or 1,
-            threads=args.threads)
+            threads=args.threads, insecure=args.insecure, shared_dir=sweep.output)
         res = run_sweep(sweep, connect=connect, progress=None if not args.quiet else False)
     except SweepInterrupted as e:
         print(f"meshsim: {e}", file=sys.stderr)
@@ -296,7 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "clusters then run one worker per THREADS cores")
     sw.add_argument("--dashboard", action="store_true", help="serve Dask's dashboard (needs bokeh)")
     where = sw.add_mutually_exclusive_group()
-    where.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run on an existing Dask cluster")
+    where.add_argument("--scheduler", metavar="tls://HOST:PORT", help="run on an existing Dask cluster (tls:// with "
+                       "the certificates of your Dask configuration; tcp:// only on this machine, unless --insecure)")
     where.add_argument("--scheduler-file", metavar="FILE", help="run on the Dask cluster that wrote FILE")
     where.add_argument("--cluster", choices=("slurm", "pbs"), help="start workers as batch jobs (dask-jobqueue)")
     sw.add_argument("--queue", help="--cluster: the queue (SLURM partition)")
@@ -306,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "worker per core, or per THREADS cores)")
     sw.add_argument("--memory", help="--cluster: memory per job, e.g. 16GB")
     sw.add_argument("--jobs", type=_positive_int, default=None, help="--cluster: batch jobs to start (default 1)")
+    sw.add_argument("--insecure", action="store_true", help="allow an unencrypted tcp:// scheduler on another "
+                    "machine, and --cluster without TLS (for sites where TLS cannot work): anyone who can reach the "
+                    "scheduler's port can then run code as you")
     sw.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no closing summary")
     sw.set_defaults(func=_cmd_sweep)
 

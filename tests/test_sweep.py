@@ -478,6 +478,29 @@ def test_joining_an_existing_cluster_by_address_or_scheduler_file(tmp_path, caps
     assert [r["status"] for r in read_csv(tmp_path / "other" / "summary.csv")] == ["done"] * 2
 
 
+def test_joining_a_tls_cluster_with_the_certificates_of_the_dask_configuration(tmp_path, monkeypatch):
+    pytest.importorskip("cryptography")
+    import dask
+    from distributed import LocalCluster, Security
+
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, '[sweep]\nbase = "base.toml"\n[grid]\nmigration.threshold = [1, 2]\n')
+    authority = Security.temporary()  # stands for the site's certificates, as files
+    (tmp_path / "ca.pem").write_text(authority.tls_ca_file)
+    (tmp_path / "node.pem").write_text(authority.tls_worker_cert + authority.tls_worker_key)
+    tls = {f"distributed.comm.tls.{k}": str(tmp_path / ("ca.pem" if k == "ca-file" else "node.pem"))
+           for k in ("ca-file", "scheduler.cert", "worker.cert", "client.cert")}
+    info = tmp_path / "scheduler.json"
+    with dask.config.set(tls), LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1", protocol="tls",
+                                            security=Security(), dashboard_address="127.0.0.1:0",
+                                            scheduler_kwargs={"scheduler_file": str(info)}) as lc:
+        assert lc.scheduler_address.startswith("tls://127.0.0.1:")
+        assert main(["sweep", str(path), "--scheduler", lc.scheduler_address, "-q"]) == 0
+        assert main(["sweep", str(path), "--scheduler-file", str(info), "-o", "other", "-q"]) == 0
+    for out in (tmp_path / "results" / "sweeps" / "s", tmp_path / "other"):
+        assert [r["status"] for r in read_csv(out / "summary.csv")] == ["done"] * 2
+
+
 @pytest.mark.parametrize("how, sig, group", [(["--workers", "2"], signal.SIGINT, True),
                                              (["--serial"], signal.SIGINT, True),
                                              (["--workers", "2"], signal.SIGTERM, False),
@@ -521,16 +544,32 @@ def test_ctrl_c_stops_the_sweep_keeps_finished_points_and_a_rerun_completes_it(t
     assert [r["status"] for r in read_csv(summary)] == ["done"] * 4
 
 
-def test_jobqueue_job_scripts_carry_the_queue_walltime_cores_and_memory(monkeypatch):
+def test_jobqueue_job_scripts_carry_the_queue_walltime_cores_and_memory(tmp_path, monkeypatch):
     pytest.importorskip("dask_jobqueue")
+    pytest.importorskip("cryptography")
     import dask
 
-    from meshsim.sweep import _jobqueue_cluster
+    from meshsim.sweep import _jobqueue_cluster, _remove_certificate_files
 
+    monkeypatch.chdir(tmp_path)  # where the workers' certificate files go by default
     monkeypatch.setenv("NUMBA_CACHE_DIR", "/shared/numba cache")
+    shared = tmp_path / "shared"
+    shared.mkdir()
     with _jobqueue_cluster("slurm", queue="short", account="lab", walltime="00:30:00", cores=4, memory="8GB",
-                           dashboard=False) as c:
+                           dashboard=False, shared_dir=shared) as c:
         script = c.job_script()
+        # TLS by default: a temporary authority, whose certificate and key the workers read from files
+        # in the shared folder, readable by this user only; removed as the sweep ends.
+        assert c.scheduler.address.startswith("tls://") and f" {c.scheduler.address} " in script
+        assert "--protocol tls://" in script
+        files = {flag: script.split(f" {flag} ")[1].split()[0] for flag in ("--tls-ca-file", "--tls-cert", "--tls-key")}
+        assert {Path(f).parent for f in files.values()} == {shared}
+        for flag, f in files.items():
+            assert os.stat(f).st_mode & 0o777 == 0o600
+            assert "-----BEGIN " in Path(f).read_text()
+        assert "PRIVATE KEY" in Path(files["--tls-key"]).read_text()
+        _remove_certificate_files(c)
+        assert list(shared.iterdir()) == []
     assert "#SBATCH -p short" in script and "#SBATCH -A lab" in script and "#SBATCH -t 00:30:00" in script
     assert "#SBATCH --cpus-per-task=4" in script and "#SBATCH --mem=" in script
     assert "--nworkers 4" in script and "--nthreads 1" in script
@@ -556,6 +595,106 @@ def test_jobqueue_job_scripts_carry_the_queue_walltime_cores_and_memory(monkeypa
     assert "--nworkers 2" in script and "--nthreads 1" in script and "#PBS -l select=1:ncpus=8:mem=" in script
     with pytest.raises(InputError, match="--cluster slurm: .*give --cores and --memory"):
         _jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=None, memory=None, dashboard=False)
+    # --insecure: plain TCP, no certificates.
+    with _jobqueue_cluster("pbs", queue=None, account=None, walltime=None, cores=2, memory="4GB", dashboard=False,
+                           insecure=True) as c:
+        script = c.job_script()
+        assert c.scheduler.address.startswith("tcp://") and "--tls" not in script and "--protocol" not in script
+    assert [f.name for f in tmp_path.iterdir() if f.name.startswith(".dask-jobqueue")] == []
+
+
+def test_jobqueue_clusters_use_the_certificates_of_the_dask_configuration(tmp_path, monkeypatch):
+    pytest.importorskip("dask_jobqueue")
+    pytest.importorskip("cryptography")
+    import dask
+    from distributed import Security
+
+    from meshsim.sweep import _jobqueue_cluster
+
+    monkeypatch.chdir(tmp_path)
+    authority = Security.temporary()  # stands for certificates the site provides, as files
+    (tmp_path / "ca.pem").write_text(authority.tls_ca_file)
+    (tmp_path / "node.pem").write_text(authority.tls_worker_cert + authority.tls_worker_key)
+    tls = {"ca-file": str(tmp_path / "ca.pem"), "scheduler.cert": str(tmp_path / "node.pem"),
+           "worker.cert": str(tmp_path / "node.pem"), "client.cert": str(tmp_path / "node.pem")}
+    with dask.config.set({f"distributed.comm.tls.{k}": v for k, v in tls.items()}):
+        with _jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=2, memory="4GB",
+                               dashboard=False) as c:
+            script = c.job_script()
+            assert c.scheduler.address.startswith("tls://")
+        assert f"--tls-ca-file {tmp_path / 'ca.pem'} --tls-cert {tmp_path / 'node.pem'}" in script
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["ca.pem", "node.pem"]  # nothing written for them
+    with dask.config.set({"distributed.comm.tls.ca-file": str(tmp_path / "ca.pem")}):
+        with pytest.raises(InputError, match="--cluster pbs: your Dask configuration names TLS certificates but not "
+                                             "distributed.comm.tls.scheduler.cert, distributed.comm.tls.worker.cert"):
+            _jobqueue_cluster("pbs", queue=None, account=None, walltime=None, cores=2, memory="4GB", dashboard=False)
+
+
+def test_a_client_without_the_clusters_certificate_cannot_connect_to_its_scheduler(tmp_path, monkeypatch):
+    pytest.importorskip("dask_jobqueue")
+    pytest.importorskip("cryptography")
+    import dask
+    from distributed import Client, Security
+
+    from meshsim.sweep import _jobqueue_cluster
+
+    monkeypatch.chdir(tmp_path)
+    # The cluster as a sweep builds it, its scheduler on the loopback interface.
+    with dask.config.set({"jobqueue.slurm.interface": "lo"}), \
+            _jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=1, memory="1GB",
+                              dashboard=False) as c:
+        address = c.scheduler.address
+        assert address.startswith("tls://127.")
+        for attempt in (lambda: Client(address, timeout="2s"),  # no certificate at all
+                        lambda: Client(address, security=Security.temporary(), timeout="2s"),  # another authority's
+                        lambda: Client(address.replace("tls://", "tcp://"), timeout="2s")):  # plain TCP
+            with pytest.raises((OSError, TypeError)):
+                attempt().close()
+        with Client(address, security=c.security, timeout="5s") as client:
+            assert client.scheduler_info()["address"] == address
+
+
+def test_an_unencrypted_scheduler_on_another_machine_is_refused_unless_insecure(tmp_path, capsys, monkeypatch):
+    import dask
+    import distributed
+
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, '[sweep]\nbase = "base.toml"\n')
+    tried = []
+
+    def client(address=None, **kw):  # a test connects to nothing outside this machine
+        tried.append(address or kw.get("scheduler_file"))
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(distributed, "Client", client)
+    (tmp_path / "sched.json").write_text('{"address": "tcp://node7.invalid:8786"}')
+    for args, shown in ((["--scheduler", "tcp://node7.invalid:8786"], "--scheduler tcp://node7.invalid:8786"),
+                        (["--scheduler", "10.0.0.5:8786"], "--scheduler 10.0.0.5:8786"),
+                        (["--scheduler", "ws://node7.invalid:8786"], "--scheduler ws://node7.invalid:8786"),
+                        (["--scheduler-file", "sched.json"], "--scheduler-file sched.json (tcp://node7.invalid:8786)")):
+        assert main(["sweep", str(path), *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"meshsim: error: {shown}: refused: ") and err.count("\n") == 1, err
+        assert "anyone who can reach that port can run code as you" in err and "tls://" in err and "--insecure" in err
+    assert tried == [] and not (tmp_path / "results").exists()
+    # --insecure lets it through to the connection attempt; a loopback address needs no --insecure.
+    for args in (["--scheduler", "tcp://node7.invalid:8786", "--insecure"], ["--scheduler-file", "sched.json",
+                 "--insecure"], ["--scheduler", "tcp://127.0.0.1:1"], ["--scheduler", "tcp://[::1]:1"],
+                 ["--scheduler", "localhost:1"], ["--scheduler", "127.8.9.10:1"]):
+        assert main(["sweep", str(path), *args]) == 2
+        err = capsys.readouterr().err
+        assert "cannot connect to the Dask scheduler (OSError: connection refused)" in err, err
+    assert tried == ["tcp://node7.invalid:8786", "sched.json", "tcp://127.0.0.1:1", "tcp://[::1]:1", "localhost:1",
+                     "127.8.9.10:1"]
+    assert not (tmp_path / "results").exists()
+    # tls:// connects with the certificates of the Dask configuration, and needs them.
+    assert main(["sweep", str(path), "--scheduler", "tls://node7.invalid:8786"]) == 2
+    assert "a tls:// scheduler needs your certificates in Dask's configuration" in capsys.readouterr().err
+    with dask.config.set({"distributed.comm.tls.ca-file": "ca.pem", "distributed.comm.tls.client.cert": "me.pem"}):
+        assert main(["sweep", str(path), "--scheduler", "tls://node7.invalid:8786"]) == 2
+    assert tried[-1] == "tls://node7.invalid:8786"
+    assert main(["sweep", str(path), "--insecure"]) == 2
+    assert "--insecure: applies only with --scheduler, --scheduler-file or --cluster" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------
