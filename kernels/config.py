@@ -3,7 +3,23 @@
 - cache=True: compiled machine code is kept on disk, so a second run starts in about a second.
 - no fastmath anywhere: cycle state is integer and floats must round the same as the reference.
 - parallel=True only on the drivers that split rows over threads.
+
+Threads spin only briefly at barriers: OpenMP's workers meet at a barrier every simulated cycle,
+and libgomp's default is to spin there for about 3 ms before sleeping. A spinning thread holds a
+core that another process (a second run, a sweep, a notebook) or this run's other thread needs,
+and the barrier then waits for the OS to schedule the descheduled one: two 256 x 256 runs at once
+took 8.5 times as long as with one thread each. Sleeping at once (OMP_WAIT_POLICY=PASSIVE) costs
+the wake-up at every barrier instead, 10-15% of the layer pipeline's speed on a quiet host.
+GOMP_SPINCOUNT=3000 (about 30 microseconds by libgomp's reckoning) keeps the two runs within 1.3
+times of one thread each and the quiet speed where it was. It is set here, before any parallel
+kernel starts the thread pool, unless the environment sets GOMP_SPINCOUNT or OMP_WAIT_POLICY
+itself (docs/mesh.md, "Threads").
 """
+
+import os
+
+if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+    os.environ["GOMP_SPINCOUNT"] = "3000"
 
 JIT = dict(cache=True, nogil=True, boundscheck=False, error_model="numpy")
 JIT_PARALLEL = dict(JIT, parallel=True)

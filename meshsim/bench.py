@@ -103,7 +103,7 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     from kernels.mesh import S_LINK_SENT
     from kernels.reference.mesh_ref import MeshReference, rate_map
 
-    from .mesh import MeshSim, build_inputs, set_threads
+    from .mesh import MeshSim, available_cores, build_inputs, set_threads
     from .scenario import scenario_from_dict
     from .state import state_bytes_per_pe
 
@@ -132,7 +132,7 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     fig["state_bytes_per_pe"] = state_bytes_per_pe(sim.state)
     sim.advance(min(cycles, 200))
     for label, threads in (("1_thread", 1), ("all_cores", 0)):
-        n = set_threads(threads)
+        n = set_threads(threads or available_cores())
         sim.advance(min(cycles, 50))
         t = time.perf_counter()
         sim.advance(cycles)
@@ -171,7 +171,7 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
         "migration": {"policy": "none"},
         "workload": {"type": "traffic", "pattern": "uniform", "injection_rate": rate, "warmup_cycles": 0,
                      "measure_cycles": fill + timed}})
-    set_threads(0)
+    set_threads(available_cores())
     tsim = MeshSim(build_inputs(ts), max(fill, timed))
     tsim.advance(fill)
     t = time.perf_counter()
@@ -243,6 +243,8 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
             f"{warm['process']:.2f} s cached ({warm['wall']:.2f} s run, {warm['kernel']:.3f} s in the kernel); "
             f"peak memory {warm['peak_bytes'] / 2**30:.2f} GiB")
 
+    fig.update(measure_contention(quick=quick, log=log))
+
     # The plain reference on a small grid, for the ratio.
     rs = scenario_from_dict(_scenario(True))
     rows, cols, ref_cycles = 8, 8, 40
@@ -260,6 +262,60 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     fig["speedup_over_reference"] = fig["pe_cycles_per_second_all_cores"] / fig["reference_pe_cycles_per_second"]
     log(f"plain reference ({rows} x {cols}): {fig['reference_pe_cycles_per_second']:.0f} PE-cycles/s; "
         f"the kernel is {fig['speedup_over_reference']:,.0f} times faster")
+    return fig
+
+
+_CONTENDED_RUN = textwrap.dedent("""
+    import json, sys
+    from meshsim.engine import run_scenario
+    from meshsim.scenario import scenario_from_dict
+    threads = None if sys.argv[2] == "default" else int(sys.argv[2])
+    res = run_scenario(scenario_from_dict({d}), sys.argv[1], threads=threads, progress=False)
+    print(json.dumps(dict(kernel=res.summary["kernel_seconds"], threads=res.summary["threads"])))
+""")
+_BUSY = "while True:\n    pass\n"
+
+
+def measure_contention(quick: bool = False, log=print) -> dict:
+    """More threads must never be a trap on a busy host: the same 256 x 256 run (the smallest grid
+    that gets two threads by default, meshsim.mesh.PES_PER_THREAD) with the default threads and
+    with one, two at once and one beside a process that keeps a core busy, each in a fresh process;
+    the figure is the wall time from starting the runs to the last one's end."""
+    d = _scenario(True, cycles=500 if quick else 5_000)
+    d["machine"] = dict(d["machine"], rows=256, cols=256)
+    d["output"] = dict(d["output"], frame_every_cycles=0, flush_every_cycles=5000)
+    script = _CONTENDED_RUN.format(d=repr(d))
+    fig = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        def runs(n: int, threads: str, busy: bool):
+            hog = subprocess.Popen([sys.executable, "-c", _BUSY]) if busy else None
+            try:
+                if hog is not None:
+                    time.sleep(0.2)
+                t = time.perf_counter()
+                procs = [subprocess.Popen([sys.executable, "-c", script, os.path.join(tmp, f"c{i}.h5"), threads],
+                                          stdout=subprocess.PIPE, text=True) for i in range(n)]
+                outs = [json.loads(p.communicate()[0]) for p in procs]
+                return time.perf_counter() - t, outs
+            finally:
+                if hog is not None:
+                    hog.kill()
+                    hog.wait()
+
+        runs(1, "1", False)  # compiles or loads the kernels first
+        for name, n, busy in (("two_at_once", 2, False), ("beside_a_busy_process", 1, True)):
+            wall_default, outs = runs(n, "default", busy)
+            wall_one, ones = runs(n, "1", busy)
+            k_default, k_one = max(o["kernel"] for o in outs), max(o["kernel"] for o in ones)
+            fig[f"contention_{name}_seconds_default_threads"] = wall_default
+            fig[f"contention_{name}_seconds_one_thread"] = wall_one
+            fig[f"contention_{name}_ratio"] = wall_default / wall_one
+            fig[f"contention_{name}_kernel_ratio"] = k_default / k_one
+            what = "two runs at once" if n == 2 else "one run beside a busy process"
+            log(f"contention, {what} (256 x 256, {d['run']['cycles']:,} cycles, fresh processes): "
+                f"{wall_default:.2f} s with the default threads ({outs[0]['threads']} each), {wall_one:.2f} s with "
+                f"one thread each: {wall_default / wall_one:.2f} times ({k_default:.2f} s against {k_one:.2f} s in "
+                f"the kernel: {k_default / k_one:.2f} times)")
     return fig
 
 

@@ -174,6 +174,17 @@ def _cmd_sweep(args) -> int:
         problems.append("--dashboard: applies only to a cluster this command starts")
     if args.insecure and not remote:
         problems.append("--insecure: applies only with --scheduler, --scheduler-file or --cluster")
+    if not remote:  # points run on this host: never more threads than it has cores
+        from .sweep import host_cores
+
+        cores = host_cores()
+        if args.threads > cores:
+            problems.append(f"--threads {args.threads}: more than this host's {cores} core(s); a point runs at most "
+                            f"{cores} thread(s) here")
+        elif args.workers is not None and args.workers * args.threads > cores:
+            problems.append(f"--workers {args.workers} with --threads {args.threads}: {args.workers * args.threads} "
+                            f"threads at once on this host's {cores} core(s), which only slows every point; at most "
+                            f"{max(1, cores // args.threads)} worker(s)")
     if problems:
         raise InputError(problems)
     sweep = load_sweep(args.sweep, args.output, threads=args.threads)
@@ -245,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("scenario", help="scenario TOML file")
     r.add_argument("overrides", nargs="*", metavar="section.key=value", help="override scenario values")
     r.add_argument("-o", "--output", help="result file (default results/NAME.h5)")
-    r.add_argument("--threads", type=int, default=None, help="Numba threads (default run.threads; 0 = all cores)")
+    r.add_argument("--threads", type=int, default=None,
+                   help="Numba threads (default run.threads; 0 = as many as the grid can use, up to the cores)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
     r.set_defaults(func=_cmd_run)
 
@@ -372,7 +384,7 @@ def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "threads", None) is not None and args.threads < 0:
-            raise InputError(f"--threads = {args.threads}: must be an integer >= 0 (0 = all cores)")
+            raise InputError(f"--threads = {args.threads}: must be an integer >= 0 (0 = as many as the grid can use)")
         return args.func(args)
     except InputError as e:
         for line in e.problems:

@@ -190,9 +190,10 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     scenarios to meshsim.ipu_run).
 
     output: the result path (default results/NAME.h5); threads: Numba threads (default run.threads,
-    0 = all cores); progress: show a progress bar (default: when stderr is a terminal);
-    max_cycles_per_call: the most cycles per kernel call (for rdu, intervals; for ipu, steps); stop: a
-    callable asked between kernel calls, True stopping the run as Ctrl-C does.
+    0 = as many as the grid can use: meshsim.mesh.default_threads); progress: show a progress bar
+    (default: when stderr is a terminal); max_cycles_per_call: the most cycles per kernel call (for
+    rdu, intervals; for ipu, steps); stop: a callable asked between kernel calls, True stopping the
+    run as Ctrl-C does.
     Raises InputError for a bad trace or output path before anything is written, and RunInterrupted
     on Ctrl-C/SIGTERM or `stop` (the file then holds every cycle done).
     """
@@ -214,7 +215,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
                                     stop_signals=StopSignals(stop), **per_call)
         return RunResult(path=path, summary=summary)
     inputs = build_inputs(scenario)  # may raise InputError: before any file exists
-    n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)
+    n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads, inputs.rows * inputs.cols)
     out = scenario.values["output"]
     cycles = scenario.get("run", "cycles")
     window = scenario.get("run", "window_cycles")

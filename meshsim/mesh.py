@@ -7,6 +7,7 @@ tests drive the kernel only through `MeshSim`.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numba
@@ -221,8 +222,29 @@ class MeshSim:
         return int(self.inputs.ev_cycle.size - np.count_nonzero(self.inputs.ev_cycle < cycles))
 
 
-def set_threads(threads: int) -> int:
-    """Use `threads` Numba threads (0 = all cores); returns the number in use."""
-    n = numba.config.NUMBA_NUM_THREADS if threads == 0 else min(threads, numba.config.NUMBA_NUM_THREADS)
+#: PEs each thread needs before one more pays for the barrier it adds to every cycle (docs/mesh.md,
+#: "Threads"): a grid of fewer runs on one thread when run.threads = 0.
+PES_PER_THREAD = 32_768
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity mask; at most Numba's thread pool)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, numba.config.NUMBA_NUM_THREADS))
+
+
+def default_threads(n_pes: int) -> int:
+    """Threads for run.threads = 0: one per PES_PER_THREAD PEs, at least one, at most the cores."""
+    return max(1, min(available_cores(), n_pes // PES_PER_THREAD))
+
+
+def set_threads(threads: int, n_pes: int = 0) -> int:
+    """Use `threads` Numba threads, at most the cores this process may run on; 0: as many as a grid
+    of `n_pes` PEs can use (`default_threads`; one for a machine with serial kernels, n_pes = 0).
+    Returns the number in use."""
+    n = default_threads(n_pes) if threads == 0 else min(threads, available_cores())
     numba.set_num_threads(n)
     return n

@@ -819,7 +819,7 @@ def dask_client(*, scheduler: str | None = None, scheduler_file: str | None = No
         return
     from distributed import LocalCluster
 
-    n = workers or max(1, _cores() // threads)
+    n = workers or max(1, host_cores() // threads)
     # Without --dashboard the scheduler's HTTP server (health checks only) takes any free loopback port.
     with one_each, LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
                                 dashboard_address="127.0.0.1:8787" if dashboard else "127.0.0.1:0",
@@ -852,7 +852,8 @@ def _stop_all(signum, frame) -> None:
     _STOP["all"] = True
 
 
-def _cores() -> int:
+def host_cores() -> int:
+    """The cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

@@ -110,7 +110,8 @@ def kill_runs(machine: str, kills: int, work: Path, seed: int = 1) -> list:
     rng = random.Random(seed)
     found = []
     for k in range(kills):
-        for p in (out, out.with_name(out.stem + ".incomplete.h5"), part_path(out.with_name(out.stem + ".incomplete.h5"))):
+        inc = out.with_name(out.stem + ".incomplete.h5")
+        for p in (out, inc, part_path(inc)):
             p.unlink(missing_ok=True)
         moment = rng.uniform(0.5 * appear, appear + 3.0) if k else appear + 0.02
         _kill_at(_start(args, work), moment)

@@ -284,6 +284,37 @@ def test_cli_errors_exit_2_without_traceback_and_write_nothing(tmp_path, capsys,
     assert not (tmp_path / "results").exists()
 
 
+def test_a_sweep_never_runs_more_threads_than_the_host_has_cores(tmp_path, capsys, monkeypatch):
+    import meshsim.sweep as sweep_module
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sweep_module, "host_cores", lambda: 2)
+    good = write(tmp_path, '[sweep]\nbase = "base.toml"\n', name="g.toml")
+    for args, message in ((["--threads", "3"], "--threads 3: more than this host's 2 core(s)"),
+                          (["--threads", "3", "--serial"], "--threads 3: more than this host's 2 core(s)"),
+                          (["--workers", "3"], "--workers 3 with --threads 1: 3 threads at once on this host's 2 "
+                                               "core(s), which only slows every point; at most 2 worker(s)"),
+                          (["--workers", "2", "--threads", "2"], "at most 1 worker(s)")):
+        assert main(["sweep", str(good), *args]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+    # the local cluster's default: one worker per --threads cores
+    seen = {}
+
+    class Cluster:
+        def __init__(self, **kw):
+            seen.update(kw)
+            raise RuntimeError("stop here")
+
+    import distributed
+
+    monkeypatch.setattr(distributed, "LocalCluster", Cluster)
+    with pytest.raises(RuntimeError, match="stop here"):
+        with sweep_module.dask_client(threads=2):
+            pass
+    assert seen["n_workers"] == 1 and seen["threads_per_worker"] == 1
+
+
 # ---------------------------------------------------------------------------------------------
 # Running
 
@@ -564,7 +595,7 @@ def test_jobqueue_job_scripts_carry_the_queue_walltime_cores_and_memory(tmp_path
         assert "--protocol tls://" in script
         files = {flag: script.split(f" {flag} ")[1].split()[0] for flag in ("--tls-ca-file", "--tls-cert", "--tls-key")}
         assert {Path(f).parent for f in files.values()} == {shared}
-        for flag, f in files.items():
+        for f in files.values():
             assert os.stat(f).st_mode & 0o777 == 0o600
             assert "-----BEGIN " in Path(f).read_text()
         assert "PRIVATE KEY" in Path(files["--tls-key"]).read_text()
