@@ -53,7 +53,7 @@ def analyse(path, window: int | None = None, target: float | None = None) -> dic
     with open_result_file(path) as f:
         if "provisional" in f["summary"]:
             raise MissingData(f"{path}: the run was killed: its figures are those of its last flush "
-                              f"({int(f.attrs.get('cycles_done', 0))} cycles), and its per-unit totals were never "
+                              f"({int(f.attrs.get('cycles_done', 0)):,} cycles), and its per-unit totals were never "
                               "written")
         out = dict(file=str(path), machine=machine, scenario=root.get("scenario_name", ""),
                    complete=bool(root.get("complete")), cycles=int(root.get("cycles_done", 0)))

@@ -174,7 +174,7 @@ def _cmd_sweep(args) -> int:
         problems.append("--dashboard: applies only to a cluster this command starts")
     if args.insecure and not remote:
         problems.append("--insecure: applies only with --scheduler, --scheduler-file or --cluster")
-    if not remote:  # points run on this host: never more threads than it has cores
+    if not remote and not args.dry_run:  # points run on this host: never more threads than it has cores
         from .sweep import host_cores
 
         cores = host_cores()
@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("overrides", nargs="*", metavar="section.key=value", help="override scenario values")
     r.add_argument("-o", "--output", help="result file (default results/NAME.h5)")
     r.add_argument("--threads", type=int, default=None,
-                   help="Numba threads (default run.threads; 0 = as many as the grid can use, up to the cores)")
+                   help="Numba threads (default run.threads; 0 = one per 32,768 PEs, up to the cores)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
     r.set_defaults(func=_cmd_run)
 
@@ -384,7 +384,8 @@ def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "threads", None) is not None and args.threads < 0:
-            raise InputError(f"--threads = {args.threads}: must be an integer >= 0 (0 = as many as the grid can use)")
+            raise InputError(f"--threads = {args.threads}: must be an integer >= 0 (0 = one per 32,768 PEs, up to "
+                             "the cores)")
         return args.func(args)
     except InputError as e:
         for line in e.problems:

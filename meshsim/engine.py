@@ -190,7 +190,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     scenarios to meshsim.ipu_run).
 
     output: the result path (default results/NAME.h5); threads: Numba threads (default run.threads,
-    0 = as many as the grid can use: meshsim.mesh.default_threads); progress: show a progress bar
+    0 = one per 32,768 PEs: meshsim.mesh.default_threads); progress: show a progress bar
     (default: when stderr is a terminal); max_cycles_per_call: the most cycles per kernel call (for
     rdu, intervals; for ipu, steps); stop: a callable asked between kernel calls, True stopping the
     run as Ctrl-C does.

@@ -2,7 +2,9 @@
 summarise (DESIGN.md sections 2.3, 3 and 5; the figures are defined in docs/ipu.md).
 
 `meshsim.engine.run_scenario` hands ipu scenarios here; the run has the other machines' file life
-(written as NAME.incomplete.h5, flushed every FLUSH_SECONDS, renamed when complete, kept on Ctrl-C).
+(docs/results.md: NAME.incomplete.h5 flushed every FLUSH_SECONDS with a provisional summary and
+the per-tile totals so far, NAME.h5 when complete, kept on Ctrl-C or SIGTERM, readable after
+SIGKILL).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """HDF5 result files (DESIGN.md section 5).
 
 A run writes `NAME.incomplete.h5` while it goes and renames it to `NAME.h5` only when it finishes.
-An interrupted run keeps the `.incomplete.h5` file, marked `complete = False`, holding everything
-up to its last flush. Every dataset carries `units` and `description` attributes, is chunked along
-time and compressed, and has dimension scales (`cycle`, `row`, `col`, ...) so xarray can open it.
+An interrupted run keeps the `.incomplete.h5` file, marked `complete = False`, holding every
+cycle done (a killed one, every cycle up to its last flush). Every dataset carries `units` and
+`description` attributes, is chunked along time and compressed, and has dimension scales (`cycle`,
+`row`, `col`, ...) so xarray can open it.
 
 The file's life keeps it readable whenever the run is stopped, SIGKILL included (docs/results.md):
 
@@ -246,7 +247,23 @@ class ResultFile:
         ds[t0:n] = data
 
     def _start(self) -> None:
-        """The layout is built: the provisional summary's slots, SWMR on, and the file under its name."""
+        """The layout is built: the provisional summary's slots, SWMR on, and the file under its name.
+        If that fails, the half-made file is removed."""
+        try:
+            self._start_swmr()
+        except BaseException as e:
+            self.finished = True
+            try:
+                self.f.close()
+            finally:
+                self.part.unlink(missing_ok=True)
+            if isinstance(e, OSError):
+                from .errors import InputError
+
+                raise InputError(f"{self.final_path}: cannot write the result ({e.strerror or e})") from None
+            raise
+
+    def _start_swmr(self) -> None:
         s = self.f["summary"].create_dataset(
             "provisional", shape=(2, PROVISIONAL_WIDTH), maxshape=(2, None), dtype=np.uint8,
             chunks=(1, PROVISIONAL_WIDTH), compression="gzip", compression_opts=1)
@@ -297,9 +314,18 @@ class ResultFile:
             return
         names = _handles(self)
         self.f.close()
-        shutil.copyfile(self.path, self.part)
-        self.f = h5py.File(self.part, "r+", libver=LIBVER)
-        self.state = "finishing"
+        self.state = "finishing"  # from here, a failure removes the copy and keeps the flushed file
+        try:
+            shutil.copyfile(self.path, self.part)
+            self.f = h5py.File(self.part, "r+", libver=LIBVER)
+        except OSError as e:
+            from .errors import InputError
+
+            self.finished = True
+            self.part.unlink(missing_ok=True)
+            raise InputError(f"{self.final_path}: the run could not be finished: copying {self.path} to write its "
+                             f"totals failed ({e.strerror or e}; the copy needs as much free space as the file); "
+                             "the file is kept as of its last flush") from None
         _rebind(self, names)
 
     def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
@@ -313,16 +339,20 @@ class ResultFile:
         self.f.attrs["complete"] = complete
         self.f.close()
         self.finished = True
+        from .errors import InputError
+
         target = self.final_path if complete else self.path
         try:
             os.replace(self.part, target)
-            if complete and self.path.exists():
-                self.path.unlink()
         except OSError as e:
-            from .errors import InputError
-
-            raise InputError(f"{target}: the run's file is complete in {self.part} but it could not be "
-                             f"renamed ({e.strerror or e})") from None
+            raise InputError(f"{target}: the run's file is written in {self.part} but it could not be renamed "
+                             f"({e.strerror or e})") from None
+        if complete:
+            try:
+                self.path.unlink(missing_ok=True)
+            except OSError as e:
+                raise InputError(f"{target}: the run is complete, but {self.path} could not be removed "
+                                 f"({e.strerror or e})") from None
         return target
 
     def close_incomplete(self) -> Path:
@@ -528,6 +558,7 @@ class ResultWriter(ResultFile):
 
     def write_pipeline(self, pipe, pe_flops_per_cycle: float) -> None:
         """The layer_pipeline's region table (docs/mesh.md, "Dataflow"), one entry per region."""
+        self._finishing()  # nothing to do while the layout is built, which is when a run writes it
         g = self.f.create_group("pipeline")
         g.attrs["description"] = "the regions of the layer pipeline, in pipeline order per replica"
         g.attrs["chunks_in_flight"] = pipe.chunks_in_flight

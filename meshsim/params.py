@@ -128,8 +128,9 @@ PARAMS: tuple[Param, ...] = (
     Param("run", "seed", "int", "", 1,
           "Seed of every random draw; the same seed gives bit-identical results.", (0, 2**63 - 1)),
     Param("run", "threads", "int", "threads", 0,
-          "Worker threads; 0 means as many as the grid can use, one per 32,768 PEs, up to the cores the "
-          "process may run on (one for the rdu and the ipu, whose kernels are serial). Results do not depend on it.",
+          "Worker threads; 0 means one per 32,768 PEs (what a shared host rewards; docs/mesh.md, \"Threads\"), "
+          "up to the cores the process may run on, and one for the rdu and the ipu, whose kernels are serial. "
+          "Results do not depend on it.",
           (0, 1024)),
     Param("run", "window_cycles", "int", "cycles", 100,
           "Length of the windows over which LI is computed (an rdu run computes it per section).",

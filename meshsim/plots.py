@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import h5py
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -573,11 +574,38 @@ def applicable(path) -> list[str]:
     return out
 
 
+def _check_rows_agree(path) -> None:
+    """A killed run's file (docs/results.md) may hold rows written after its last flush, which is
+    data the run made; but a kill in the middle of a flush can leave one table a few rows longer
+    than the tables beside it. Plots read them side by side: such a file is refused, by name."""
+    with open_result_file(path) as f:
+        if "provisional" not in f.get("summary", {}):
+            return
+        lengths = {}
+
+        def visit(name, obj):
+            if not (isinstance(obj, h5py.Dataset) and obj.maxshape and obj.maxshape[0] is None):
+                return
+            if obj.is_scale:
+                lengths.setdefault(obj.name, set()).add(obj.shape[0])
+            else:
+                for scale in obj.dims[0].values():
+                    lengths.setdefault(scale.name, set()).add(obj.shape[0])
+
+        f.visititems(visit)
+    uneven = sorted(name for name, n in lengths.items() if len(n) > 1)
+    if uneven:
+        raise InputError(f"{path}: the run was killed in the middle of a flush and its tables along "
+                         f"{', '.join(uneven)} end at different rows; `meshsim report` reads the summary of its last "
+                         "flush")
+
+
 def plot(path, out=None, kinds=None, fmt: str = "png", cycle: int | None = None) -> list[Path]:
     """Every plot kind the file has data for (or `kinds`), written under `out` (default: a folder
     beside the file named after it). Returns the paths written."""
     read_summary(path)  # a meshsim result, or a clear error
     _check_format(fmt)
+    _check_rows_agree(path)
     out = Path(out) if out is not None else Path(path).with_suffix("")
     have = applicable(path)
     wanted = have if not kinds else list(dict.fromkeys(kinds))

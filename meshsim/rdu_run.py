@@ -1,8 +1,9 @@
 """Running an rdu scenario: compile, step the kernel chunk by chunk, write the result, summarise
 (DESIGN.md sections 2.2, 3 and 5; the figures are defined in docs/rdu.md, "Metrics").
 
-`meshsim.engine.run_scenario` hands rdu scenarios here; the run has the mesh's file life (written
-as NAME.incomplete.h5, flushed every FLUSH_SECONDS, renamed when complete, kept on Ctrl-C).
+`meshsim.engine.run_scenario` hands rdu scenarios here; the run has the mesh's file life
+(docs/results.md: NAME.incomplete.h5 flushed every FLUSH_SECONDS with a provisional summary,
+NAME.h5 when complete, kept on Ctrl-C or SIGTERM, readable after SIGKILL).
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ from meshsim.output import open_result_file, part_path
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
+# machine -> overrides of a short run that loads (or compiles) the kernels before the kills
+WARM = {"mesh": ["run.cycles=20"], "rdu": ["workload.n_layers=1"], "ipu": ["run.steps=1"]}
+
 # machine -> (scenario, overrides that make a run long enough to be killed mid-way, flushing often)
 RUNS = {
     "mesh": ("smoke.toml", ["run.cycles=100000000", "output.flush_every_cycles=20", "run.window_cycles=100"]),
@@ -84,6 +87,9 @@ def check_killed(path: Path, machine: str, cwd) -> str:
         return "no flush yet"
     assert rep.returncode == 0, rep.stderr
     assert "INCOMPLETE" in rep.stdout
+    pl = _meshsim("plot", inc, "--kind", "timeline", "-o", path.parent / "plots", cwd=cwd)
+    assert "Traceback" not in pl.stderr, pl.stderr
+    assert pl.returncode == 0 or (pl.returncode == 2 and "killed in the middle of a flush" in pl.stderr), pl.stderr
     return "flushed"
 
 
@@ -106,6 +112,8 @@ def kill_runs(machine: str, kills: int, work: Path, seed: int = 1) -> list:
     args = ["run", ROOT / "scenarios" / scenario, *overrides, "-o", out, "-q", "--threads", "1"]
     # the run's own timing on this host: kills fall from its start to a few seconds past the file's
     # appearance, so some land before it exists, some while it is laid out, most while it runs
+    warm = _meshsim("run", ROOT / "scenarios" / scenario, *WARM[machine], "-o", work / "warm.h5", "-q", cwd=work)
+    assert warm.returncode == 0, warm.stderr
     appear = _time_to_file(args, work, out)
     rng = random.Random(seed)
     found = []
@@ -142,10 +150,13 @@ def test_a_killed_sweep_keeps_readable_point_files(tmp_path):
                             cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     t0 = time.perf_counter()
+    done = 0
     try:
-        while not list(tmp_path.glob("**/points/*.incomplete.h5")) and time.perf_counter() - t0 < 120:
-            time.sleep(0.05)
-        time.sleep(1.5)
+        while done < 20 and time.perf_counter() - t0 < 180:  # read while it runs, as SWMR allows
+            time.sleep(0.1)
+            for p in tmp_path.glob("**/points/*.incomplete.h5"):
+                with open_result_file(p) as f:
+                    done = int(f.attrs["cycles_done"])
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
