@@ -98,6 +98,8 @@ def test_sigterm_or_ctrl_c_leaves_an_incomplete_readable_file(work, signame):
 
     import h5py
 
+    from meshsim.output import open_result_file
+
     # A new session, so that SIGINT reaches the run alone, as Ctrl-C would from its terminal.
     proc = subprocess.Popen([sys.executable, "-m", "meshsim", "run", "smoke.toml", "run.cycles=100000000",
                              "output.flush_every_cycles=100", "-o", "long.h5", "-q"], cwd=work,
@@ -105,10 +107,13 @@ def test_sigterm_or_ctrl_c_leaves_an_incomplete_readable_file(work, signame):
                             start_new_session=True)
     partial = work / "long.incomplete.h5"
     try:
-        deadline = time.time() + 60
-        while not partial.exists() and time.time() < deadline:
+        deadline = time.time() + 180
+        done = 0
+        while done < 300 and time.time() < deadline:  # a few flushes in (read while it runs, as SWMR allows)
             time.sleep(0.2)
-        time.sleep(2.0)  # a few hundred cycles of the small grid
+            if partial.exists():
+                with open_result_file(partial) as f:
+                    done = int(f.attrs["cycles_done"])
         proc.send_signal(getattr(signal, signame))
         _, err = proc.communicate(timeout=60)
     finally:
