@@ -91,6 +91,14 @@ def test_validate_accepts_the_shipped_scenarios(work):
         assert "valid" in p.stdout
 
 
+def _ctrl_c_as_on_a_terminal():
+    """In the child: Ctrl-C as a process started from a terminal gets it, even when this test runs
+    where SIGINT is ignored (a shell's background job ignores it, and its children inherit that)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
 def test_sigterm_or_ctrl_c_leaves_an_incomplete_readable_file(work, signame):
     import signal
@@ -104,7 +112,7 @@ def test_sigterm_or_ctrl_c_leaves_an_incomplete_readable_file(work, signame):
     proc = subprocess.Popen([sys.executable, "-m", "meshsim", "run", "smoke.toml", "run.cycles=100000000",
                              "output.flush_every_cycles=100", "-o", "long.h5", "-q"], cwd=work,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)), stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_ctrl_c_as_on_a_terminal)
     partial = work / "long.incomplete.h5"
     try:
         deadline = time.time() + 180

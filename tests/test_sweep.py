@@ -545,8 +545,10 @@ def test_ctrl_c_stops_the_sweep_keeps_finished_points_and_a_rerun_completes_it(t
     summary = tmp_path / "results" / "sweeps" / "s" / "summary.csv"
     cmd = [sys.executable, "-m", "meshsim", "sweep", str(path), *how]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # Ctrl-C as a process started from a terminal gets it, even where this test runs with SIGINT
+    # ignored (a shell's background job ignores it, and its children inherit that).
     p = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while not (summary.exists() and any(r["status"] == "done" for r in read_csv(summary))):
         if time.monotonic() > deadline or p.poll() is not None:  # wait for the first finished point
