@@ -306,8 +306,7 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
                         _close_window(writer, sim, totals, window_start, regions)
                     if done % flush_every == 0 or done == cycles:
                         sim.audit()
-                        writer.write_summary(summary_now())  # provisional: a killed run still has one
-                        writer.flush(done)
+                        writer.flush(done, summary_now())  # provisional: a killed run still has one
                     bar.update(n)
                     timing["output"] += time.perf_counter() - t_out
                     if stop_signals.requested and done < cycles:

@@ -343,9 +343,8 @@ def run_ipu(scenario, final, *, threads: int, progress: bool, stop_signals, step
                     writer.append(*rows)
                     if time.perf_counter() - last_flush >= FLUSH_SECONDS:
                         writer.write_totals(sim.tile_busy())
-                        # provisional: a killed run still has one
-                        writer.write_summary(summarise(prog, sim, time.perf_counter() - t_start, kernel, threads))
-                        writer.flush(sim.cycle)
+                        # with the provisional summary: a killed run still has one
+                        writer.flush(sim.cycle, summarise(prog, sim, time.perf_counter() - t_start, kernel, threads))
                         last_flush = time.perf_counter()
                     bar.n = sim.steps_done
                     bar.refresh()

@@ -40,6 +40,7 @@ import numpy as np
 from kernels import mesh as K
 
 from . import __version__
+from .errors import InputError
 
 SCHEMA_VERSION = 1
 
@@ -222,7 +223,6 @@ class ResultFile:
         self.finished = False
         self.state = "building"  # then "running" (SWMR, at self.path), then "finishing" (a copy at self.part)
         self._slot = 0
-        self._provisional = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.f = open_result(self.part, scenario, machine, threads, cycles_requested)
 
@@ -258,8 +258,6 @@ class ResultFile:
             finally:
                 self.part.unlink(missing_ok=True)
             if isinstance(e, OSError):
-                from .errors import InputError
-
                 raise InputError(f"{self.final_path}: cannot write the result ({e.strerror or e})") from None
             raise
 
@@ -275,17 +273,17 @@ class ResultFile:
         os.replace(self.part, self.path)
         self.state = "running"
 
-    def flush(self, cycles_done: int) -> None:
-        """Make everything written so far durable and readable: the data, then cycles_done and the
-        summary given to `write_summary` since the last flush."""
+    def flush(self, cycles_done: int, summary: dict | None = None) -> None:
+        """Make everything written so far durable and readable: the data, then cycles_done and, while
+        the run goes, `summary` as the provisional summary (what a killed run's file shows)."""
         if self.state != "running":
             self.f.attrs["cycles_done"] = np.int64(cycles_done)
             self.f.flush()
             return
         self.f.flush()
-        if self._provisional is not None:
+        if summary is not None:
             text = json.dumps({"cycles_done": int(cycles_done),
-                               "summary": {k: _plain(v) for k, v in self._provisional.items()}}).encode()
+                               "summary": {k: _plain(v) for k, v in summary.items()}}).encode()
             ds = self.f["summary/provisional"]
             if len(text) >= ds.shape[1]:
                 ds.resize(len(text) + PROVISIONAL_WIDTH, axis=1)
@@ -293,16 +291,12 @@ class ResultFile:
             row[:len(text)] = np.frombuffer(text, np.uint8)
             ds[self._slot] = row
             self._slot ^= 1
-            self._provisional = None
         self.f.attrs.modify("cycles_done", np.int64(cycles_done))
         self.f.flush()
 
     def write_summary(self, summary: dict) -> None:
-        """The run's figures: while it runs, provisional (written at the next flush); when it
-        finishes, as attributes of /summary (replacing those written before)."""
-        if self.state == "running":
-            self._provisional = dict(summary)
-            return
+        """The run's figures as attributes of /summary (replacing those written before), when it
+        finishes; while it runs, `flush` takes them."""
         s = self.f["summary"].attrs
         for k, v in summary.items():
             s[k] = v
@@ -319,8 +313,6 @@ class ResultFile:
             shutil.copyfile(self.path, self.part)
             self.f = h5py.File(self.part, "r+", libver=LIBVER)
         except OSError as e:
-            from .errors import InputError
-
             self.finished = True
             self.part.unlink(missing_ok=True)
             raise InputError(f"{self.final_path}: the run could not be finished: copying {self.path} to write its "
@@ -339,8 +331,6 @@ class ResultFile:
         self.f.attrs["complete"] = complete
         self.f.close()
         self.finished = True
-        from .errors import InputError
-
         target = self.final_path if complete else self.path
         try:
             os.replace(self.part, target)

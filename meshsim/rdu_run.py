@@ -226,9 +226,9 @@ def run_rdu(scenario, final, *, threads: int, progress: bool, stop_signals, chun
                                             sim.out_stage_busy[:n])
                     sums.add(sim.out_cycles[:n], sim.out_series[:n])
                     if time.perf_counter() - last_flush >= FLUSH_SECONDS:
-                        # provisional: a killed run still has one
-                        writer.write_summary(summarise(prog, sim, sums, time.perf_counter() - t_start, kernel, threads))
-                        writer.flush(sim.cycle)
+                        # with the provisional summary: a killed run still has one
+                        writer.flush(sim.cycle, summarise(prog, sim, sums, time.perf_counter() - t_start, kernel,
+                                                          threads))
                         last_flush = time.perf_counter()
                     bar.n = int((sim.finish >= 0).sum())
                     bar.refresh()
