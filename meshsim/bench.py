@@ -103,9 +103,9 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     from kernels.mesh import S_LINK_SENT
     from kernels.reference.mesh_ref import MeshReference, rate_map
 
-    from .mesh import MeshSim, available_cores, build_inputs, set_threads
+    from .mesh.sim import MeshSim, available_cores, build_inputs, set_threads
     from .scenario import scenario_from_dict
-    from .state import state_bytes_per_pe
+    from .mesh.state import state_bytes_per_pe
 
     fig = {}
     sc = scenario_from_dict(_scenario(quick))

@@ -43,23 +43,23 @@ def _cmd_validate(args) -> int:
 
     sc = load_scenario(args.scenario, args.overrides)
     if sc.get("workload", "type") == "trace":
-        from .trace import load_trace
+        from .mesh.trace import load_trace
 
         load_trace(sc.trace_path, sc.get("machine", "rows"), sc.get("machine", "cols"))  # its problems too
     if sc.get("workload", "type") == "layer_pipeline":
-        from .pipeline import build
+        from .mesh.pipeline import build
 
         build(sc)  # placement, task lengths and weights: what a run would refuse
     m = sc.values["machine"]
     if m["type"] == "rdu":
-        from .rdu import compile_scenario
+        from .rdu.compiler import compile_scenario
 
         prog = compile_scenario(sc)  # what a run would refuse
         w = sc.values["workload"]
         print(f"{args.scenario}: valid (rdu {m['preset']}, {prog.chips_total} chip(s) {w['parallelism']}, fusion "
               f"{w['fusion']}: {len(prog.sections)} sections, {int(prog.n_instances.sum())} to run)")
     elif m["type"] == "ipu":
-        from .ipu import compile_scenario as compile_ipu
+        from .ipu.compiler import compile_scenario as compile_ipu
 
         prog = compile_ipu(sc)  # the memory check: what a run would refuse
         print(f"{args.scenario}: valid (ipu {m['preset']}, {prog.stages} stage(s) x {prog.spec.replicas} replica(s), "

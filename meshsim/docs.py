@@ -10,8 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from meshsim.errors import InputError
-from meshsim.params import (
+from .errors import InputError
+from .params import (
     Param,
     format_choices,
     format_condition,

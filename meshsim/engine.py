@@ -21,10 +21,10 @@ from kernels import mesh as K
 
 from . import metrics
 from .errors import InputError
-from .mesh import MeshSim, build_inputs, set_threads
+from .mesh.sim import MeshSim, build_inputs, set_threads
 from .output import ResultWriter
-from .regions import layers_of, region_figures, regions_of
-from .state import busy_cycles, state_bytes_per_pe
+from .mesh.regions import layers_of, region_figures, regions_of
+from .mesh.state import busy_cycles, state_bytes_per_pe
 
 
 class RunInterrupted(Exception):
@@ -202,11 +202,11 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     machine = scenario.get("machine", "type")
     if machine in ("rdu", "ipu"):
         if machine == "rdu":
-            from .rdu_run import run_rdu as run_machine
+            from .rdu.run import run_rdu as run_machine
 
             per_call = dict(chunk=max_cycles_per_call or 65_536)
         else:
-            from .ipu_run import run_ipu as run_machine
+            from .ipu.run import run_ipu as run_machine
 
             per_call = dict(steps_per_call=max_cycles_per_call or 0)
         n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)

@@ -534,7 +534,7 @@ class ResultWriter(ResultFile):
     def write_regions(self, figures: dict, group: str = "regions") -> None:
         """Whole-run figures per region (keys of meshsim.regions.FIGURES), replacing any before;
         group "layers" for the per-layer figures."""
-        from .regions import FIGURES
+        from .mesh.regions import FIGURES
 
         self._finishing()
         rg = self.f[group]

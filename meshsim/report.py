@@ -58,7 +58,7 @@ def read_summary(path) -> tuple[dict, dict]:
 
 def read_regions(path) -> dict | None:
     """Per-region whole-run figures of a result file (name -> array), or None if it has no regions."""
-    from .regions import FIGURES
+    from .mesh.regions import FIGURES
 
     with open_result_file(path) as f:
         if "regions" not in f or "li" not in f["regions"]:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import tomli_w
 
-from meshsim.errors import InputError
-from meshsim.params import (
+from .errors import InputError
+from .params import (
     BERNOULLI_WORKLOADS,
     DEFAULT_PRESET,
     IPU_PRESETS,
@@ -39,7 +39,7 @@ from meshsim.params import (
     section_params,
     sections,
 )
-from meshsim.transformer import PRECISION_BYTES
+from .transformer import PRECISION_BYTES
 
 _SECTIONS = sections()
 _KEYS = {s: tuple(p.name for p in section_params(s)) for s in _SECTIONS}
@@ -574,7 +574,7 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
 def _check_rdu(ok, get, add, shown) -> None:
     """Problems of an rdu scenario that involve several keys (docs/rdu.md, "Operators"), each
     reported through `add`."""
-    from meshsim.rdu import parse_parallelism
+    from .rdu.compiler import parse_parallelism
 
     par, mb, batch, seq = "workload.parallelism", "workload.microbatches", "workload.batch", "workload.seq_len"
     tile, layers, hs, nh = "workload.tile_tokens", "workload.n_layers", "workload.hidden_size", "workload.n_heads"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from meshsim.errors import InputError
+from .errors import InputError
 
 PRECISION_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 """Bytes per element of activations and weights, by precision name."""

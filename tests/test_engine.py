@@ -25,7 +25,7 @@ def test_a_run_without_output_path_writes_under_results_by_name():
 def test_a_grid_too_big_for_the_memory_is_an_input_error_before_anything_is_written(tmp_path, monkeypatch):
     import pytest
 
-    from meshsim import state
+    from meshsim.mesh import state
     from meshsim.engine import run_scenario
     from meshsim.errors import InputError
 
@@ -38,7 +38,7 @@ def test_a_grid_too_big_for_the_memory_is_an_input_error_before_anything_is_writ
 
 
 def test_state_layout_counts_what_is_allocated():
-    from meshsim.state import allocate_mesh, layout_bytes, mesh_layout, state_bytes_per_pe
+    from meshsim.mesh.state import allocate_mesh, layout_bytes, mesh_layout, state_bytes_per_pe
 
     st = allocate_mesh(10, 20, 16, 2, 2, [0] * 200)
     assert layout_bytes(mesh_layout(10, 20, 16, 2, 2)) == state_bytes_per_pe(st) * 200

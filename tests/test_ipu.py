@@ -18,8 +18,8 @@ from kernels import ipu as K
 from kernels.reference.ipu_ref import simulate
 from meshsim.engine import RunInterrupted, run_scenario
 from meshsim.errors import InputError
-from meshsim.ipu import compile_scenario
-from meshsim.ipu_run import IpuSim
+from meshsim.ipu.compiler import compile_scenario
+from meshsim.ipu.run import IpuSim
 from meshsim.params import IPU_PRESETS
 from meshsim.scenario import load_scenario, scenario_from_dict
 
@@ -332,7 +332,7 @@ def test_memory_weights_by_hand():
 
 
 def test_attention_costs_do_not_overflow_on_long_sequences():
-    from meshsim import ipu
+    from meshsim.ipu import compiler as ipu
     from meshsim.transformer import operators
 
     sc = scenario(dict(hidden_size=16384, n_heads=16, seq_len=1_048_576, batch=1, n_layers=1, vocab_size=0,
@@ -349,7 +349,7 @@ def test_attention_costs_do_not_overflow_on_long_sequences():
 
 
 def test_programs_and_runs_too_large_to_hold_are_refused_before_anything_runs(monkeypatch):
-    from meshsim import ipu
+    from meshsim.ipu import compiler as ipu
 
     with pytest.raises(InputError, match=r"machine.tiles = 1,000,000: .* busy counts; at most 50,000,000"):
         compile_scenario(scenario(dict(n_layers=12, training=True), dict(tiles=1_000_000)))
@@ -424,7 +424,7 @@ def _report_and_plot(path, tmp_path):
 
 @pytest.mark.parametrize("cut_at", ["pl:step", "pl:slowest_stage", "lat"])
 def test_ctrl_c_in_the_first_kernel_call_or_while_writing_loses_nothing(tmp_path, monkeypatch, cut_at):
-    from meshsim import ipu_run
+    from meshsim.ipu import run as ipu_run
 
     sc = scenario(dict(training=True, layers_per_ipu=[1, 1]), steps=4)
     full = run_scenario(sc, tmp_path / "full.h5", progress=False).path

@@ -8,7 +8,7 @@ from mesh_compare import compare_cycle_by_cycle, small_scenario
 from kernels.reference.mesh_ref import draw as ref_draw
 from kernels.reference.mesh_ref import rate_map
 from kernels.rng import draw
-from meshsim.mesh import MeshSim, build_inputs, injection_rates
+from meshsim.mesh.sim import MeshSim, build_inputs, injection_rates
 
 GRIDS = [(1, 1), (1, 5), (2, 2), (3, 5), (4, 6)]
 POLICIES = ["none", "least_loaded", "random_lower"]

@@ -17,7 +17,7 @@ first test checks it against these formulas.
 
 import pytest
 
-from meshsim.noc import measure, saturation_bound, saturation_throughput, xy_loads
+from meshsim.mesh.noc import measure, saturation_bound, saturation_throughput, xy_loads
 from meshsim.scenario import scenario_from_dict
 
 

@@ -122,7 +122,7 @@ def test_windows_cover_the_run(result):
 
 
 def test_an_interrupted_run_leaves_a_readable_incomplete_file(tmp_path, monkeypatch):
-    from meshsim import mesh
+    from meshsim.mesh import sim as mesh
 
     calls = {"n": 0}
     real = mesh.MeshSim.advance

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meshsim.errors import InputError
-from meshsim.placement import place, split, transformer_groups, weight_overflows
+from meshsim.mesh.placement import place, split, transformer_groups, weight_overflows
 from meshsim.transformer import Model, operators
 
 

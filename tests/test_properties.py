@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mesh_compare import compare_cycle_by_cycle, small_scenario
 
-from meshsim.mesh import MeshSim, build_inputs
+from meshsim.mesh.sim import MeshSim, build_inputs
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

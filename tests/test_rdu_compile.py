@@ -7,7 +7,7 @@ import pytest
 from kernels import rdu as K
 from meshsim.errors import InputError
 from meshsim.params import RDU_PRESETS
-from meshsim.rdu import (
+from meshsim.rdu.compiler import (
     MACHINE_KEYS,
     MODEL_KEYS,
     build_section,

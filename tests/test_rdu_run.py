@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kernels import rdu as K
-from meshsim import rdu as R
+from meshsim.rdu import compiler as R
 from meshsim.engine import RunInterrupted, run_scenario
 from meshsim.report import STABLE_SUMMARY_KEYS, read_summary
 from meshsim.scenario import scenario_from_dict
@@ -179,7 +179,7 @@ def summary(**kw):
     preset = kw.pop("preset", "sn30")
     prog = R.compile_program(R.spec_for(preset, **kw))
     sim = R.RduSim(prog)
-    from meshsim.rdu_run import _Sums, summarise
+    from meshsim.rdu.run import _Sums, summarise
 
     sums = _Sums(prog.n_chips)
     while not sim.finished:

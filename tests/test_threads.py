@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numba
 
-from meshsim import mesh
-from meshsim.mesh import PES_PER_THREAD, available_cores, default_threads, set_threads
+from meshsim.mesh import sim as mesh
+from meshsim.mesh.sim import PES_PER_THREAD, available_cores, default_threads, set_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 

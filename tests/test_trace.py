@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from meshsim.errors import InputError
-from meshsim.trace import MAX_LISTED, load_trace
+from meshsim.mesh.trace import MAX_LISTED, load_trace
 
 HEADER = "cycle,row,col,work_cycles\n"
 

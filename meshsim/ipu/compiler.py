@@ -16,8 +16,8 @@ import numpy as np
 
 from kernels import ipu as K
 
-from .errors import InputError
-from .transformer import Model, Operator, backward_of, operators
+from ..errors import InputError
+from ..transformer import Model, Operator, backward_of, operators
 
 #: Template kinds (docs/ipu.md, "Result file": templates/kind).
 KINDS = ("gemm", "attention", "elementwise", "norm", "embedding")

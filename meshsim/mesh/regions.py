@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import metrics
+from .. import metrics
 
 
 @dataclass

@@ -16,10 +16,10 @@ from tqdm import tqdm
 
 from kernels import rdu as K
 
-from . import metrics
-from .errors import InputError
-from .rdu import RduProgram, RduSim, compile_scenario
-from .rdu_output import OPERATORS, SECTIONS, RduResultWriter
+from .. import metrics
+from ..errors import InputError
+from .compiler import RduProgram, RduSim, compile_scenario
+from .output import OPERATORS, SECTIONS, RduResultWriter
 
 
 def pcu_busy_cycles(prog: RduProgram, sim: RduSim) -> np.ndarray:
@@ -192,7 +192,7 @@ FLUSH_SECONDS = 1.0
 
 def run_rdu(scenario, final, *, threads: int, progress: bool, stop_signals, chunk: int = 65_536):
     """Run a validated rdu scenario into `final` (checked writable); returns (path, summary)."""
-    from .engine import RunInterrupted, _StopRequested
+    from ..engine import RunInterrupted, _StopRequested
 
     t_start = time.perf_counter()
     prog = compile_scenario(scenario)  # InputError before any file exists

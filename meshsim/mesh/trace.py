@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from meshsim.errors import InputError
+from ..errors import InputError
 
 COLUMNS = ("cycle", "row", "col", "work_cycles")
 HDF5_SUFFIXES = (".h5", ".hdf5")

@@ -16,9 +16,9 @@ import numpy as np
 
 from kernels import rdu as K
 
-from .errors import InputError
-from .params import RDU_PRESETS, param
-from .transformer import Model, backward_of, operators
+from ..errors import InputError
+from ..params import RDU_PRESETS, param
+from ..transformer import Model, backward_of, operators
 
 ANCHOR_KINDS = ("gemm", "attention")
 # Operators followed by a tensor-parallel all-reduce of their output (Megatron): row-parallel

@@ -19,10 +19,10 @@ from tqdm import tqdm
 
 from kernels import ipu as K
 
-from . import metrics
-from .errors import InputError
-from .ipu import IpuProgram, compile_scenario
-from .output import ResultFile, describe
+from .. import metrics
+from ..errors import InputError
+from .compiler import IpuProgram, compile_scenario
+from ..output import ResultFile, describe
 
 #: name -> (column, units, description) of the supersteps/ table.
 SUPERSTEPS = {
@@ -312,7 +312,7 @@ def summarise(prog: IpuProgram, sim: IpuSim, wall: float, kernel_seconds: float,
 def run_ipu(scenario, final, *, threads: int, progress: bool, stop_signals, steps_per_call: int = 0):
     """Run a validated ipu scenario into `final` (checked writable); returns (path, summary).
     `steps_per_call`: steps per kernel call (0: as many as keep a call's rows near a million)."""
-    from .engine import RunInterrupted, _StopRequested
+    from ..engine import RunInterrupted, _StopRequested
 
     t_start = time.perf_counter()
     prog = compile_scenario(scenario)  # InputError before any file exists

@@ -14,7 +14,7 @@ import numpy as np
 
 from kernels import rdu as K
 
-from .output import ResultFile, describe
+from ..output import ResultFile, describe
 
 # name -> (series column, units, description), one value per interval and chip.
 SERIES = {
