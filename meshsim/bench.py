@@ -104,8 +104,8 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     from kernels.reference.mesh_ref import MeshReference, rate_map
 
     from .mesh.sim import MeshSim, available_cores, build_inputs, set_threads
-    from .scenario import scenario_from_dict
     from .mesh.state import state_bytes_per_pe
+    from .scenario import scenario_from_dict
 
     fig = {}
     sc = scenario_from_dict(_scenario(quick))

@@ -8,8 +8,8 @@ import numpy as np
 from kernels import mesh as K
 from kernels.reference.mesh_ref import MeshReference, rate_map
 from meshsim.mesh.sim import CFG_FIELDS, MeshSim, build_inputs
-from meshsim.scenario import scenario_from_dict
 from meshsim.mesh.state import busy_cycles
+from meshsim.scenario import scenario_from_dict
 
 SERIES_KEYS = {"busy": K.S_BUSY, "queued": K.S_QUEUED, "in_service": K.S_IN_SERVICE, "injected": K.S_INJECTED,
                "refused": K.S_REFUSED, "completed": K.S_COMPLETED, "migrated": K.S_MIGRATED,

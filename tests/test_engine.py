@@ -25,9 +25,9 @@ def test_a_run_without_output_path_writes_under_results_by_name():
 def test_a_grid_too_big_for_the_memory_is_an_input_error_before_anything_is_written(tmp_path, monkeypatch):
     import pytest
 
-    from meshsim.mesh import state
     from meshsim.engine import run_scenario
     from meshsim.errors import InputError
+    from meshsim.mesh import state
 
     monkeypatch.setattr(state, "available_memory_bytes", lambda: 100 * 2**20)
     sc = scenario_from_dict({"machine": {"rows": 757, "cols": 996}})

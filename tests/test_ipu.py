@@ -19,7 +19,8 @@ from kernels.reference.ipu_ref import simulate
 from meshsim.engine import RunInterrupted, run_scenario
 from meshsim.errors import InputError
 from meshsim.ipu.compiler import compile_scenario
-from meshsim.ipu.run import IpuSim
+from meshsim.ipu.output import IpuResultWriter
+from meshsim.ipu.sim import IpuSim
 from meshsim.params import IPU_PRESETS
 from meshsim.scenario import load_scenario, scenario_from_dict
 
@@ -424,7 +425,6 @@ def _report_and_plot(path, tmp_path):
 
 @pytest.mark.parametrize("cut_at", ["pl:step", "pl:slowest_stage", "lat"])
 def test_ctrl_c_in_the_first_kernel_call_or_while_writing_loses_nothing(tmp_path, monkeypatch, cut_at):
-    from meshsim.ipu import run as ipu_run
 
     sc = scenario(dict(training=True, layers_per_ipu=[1, 1]), steps=4)
     full = run_scenario(sc, tmp_path / "full.h5", progress=False).path
@@ -433,7 +433,7 @@ def test_ctrl_c_in_the_first_kernel_call_or_while_writing_loses_nothing(tmp_path
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
-        m.setattr(ipu_run.IpuSim, "advance", interrupted)
+        m.setattr(IpuSim, "advance", interrupted)
         with pytest.raises(RunInterrupted) as e:
             run_scenario(sc, tmp_path / "zero.h5", progress=False)
     with h5py.File(e.value.path) as f:
@@ -441,7 +441,7 @@ def test_ctrl_c_in_the_first_kernel_call_or_while_writing_loses_nothing(tmp_path
     _report_and_plot(e.value.path, tmp_path)
 
     # a Ctrl-C while the second call's rows are half written: the rows are written again, once
-    append = ipu_run.IpuResultWriter.append
+    append = IpuResultWriter.append
     calls = []
 
     def half_written(self, ss, pl, lat):
@@ -463,7 +463,7 @@ def test_ctrl_c_in_the_first_kernel_call_or_while_writing_loses_nothing(tmp_path
         append(self, ss, pl, lat)
 
     with monkeypatch.context() as m:
-        m.setattr(ipu_run.IpuResultWriter, "append", half_written)
+        m.setattr(IpuResultWriter, "append", half_written)
         with pytest.raises(RunInterrupted) as e:
             run_scenario(sc, tmp_path / "half.h5", progress=False, max_cycles_per_call=1)
     with h5py.File(e.value.path) as f, h5py.File(full) as g:

@@ -8,8 +8,8 @@ from mesh_compare import compare_cycle_by_cycle
 
 from kernels import mesh as K
 from meshsim.errors import InputError
-from meshsim.mesh.sim import CFG_FIELDS, MeshSim, build_inputs
 from meshsim.mesh.pipeline import build
+from meshsim.mesh.sim import CFG_FIELDS, MeshSim, build_inputs
 from meshsim.scenario import scenario_from_dict
 
 

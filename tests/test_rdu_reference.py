@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from kernels import rdu as K
 from kernels.reference.rdu_ref import run_reference
 from meshsim.errors import InputError
-from meshsim.rdu.compiler import RduSim, compile_program, spec_for
+from meshsim.rdu import RduSim, compile_program, spec_for
 
 NOD = (0, -1, -1, 0)
 

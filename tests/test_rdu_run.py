@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from kernels import rdu as K
-from meshsim.rdu import compiler as R
 from meshsim.engine import RunInterrupted, run_scenario
+from meshsim.rdu import compiler as R
+from meshsim.rdu.sim import RduSim
 from meshsim.report import STABLE_SUMMARY_KEYS, read_summary
 from meshsim.scenario import scenario_from_dict
 
@@ -114,7 +115,7 @@ def test_results_are_identical_across_threads_reruns_and_chunks(tmp_path, result
 
 def test_an_interrupted_run_leaves_a_readable_incomplete_file(tmp_path, monkeypatch):
     calls = {"n": 0}
-    real = R.RduSim.advance
+    real = RduSim.advance
 
     def advance_then_interrupt(self):
         calls["n"] += 1
@@ -122,7 +123,7 @@ def test_an_interrupted_run_leaves_a_readable_incomplete_file(tmp_path, monkeypa
             raise KeyboardInterrupt
         return real(self)
 
-    monkeypatch.setattr(R.RduSim, "advance", advance_then_interrupt)
+    monkeypatch.setattr(RduSim, "advance", advance_then_interrupt)
     path = tmp_path / "cut.h5"
     with pytest.raises(RunInterrupted) as e:
         run_scenario(scenario(), path, progress=False, max_cycles_per_call=50)
@@ -178,7 +179,7 @@ def test_the_command_line_runs_and_refuses_rdu_scenarios(tmp_path):
 def summary(**kw):
     preset = kw.pop("preset", "sn30")
     prog = R.compile_program(R.spec_for(preset, **kw))
-    sim = R.RduSim(prog)
+    sim = RduSim(prog)
     from meshsim.rdu.run import _Sums, summarise
 
     sums = _Sums(prog.n_chips)
@@ -233,4 +234,4 @@ def test_a_program_that_cannot_move_is_reported_not_looped():
     prog.instance[0, 0, K.IN_DEP_CHIP] = 0  # waits for itself: never ready
     prog.instance[0, 0, K.IN_DEP_INST] = 0
     with pytest.raises(RuntimeError, match="stuck"):
-        R.RduSim(prog).run()
+        RduSim(prog).run()

@@ -31,8 +31,8 @@ import numpy as np
 from kernels import mesh as K
 
 from ..errors import InputError
-from .placement import place, weight_overflows
 from ..transformer import Model, operators
+from .placement import place, weight_overflows
 
 # Where each elementwise or norm operator goes when fused: the matrix operator of its layer it
 # joins (a LayerNorm feeds the projection after it; GeLU and residual adds follow the one before).

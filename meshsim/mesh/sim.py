@@ -16,8 +16,8 @@ import numpy as np
 from kernels import mesh as K
 from kernels.workload import lognormal_rates, rate_thresholds
 
-from . import state as S
 from ..errors import InputError
+from . import state as S
 from .trace import load_trace
 
 # Indices of the kernel's int64 configuration vector.

@@ -18,8 +18,9 @@ from kernels import rdu as K
 
 from .. import metrics
 from ..errors import InputError
-from .compiler import RduProgram, RduSim, compile_scenario
+from .compiler import RduProgram, compile_scenario
 from .output import OPERATORS, SECTIONS, RduResultWriter
+from .sim import RduSim
 
 
 def pcu_busy_cycles(prog: RduProgram, sim: RduSim) -> np.ndarray:
@@ -192,7 +193,7 @@ FLUSH_SECONDS = 1.0
 
 def run_rdu(scenario, final, *, threads: int, progress: bool, stop_signals, chunk: int = 65_536):
     """Run a validated rdu scenario into `final` (checked writable); returns (path, summary)."""
-    from ..engine import RunInterrupted, _StopRequested
+    from ..run import RunInterrupted, _StopRequested
 
     t_start = time.perf_counter()
     prog = compile_scenario(scenario)  # InputError before any file exists
