@@ -21,21 +21,27 @@ from kernels.reference.mesh_ref import (  # noqa: E402
     draw,
     mix64,
     rate_map,
+    simulate,
     threshold,
 )
 
 W, E = 3, 1     # directions used below
 
 
-def make(**overrides):
-    """A reference machine with small, explicit defaults; tests override what they exercise."""
+def params_of(**overrides):
+    """Small, explicit defaults of a reference machine; tests override what they exercise."""
     params = dict(rows=1, cols=1, queue_capacity=8, hop_latency_cycles=1,
                   link_messages_per_cycle=1, link_buffer_messages=8, credit_delay_cycles=1,
                   policy="none", threshold=0, info_delay_cycles=1, max_per_cycle=1, seed=1,
                   rates=None, work_distribution="fixed", work_cycles=1, work_min_cycles=1,
                   work_max_cycles=100, trace_events=None)
     params.update(overrides)
-    return MeshReference(**params)
+    return params
+
+
+def make(**overrides):
+    """A reference machine with small, explicit defaults; tests override what they exercise."""
+    return MeshReference(**params_of(**overrides))
 
 
 def series(observables, key):
@@ -145,6 +151,16 @@ def test_single_pe_task_latency_is_its_work_and_the_next_one_waits():
     assert snap["totals"]["busy"] == [5]
     assert snap["totals"]["latency_sum"] == [7]
     assert snap["totals"]["completed"] == [2]
+
+
+def test_simulate_runs_the_whole_scenario_as_stepping_does():
+    params = params_of(rows=2, cols=2, policy="least_loaded", rates=[0.5, 0.9, 0.1, 0.3],
+                       work_distribution="uniform", work_min_cycles=1, work_max_cycles=6)
+    ref = MeshReference(**params)
+    result = simulate(40, **params)
+    assert result["series"] == ref.run(40)
+    assert result["snapshot"] == ref.snapshot()
+    assert sum(series(result["series"], "completed")) > 0
 
 
 def test_single_pe_queue_state_in_snapshot():

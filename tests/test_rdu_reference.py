@@ -5,7 +5,9 @@ Hand-built programs: unless a test says otherwise the DDR moves 1 byte per cycle
 (ddr_bytes_per_kcycle = 1024) in bursts of 100 bytes, so a burst of b bytes takes b cycles.
 """
 
+import re
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,11 +15,28 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels import rdu as K
-from kernels.reference.rdu_ref import run_reference
+from kernels.reference import rdu_ref
+from kernels.reference.rdu_ref import simulate
 from meshsim.errors import InputError
 from meshsim.rdu import RduSim, compile_program, spec_for
 
 NOD = (0, -1, -1, 0)
+
+LAYOUT = re.compile(r"^(ST|SE|IN|SR|PH|STREAM)_[A-Z0-9_]+$|^N_(ST|SE|IN|SR)$")
+
+
+def test_the_documented_table_layout_is_the_oracles_and_the_kernels():
+    """docs/rdu.md numbers the columns of the program tables and of the observables; the reference
+    keeps its own copy of those numbers (it imports nothing of the kernel), so the doc, the
+    reference and the kernel must agree, name by name."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "rdu.md").read_text()
+    documented = {name: int(value) for name, value in re.findall(r"`([A-Z][A-Z0-9_]*) = (\d+)`", doc)
+                  if LAYOUT.match(name)}
+    oracle = {name: getattr(rdu_ref, name) for name in dir(rdu_ref) if LAYOUT.match(name)}
+    kernel = {name: getattr(K, name) for name in dir(K) if LAYOUT.match(name)}
+    assert len(documented) == 39
+    assert oracle == documented
+    assert kernel == documented
 
 
 def stage(kind=0, nhi=4, nlo=0, chi=None, clo=0, dur=10, pcu0=0):
@@ -83,11 +102,11 @@ HAND = [
 
 @pytest.mark.parametrize("name, prog, cycles", HAND, ids=[h[0] for h in HAND])
 def test_the_reference_gives_the_hand_counted_cycles(name, prog, cycles):
-    assert run_reference(prog)["cycles"] == cycles
+    assert simulate(prog)["cycles"] == cycles
 
 
 def test_the_reference_counts_busy_wait_and_latency_of_one_stage():
-    r = run_reference(program([ONE], [[NOD]]))
+    r = simulate(program([ONE], [[NOD]]))
     s = r["series"][:, 0]
     assert r["busy"][0, 0, 0].tolist() == [10, 0]
     assert s[:, K.SR_BUSY_PCUS].sum() == 40  # 4 PCUs for 10 cycles
@@ -99,7 +118,7 @@ def test_the_reference_counts_busy_wait_and_latency_of_one_stage():
 
 
 def test_a_program_without_instances_has_no_cycles():
-    assert run_reference(program([ONE], [[], []]))["cycles"] == 0
+    assert simulate(program([ONE], [[], []]))["cycles"] == 0
     sim = RduSim(program([ONE], [[], []]))
     assert sim.run()[0].size == 0 and sim.cycle == 0
 
@@ -108,7 +127,7 @@ def compare(prog, chunk=7):
     """Run the kernel in chunks of `chunk` intervals and the reference; assert every output equal."""
     sim = RduSim(prog, chunk=chunk)
     starts, cycles, series, stage_busy = sim.run()
-    ref = run_reference(prog)
+    ref = simulate(prog)
     assert sim.cycle == ref["cycles"]
     assert starts.tolist() == (np.cumsum(cycles) - cycles).tolist()
     assert np.array_equal(np.repeat(series, cycles, axis=0), ref["series"])

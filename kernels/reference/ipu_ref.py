@@ -4,7 +4,14 @@ It is deliberately slow and literal: every rule of docs/ipu.md ("Mapping", "Memo
 superstep", "The pipeline", "Observables and metrics") is carried out in plain Python with lists
 and exact integers, unit by unit, tile by tile, superstep instance by superstep instance.  Its only
 job is to be obviously correct so that comparing it with the fast kernel, element by element,
-catches bugs in either.  Only `simulate(values)` is public.
+catches bugs in either.  It uses no code of meshsim or of the kernels: the transformer's
+operators, their FLOPs and bytes come from the table of docs/ipu.md ("The transformer's
+operators"), not from meshsim.transformer.
+
+Public: `simulate(values)` runs a whole scenario (the resolved `values` of a scenario: its
+"machine", "workload" and "run" tables) and returns every observable as plain lists and ints.  A
+tile over its SRAM raises ValueError (one line per IPU, as docs/ipu.md "Memory" says) before
+anything runs.  The scenario is taken as already checked: the oracle does not validate it.
 
 Choices made where docs/ipu.md is ambiguous or silent (each is also noted at its spot below):
 
@@ -39,8 +46,10 @@ from __future__ import annotations
 
 import math
 
-from meshsim.errors import InputError
-from meshsim.transformer import BACKWARD_FLOPS_FACTOR, PRECISION_BYTES, Model, operators
+# docs/ipu.md "The transformer's operators": bytes per element by precision, and backward FLOPs as a
+# multiple of forward FLOPs by operator kind.
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+BACKWARD_FLOPS_FACTOR = {"gemm": 2, "attention": 2, "elementwise": 1, "norm": 1}
 
 # Template kinds and directions, as docs/ipu.md "Result file" numbers them.
 KIND_CODE = {"gemm": 0, "attention": 1, "elementwise": 2, "norm": 3, "embedding": 4}
@@ -61,7 +70,31 @@ def _exact_div(a, c):
     return a // c
 
 
+def _block_operators(layer, T, B, S, H, A, F):
+    """The forward operators of transformer block `layer`, in execution order, as the table of
+    docs/ipu.md "The transformer's operators" gives them: (name, kind, FLOPs, weight elements,
+    input elements, output elements) for T tokens of B sequences of S tokens, hidden size H, A heads
+    and feed-forward width F."""
+    table = [
+        ("ln1", "norm", 8 * T * H, 2 * H, T * H, T * H),
+        ("qkv_proj", "gemm", 2 * T * H * 3 * H, 3 * H * H + 3 * H, T * H, 3 * T * H),
+        ("attn_scores_softmax", "attention", 2 * B * S * S * H + 5 * B * A * S * S, 0, 2 * T * H, B * A * S * S),
+        ("attn_v", "attention", 2 * B * S * S * H, 0, B * A * S * S + T * H, T * H),
+        ("out_proj", "gemm", 2 * T * H * H, H * H + H, T * H, T * H),
+        ("residual1", "elementwise", T * H, 0, 2 * T * H, T * H),
+        ("ln2", "norm", 8 * T * H, 2 * H, T * H, T * H),
+        ("ffn_up", "gemm", 2 * T * H * F, H * F + F, T * H, T * F),
+        ("gelu", "elementwise", 8 * T * F, 0, T * F, T * F),
+        ("ffn_down", "gemm", 2 * T * F * H, F * H + H, T * F, T * H),
+        ("residual2", "elementwise", T * H, 0, 2 * T * H, T * H),
+    ]
+    return [("layer%d.%s" % (layer, op), kind, fl, w, i, o) for op, kind, fl, w, i, o in table]
+
+
 def simulate(values: dict) -> dict:
+    """Run a whole ipu scenario (its resolved values) and return its observables: `templates`,
+    `supersteps`, `pipeline` (rows as docs/ipu.md "Result file" lists them), `memory` [stage][tile],
+    `tile_busy` [stage][tile], `cycles`, `microbatch_latency` and the cycle `shares`."""
     mach = values["machine"]
     wl = values["workload"]
     steps = int(values["run"]["steps"])
@@ -88,7 +121,7 @@ def simulate(values: dict) -> dict:
     S = int(wl["seq_len"])
     batch = int(wl["batch"])
     precision = wl["precision"]
-    e = PRECISION_BYTES[precision]
+    e = ELEMENT_BYTES[precision]
     training = bool(wl["training"])
     # Choice 10: recomputation is "training only"; without training it is ignored.
     recompute = bool(wl["recompute"]) and training
@@ -109,17 +142,7 @@ def simulate(values: dict) -> dict:
     # ---- Batches.
     B_m = _exact_div(batch, r_replicas * m)
     T = B_m * S
-    model = Model(
-        hidden_size=H,
-        n_layers=n_layers,
-        n_heads=A,
-        seq_len=S,
-        batch=B_m,
-        ffn_multiplier=int(wl["ffn_multiplier"]),
-        precision=precision,
-    )
-    all_ops = operators(model, True)  # forward and backward operators of one micro-batch
-    op_by_name = {op.name: op for op in all_ops}
+    F_width = int(wl["ffn_multiplier"]) * H  # F of the operator table
 
     # ---- Stages: which blocks each IPU holds.
     stage_layers = []
@@ -151,22 +174,20 @@ def simulate(values: dict) -> dict:
                 )
             )
         for layer in stage_layers[s]:
-            for op in all_ops:
-                if op.phase == "forward" and op.layer == layer:
-                    bop = op_by_name[op.name + ".backward"]
-                    fops.append(
-                        dict(
-                            name=op.name,
-                            kind=op.kind,
-                            block=layer,
-                            F=op.flops,
-                            Wb=op.weight_bytes,
-                            I=op.input_bytes,
-                            O=op.output_bytes,
-                            backward_name=bop.name,
-                            backward_flops=bop.flops,
-                        )
+            for name, kind, flops, w_el, i_el, o_el in _block_operators(layer, T, B_m, S, H, A, F_width):
+                fops.append(
+                    dict(
+                        name=name,
+                        kind=kind,
+                        block=layer,
+                        F=flops,
+                        Wb=w_el * e,
+                        I=i_el * e,
+                        O=o_el * e,
+                        backward_name=name + ".backward",
+                        backward_flops=BACKWARD_FLOPS_FACTOR[kind] * flops,
                     )
+                )
 
         # Work units, in their fixed order: (c_forward, c_backward, u_out, u_in) per unit.
         for fo in fops:
@@ -297,7 +318,7 @@ def simulate(values: dict) -> dict:
                 )
                 break
     if problems:
-        raise InputError(problems)
+        raise ValueError("\n".join(problems))
 
     # ---- Superstep lists and templates, stage by stage: forward list, then backward list.
     # A list entry is (fop, direction).

@@ -3,7 +3,14 @@
 It is deliberately slow: one Python object per PE, explicit per-cycle history of every value another
 PE may read, link messages kept with their send cycles so that "sent at a cycle <= t - L" is checked
 literally.  Its only job is to be obviously correct so that comparing it with the fast kernel, cycle
-by cycle, catches bugs in either.  Only the standard library is used.
+by cycle, catches bugs in either.  Only the standard library is used, and nothing of meshsim or of
+the kernels: its draws and rate maps are computed here from docs/mesh.md, and a layer_pipeline's
+region table is an input to it (choice 32), checked here.
+
+Public: `MeshReference(**params)`, the stepping machine (`step()` runs one cycle and returns its
+observables, `run(cycles)` several, `snapshot()` gives the canonical state); `simulate(cycles,
+**params)` runs a whole scenario through it; and the doc's helpers `mix64`, `cycle_key`, `draw`,
+`threshold` and `rate_map`.
 
 Choices made where docs/mesh.md is ambiguous or silent:
 
@@ -1373,3 +1380,10 @@ class MeshReference:
             },
         }
 
+
+def simulate(cycles, **params):
+    """Run cycles 0 .. cycles - 1 of a machine built as `MeshReference(**params)`; return its
+    observables, one dict per cycle (`series`), and its canonical state at the end (`snapshot`)."""
+    ref = MeshReference(**params)
+    series = ref.run(cycles)
+    return {"series": series, "snapshot": ref.snapshot()}

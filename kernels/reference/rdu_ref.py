@@ -3,7 +3,15 @@
 It is deliberately slow: it steps every cycle t = 0, 1, 2, ... and, for every chip in index
 order, performs steps A, B, C, D1..D6 of docs/rdu.md ("One cycle") literally, in plain Python.
 numpy is used only to build the output arrays.  Its only job is to be obviously correct so that
-comparing it with the fast kernel, cycle by cycle, catches bugs in either.
+comparing it with the fast kernel, cycle by cycle, catches bugs in either.  It uses no code of
+meshsim or of the kernels: the column numbers of the program tables and of the observables are its
+own, from docs/rdu.md ("The program tables", "Observables"), and a test checks they equal the
+kernel's.
+
+Public: `simulate(prog)` runs a whole compiled program (the tables docs/rdu.md "The program tables"
+lists, e.g. a `meshsim.rdu.RduProgram`, read only through those attributes) and returns every
+observable, one row per cycle; and the table layout constants (`ST_*`, `SE_*`, `IN_*`, `SR_*`,
+`PH_*`, `STREAM_*`).
 
 Choices made where docs/rdu.md is ambiguous or silent:
 
@@ -64,48 +72,60 @@ Choices made where docs/rdu.md is ambiguous or silent:
 
 import numpy as np
 
-from kernels.rdu import (
-    IN_DELAY,
-    IN_DEP_CHIP,
-    IN_DEP_INST,
-    IN_SECTION,
-    N_SR,
-    PH_DONE,
-    PH_RUN,
-    PH_SWITCH,
-    PH_WAIT,
-    SE_LOAD,
-    SE_NSTAGES,
-    SE_PMUS,
-    SE_PREFETCH_CAP,
-    SE_STAGE0,
-    SE_STORE,
-    SE_TILES,
-    SE_WEIGHTS,
-    SR_BUSY_PCUS,
-    SR_BUSY_STAGES,
-    SR_COLLECTIVE,
-    SR_DDR_BUSY,
-    SR_DDR_WAIT,
-    SR_INSTANCE,
-    SR_PHASE,
-    SR_PMUS,
-    ST_CHI,
-    ST_CLO,
-    ST_DUR,
-    ST_KIND,
-    ST_NHI,
-    ST_NLO,
-    STREAM_LOADS,
-    STREAM_WEIGHTS,
-)
+# The table layout of docs/rdu.md ("The program tables" and "Observables"), numbered there; a test
+# checks that these equal the kernel's (kernels/rdu.py), so that the doc, the oracle and the kernel agree.
+# stage[s, :]
+ST_KIND = 0  # 0 compute, 1 collective
+ST_NHI = 1
+ST_NLO = 2
+ST_CHI = 3
+ST_CLO = 4
+ST_DUR = 5
+ST_PCU0 = 6
+ST_PMUS = 7
+N_ST = 8
+# section[x, :]
+SE_STAGE0 = 0
+SE_NSTAGES = 1
+SE_TILES = 2
+SE_LOAD = 3
+SE_STORE = 4
+SE_WEIGHTS = 5
+SE_PREFETCH_CAP = 6
+SE_PMUS = 7
+N_SE = 8
+# instance[c, i, :]
+IN_SECTION = 0
+IN_DEP_CHIP = 1
+IN_DEP_INST = 2
+IN_DELAY = 3
+N_IN = 4
+# phases
+PH_SWITCH = 0
+PH_WAIT = 1
+PH_RUN = 2
+PH_DONE = 3
+# a chip's observables of one cycle
+SR_BUSY_PCUS = 0
+SR_BUSY_STAGES = 1
+SR_COLLECTIVE = 2
+SR_PMUS = 3
+SR_DDR_BUSY = 4
+SR_PHASE = 5
+SR_INSTANCE = 6
+SR_DDR_WAIT = 7
+N_SR = 8
+# DDR streams of step B
+STREAM_WEIGHTS = 0
+STREAM_LOADS = 1
+STREAM_STORES = 2
 
 
 def _ceil_div(a, b):
     return -((-a) // b)
 
 
-class Template:
+class _Template:
     """One section template, read from the section and stage tables."""
 
     def __init__(self, prog, x):
@@ -133,7 +153,7 @@ class Template:
             )
 
 
-class Chip:
+class _Chip:
     """State of one chip, with the names of docs/rdu.md."""
 
     def __init__(self, n_instances, X):
@@ -168,7 +188,11 @@ class Chip:
         self.tile_start = {}  # tile index -> first-burst cycle, for the current instance
 
 
-def run_reference(prog, max_cycles=10_000_000):
+def simulate(prog, max_cycles=10_000_000):
+    """Run a whole program, every cycle of every chip, and return: `cycles`; `series` [cycle, chip,
+    N_SR]; `stage_busy` [cycle, chip, stage slot] busy PCUs; `finish` [chip, instance]; `busy` [chip,
+    instance, stage, (class hi, class lo)] busy cycles; `ddr_bytes` [chip]; `tile_latency` (chip,
+    instance, tile order)."""
     instance = np.asarray(prog.instance)
     n_inst = [int(v) for v in np.asarray(prog.n_instances)]
     n_chips = int(instance.shape[0])
@@ -180,7 +204,7 @@ def run_reference(prog, max_cycles=10_000_000):
     kbw = int(prog.ddr_bytes_per_kcycle)
 
     n_templates = int(np.asarray(prog.section).shape[0])
-    templates = [Template(prog, x) for x in range(n_templates)]
+    templates = [_Template(prog, x) for x in range(n_templates)]
     max_stages = max([1] + [tp.n for tp in templates])
 
     def inst_row(c, i):
@@ -194,7 +218,7 @@ def run_reference(prog, max_cycles=10_000_000):
 
     insts = [[inst_row(c, i) for i in range(n_inst[c])] for c in range(n_chips)]
 
-    chips = [Chip(n_inst[c], X) for c in range(n_chips)]
+    chips = [_Chip(n_inst[c], X) for c in range(n_chips)]
     for c in range(n_chips):
         if n_inst[c] > 0:
             chips[c].reset_counters(insts[c][0]["template"].n)
