@@ -26,7 +26,7 @@ from .errors import InputError
 
 
 def _cmd_run(args) -> int:
-    from .engine import run_scenario
+    from .run import run_scenario
     from .report import format_summary, read_regions, read_summary
     from .scenario import load_scenario
 
@@ -39,36 +39,13 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_validate(args) -> int:
+    from .machine import get
     from .scenario import load_scenario
 
     sc = load_scenario(args.scenario, args.overrides)
-    if sc.get("workload", "type") == "trace":
-        from .mesh.trace import load_trace
-
-        load_trace(sc.trace_path, sc.get("machine", "rows"), sc.get("machine", "cols"))  # its problems too
-    if sc.get("workload", "type") == "layer_pipeline":
-        from .mesh.pipeline import build
-
-        build(sc)  # placement, task lengths and weights: what a run would refuse
-    m = sc.values["machine"]
-    if m["type"] == "rdu":
-        from .rdu.compiler import compile_scenario
-
-        prog = compile_scenario(sc)  # what a run would refuse
-        w = sc.values["workload"]
-        print(f"{args.scenario}: valid (rdu {m['preset']}, {prog.chips_total} chip(s) {w['parallelism']}, fusion "
-              f"{w['fusion']}: {len(prog.sections)} sections, {int(prog.n_instances.sum())} to run)")
-    elif m["type"] == "ipu":
-        from .ipu.compiler import compile_scenario as compile_ipu
-
-        prog = compile_ipu(sc)  # the memory check: what a run would refuse
-        print(f"{args.scenario}: valid (ipu {m['preset']}, {prog.stages} stage(s) x {prog.spec.replicas} replica(s), "
-              f"{len(prog.templates)} superstep templates; fullest tile {int(prog.memory.max()):,} of "
-              f"{m['tile_sram_kib'] * 1024:,} bytes)")
-    else:
-        print(f"{args.scenario}: valid ({sc.get('machine', 'type')} {m['rows']} x {m['cols']}, "
-              f"{sc.get('workload', 'type')} workload, migration {sc.get('migration', 'policy')}, "
-              f"{sc.get('run', 'cycles'):,} cycles)")
+    machine = get(sc.get("machine", "type"))
+    inputs = machine.compile_scenario(sc)  # what a run would refuse (a trace, a placement, memory)
+    print(machine.describe(str(args.scenario), sc, inputs))
     if args.resolved:
         print(sc.resolved_toml(), end="")
     return 0
@@ -395,7 +372,7 @@ def _main(argv) -> int:
         print("meshsim: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # the run's own interruption carries the path of what it kept
-        from .engine import RunInterrupted
+        from .run import RunInterrupted
 
         if isinstance(e, RunInterrupted):
             print(f"meshsim: {e}", file=sys.stderr)

@@ -7,7 +7,10 @@ not exist.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from .machine import names as machine_names
 
 #: The value types a parameter may have. "regions" is a list of [row0, col0, row1, col1] integer
 #: lists: half-open rectangles of PEs, rows row0..row1-1 and columns col0..col1-1; "ints" a list of
@@ -30,8 +33,9 @@ class Param:
     unit: the unit of the value ("" when it has none); also carried in the name where it has one.
     default: the value used when the scenario does not set the key (a tuple stands for a TOML list).
     description: one line saying what the key means.
-    allowed: an inclusive (lo, hi) numeric range, a tuple of allowed strings, or None (any value
-        of the type).
+    allowed: an inclusive (lo, hi) numeric range, a tuple of allowed strings (or a function giving
+        them: machine.type's are the registry's, meshsim.machine.names), or None (any value of the
+        type).
     applies_when: None, or ("section.key", values): the key only means something when that other
         key has one of those values; setting it otherwise is an error.
     """
@@ -42,7 +46,7 @@ class Param:
     unit: str
     default: object
     description: str
-    allowed: tuple | None = None
+    allowed: tuple | Callable | None = None
     applies_when: tuple[str, tuple] | None = None
 
     @property
@@ -54,7 +58,7 @@ class Param:
     def choices(self) -> tuple[str, ...] | None:
         """The allowed strings of a "str" key with a fixed set of values, else None."""
         if self.type == "str" and self.allowed is not None:
-            return tuple(self.allowed)
+            return tuple(self.allowed() if callable(self.allowed) else self.allowed)
         return None
 
     @property
@@ -139,7 +143,7 @@ PARAMS: tuple[Param, ...] = (
     Param("machine", "type", "str", "", "mesh",
           "The machine model: mesh is a WSE-2-style 2D mesh of PEs, rdu a SambaNova-style "
           "reconfigurable dataflow chip (docs/rdu.md), ipu Graphcore-style bulk-synchronous tiles "
-          "(docs/ipu.md).", ("mesh", "rdu", "ipu")),
+          "(docs/ipu.md).", machine_names),
     Param("machine", "rows", "int", "PEs", 757,
           "Rows of PEs in the mesh (the WSE-2 fabric usable by programs is 757 x 996).", (1, 4096), _MESH),
     Param("machine", "cols", "int", "PEs", 996,

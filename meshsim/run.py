@@ -1,16 +1,27 @@
 """The run loop, written once for every machine: a scenario in, an HDF5 result and a summary out.
 
-PLACEHOLDER
+`run_scenario` is the library entry point; the command line is a thin layer over it. It asks the
+registry (meshsim.machine) for the scenario's machine, compiles the scenario, lays out the result
+file and then drives the machine's Run one kernel call at a time: between calls the Run writes
+what the call produced, the file is flushed with a provisional summary when the Run says so, the
+progress bar moves and a stop is honoured (docs/results.md: the file's life; docs/design.md: the
+interface). Nothing here knows what a machine is made of.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-from dataclasses import dataclass
+import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from tqdm import tqdm
+
+from . import machine as machines
 from .errors import InputError
+from .threads import set_threads
 
 
 class RunInterrupted(Exception):
@@ -101,3 +112,97 @@ def check_output_path(path) -> Path:
     return p
 
 
+
+
+@dataclass
+class Timing:
+    """Where a run's time went so far: the kernel's first call (which carries compilation) apart
+    from the others, and the writing between calls."""
+
+    threads: int
+    start: float = field(default_factory=time.perf_counter)
+    kernel: float = 0.0  # seconds in kernel calls after the first
+    first_call: float | None = None
+    first_call_units: int = 0  # cycles (or steps) the first call ran
+    output: float = 0.0  # seconds writing and summing between calls
+
+    @property
+    def wall(self) -> float:
+        return time.perf_counter() - self.start
+
+    @property
+    def kernel_total(self) -> float:
+        return self.kernel + (self.first_call or 0.0)
+
+    def add_call(self, seconds: float, units: int) -> None:
+        if self.first_call is None:
+            self.first_call, self.first_call_units = seconds, units
+        else:
+            self.kernel += seconds
+
+
+def run_scenario(scenario, output=None, *, threads: int | None = None, progress: bool | None = None,
+                 max_cycles_per_call: int | None = None, stop=None) -> RunResult:
+    """Run a validated scenario on its machine and write its HDF5 result.
+
+    output: the result path (default results/NAME.h5); threads: Numba threads (default run.threads,
+    0 = the machine's choice: for the mesh one per 32,768 PEs); progress: show a progress bar
+    (default: when stderr is a terminal); max_cycles_per_call: the most cycles (rdu: intervals; ipu:
+    steps) per kernel call; stop: a callable asked between kernel calls, True stopping the run as
+    Ctrl-C does.
+    Raises InputError for a bad scenario input or output path before anything is written, and
+    RunInterrupted on Ctrl-C/SIGTERM or `stop` (the file then holds everything done).
+    """
+    timing = Timing(threads=0)
+    final = check_output_path(output if output is not None else default_output_path(scenario))
+    machine = machines.get(scenario.get("machine", "type"))
+    inputs = machine.compile_scenario(scenario)  # may raise InputError: before any file exists
+    requested = scenario.get("run", "threads") if threads is None else threads
+    timing.threads = set_threads(requested, machine.default_threads(inputs))
+    run = machine.start(scenario, inputs, per_call=max_cycles_per_call)
+    if progress is None:
+        progress = sys.stderr.isatty()
+    stop_signals = StopSignals(stop)
+    try:
+        writer = machine.open_writer(final, scenario, run, timing.threads)
+    except OSError as e:
+        raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
+    bar = tqdm(total=run.total, unit=machine.unit, disable=not progress, delay=2.0, file=sys.stderr,
+               dynamic_ncols=True)
+    try:
+        with writer, stop_signals:
+            try:
+                _drive(run, writer, timing, bar, stop_signals)
+            except (KeyboardInterrupt, _StopRequested):
+                run.catch_up(writer)  # stopped between the kernel call and its output
+                path, _ = _finish(run, writer, timing, complete=False)
+                raise RunInterrupted(path, run.cycle) from None
+            path, summary = _finish(run, writer, timing, complete=True)
+    finally:
+        bar.close()
+    return RunResult(path=path, summary=summary)
+
+
+def _drive(run, writer, timing: Timing, bar, stop_signals) -> None:
+    """Kernel call, output, flush, progress, until the run is finished or asked to stop."""
+    last_flush = time.perf_counter()
+    while not run.finished:
+        t0 = time.perf_counter()
+        n = run.advance()
+        timing.add_call(time.perf_counter() - t0, n)
+        t_out = time.perf_counter()
+        run.record(writer)
+        if run.flush_due(time.perf_counter() - last_flush):
+            run.prepare_flush(writer)
+            writer.flush(run.cycle, run.summarise(timing))  # provisional: a killed run still has one
+            last_flush = time.perf_counter()
+        bar.update(run.done - bar.n)
+        timing.output += time.perf_counter() - t_out
+        if stop_signals.requested and not run.finished:
+            raise _StopRequested
+
+
+def _finish(run, writer, timing: Timing, complete: bool):
+    run.write_final(writer)
+    summary = run.summarise(timing)
+    return writer.finish(summary, run.cycle, complete=complete), summary

@@ -11,7 +11,6 @@ The only filesystem access here is reading the scenario and checking that a trac
 from __future__ import annotations
 
 import datetime
-import difflib
 import json
 import math
 import os
@@ -23,6 +22,7 @@ from pathlib import Path
 import tomli_w
 
 from .errors import InputError
+from .errors import closest as _closest
 from .params import (
     BERNOULLI_WORKLOADS,
     DEFAULT_PRESET,
@@ -741,21 +741,6 @@ def _unknown_key(section: str, key: str) -> str:
         paths = [p for p, k in elsewhere.items() if k == match]
         return f"unknown key; did you mean {paths[0]}?"
     return f"unknown key; the keys of [{section}] are " + ", ".join(_KEYS[section])
-
-
-def _closest(word: str, candidates, cutoff: float = 0.6) -> str | None:
-    """The candidate the user most likely meant, or None."""
-    candidates = list(candidates)
-    folded = {c.lower(): c for c in candidates}
-    if word.lower() in folded:
-        return folded[word.lower()]
-    # An abbreviation ("least" for "least_loaded") scores low on similarity but is unambiguous.
-    if len(word) >= 3:
-        starts = [c for c in candidates if c.lower().startswith(word.lower())]
-        if len(starts) == 1:
-            return starts[0]
-    matches = difflib.get_close_matches(word.lower(), list(folded), n=1, cutoff=cutoff)
-    return folded[matches[0]] if matches else None
 
 
 def _toml_repr(value, limit: int = 80) -> str:

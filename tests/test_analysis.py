@@ -9,9 +9,9 @@ import pytest
 
 from meshsim.analysis import analyse, format_comparison, format_report
 from meshsim.cli import main
-from meshsim.engine import run_scenario
 from meshsim.errors import InputError
 from meshsim.roofline import kernels, platform_of, presets
+from meshsim.run import run_scenario
 from meshsim.scenario import scenario_from_dict
 from meshsim.transformer import Model
 

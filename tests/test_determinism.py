@@ -97,7 +97,7 @@ def test_results_are_bit_identical_with_1_2_and_3_threads_and_on_rerun(tmp_path,
 
 def test_in_process_chunking_does_not_change_results(tmp_path):
     """Many cycles per kernel call or one: the same file."""
-    from meshsim.engine import run_scenario
+    from meshsim.run import run_scenario
     from meshsim.scenario import load_scenario
 
     sc = tmp_path / "s.toml"

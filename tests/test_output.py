@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from meshsim import metrics
-from meshsim.engine import RunInterrupted, run_scenario
 from meshsim.report import read_summary
+from meshsim.run import RunInterrupted, run_scenario
 from meshsim.scenario import scenario_from_dict
 
 # DESIGN.md section 5, word for word: the names users' scripts rely on.

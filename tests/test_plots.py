@@ -7,8 +7,8 @@ from PIL import Image
 
 from meshsim import plots
 from meshsim.cli import main
-from meshsim.engine import run_scenario
 from meshsim.errors import InputError
+from meshsim.run import run_scenario
 from meshsim.scenario import scenario_from_dict
 
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from kernels import rdu as K
-from meshsim.engine import RunInterrupted, run_scenario
 from meshsim.rdu import compiler as R
 from meshsim.rdu.sim import RduSim
 from meshsim.report import STABLE_SUMMARY_KEYS, read_summary
+from meshsim.run import RunInterrupted, run_scenario
 from meshsim.scenario import scenario_from_dict
 
 

@@ -1,8 +1,9 @@
-"""The run engine's own logic: where it stops the kernel, and the defaults it applies."""
+"""The run loop's own logic: where the mesh stops its kernel, and the defaults a run applies."""
 
 from pathlib import Path
 
-from meshsim.engine import _stops, default_output_path
+from meshsim.mesh.run import _stops
+from meshsim.run import default_output_path
 from meshsim.scenario import scenario_from_dict
 
 
@@ -25,9 +26,9 @@ def test_a_run_without_output_path_writes_under_results_by_name():
 def test_a_grid_too_big_for_the_memory_is_an_input_error_before_anything_is_written(tmp_path, monkeypatch):
     import pytest
 
-    from meshsim.engine import run_scenario
     from meshsim.errors import InputError
     from meshsim.mesh import state
+    from meshsim.run import run_scenario
 
     monkeypatch.setattr(state, "available_memory_bytes", lambda: 100 * 2**20)
     sc = scenario_from_dict({"machine": {"rows": 757, "cols": 996}})

@@ -39,7 +39,7 @@ def test_threads_never_exceed_the_cores_the_process_may_run_on():
 
 
 def test_a_run_with_the_default_threads_records_how_many_it_used(tmp_path):
-    from meshsim.engine import run_scenario
+    from meshsim.run import run_scenario
     from meshsim.scenario import load_scenario
 
     res = run_scenario(load_scenario(ROOT / "scenarios" / "smoke.toml", [("run.cycles", 50)]), tmp_path / "s.h5",

@@ -1,25 +1,18 @@
-"""Running an ipu scenario: compile, run the pipeline schedule step by step, write the result,
-summarise (DESIGN.md sections 2.3, 3 and 5; the figures are defined in docs/ipu.md).
-
-`meshsim.engine.run_scenario` hands ipu scenarios here; the run has the other machines' file life
-(docs/results.md: NAME.incomplete.h5 flushed every FLUSH_SECONDS with a provisional summary and
-the per-tile totals so far, NAME.h5 when complete, kept on Ctrl-C or SIGTERM, readable after
-SIGKILL).
+"""An ipu run between kernel calls (meshsim.machine.Run): the pipeline schedule run step by step,
+its rows written as they come, its summary (the figures are defined in docs/ipu.md). meshsim.run
+drives it with every machine's file life (docs/results.md: flushed every FLUSH_SECONDS with a
+provisional summary and the per-tile totals so far).
 """
 
 from __future__ import annotations
 
-import sys
-import time
-
 import numpy as np
-from tqdm import tqdm
 
 from kernels import ipu as K
 
 from .. import metrics
-from ..errors import InputError
-from .compiler import IpuProgram, compile_scenario
+from ..machine import Run
+from .compiler import IpuProgram
 from .output import IpuResultWriter
 from .sim import IpuSim, run_steps, stage_times
 
@@ -103,57 +96,59 @@ def summarise(prog: IpuProgram, sim: IpuSim, wall: float, kernel_seconds: float,
     }
 
 
-def run_ipu(scenario, final, *, threads: int, progress: bool, stop_signals, steps_per_call: int = 0):
-    """Run a validated ipu scenario into `final` (checked writable); returns (path, summary).
-    `steps_per_call`: steps per kernel call (0: as many as keep a call's rows near a million)."""
-    from ..run import RunInterrupted, _StopRequested
+class IpuRun(Run):
+    """An ipu run between kernel calls: the schedule run some steps per call (default: as many as
+    keep a call's rows near a million), the rows written as they come, the file flushed every
+    FLUSH_SECONDS with the per-tile totals so far."""
 
-    t_start = time.perf_counter()
-    prog = compile_scenario(scenario)  # InputError before any file exists
-    sim = IpuSim(prog)
-    per_call = steps_per_call or max(1, 1_000_000 // max(1, prog.rows_per_step))
-    try:
-        writer = IpuResultWriter(final, scenario, prog, threads=threads,
-                                 compression_level=scenario.get("output", "compression_level"))
-    except OSError as e:
-        raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
-    kernel = 0.0
-    last_flush = time.perf_counter()
-    bar = tqdm(total=prog.spec.steps, unit="step", disable=not progress, delay=2.0, file=sys.stderr,
-               dynamic_ncols=True)
+    def __init__(self, prog: IpuProgram, per_call: int | None = None):
+        self.prog = prog
+        self.sim = IpuSim(prog)
+        self.per_call = per_call or max(1, 1_000_000 // max(1, prog.rows_per_step))
+        self.total = prog.spec.steps
+        self._rows = None
 
-    def finish(complete: bool):
-        writer.write_totals(sim.tile_busy())
-        summary = summarise(prog, sim, time.perf_counter() - t_start, kernel, threads)
-        return writer.finish(summary, sim.cycle, complete=complete), summary
+    def open_writer(self, path, scenario, threads: int) -> IpuResultWriter:
+        return IpuResultWriter(path, scenario, self.prog, threads=threads,
+                               compression_level=scenario.get("output", "compression_level"))
 
-    try:
-        with writer, stop_signals:
-            try:
-                while not sim.finished:
-                    t0 = time.perf_counter()
-                    rows = sim.advance(per_call)
-                    kernel += time.perf_counter() - t0
-                    writer.append(*rows)
-                    if time.perf_counter() - last_flush >= FLUSH_SECONDS:
-                        writer.write_totals(sim.tile_busy())
-                        # with the provisional summary: a killed run still has one
-                        writer.flush(sim.cycle, summarise(prog, sim, time.perf_counter() - t_start, kernel, threads))
-                        last_flush = time.perf_counter()
-                    bar.n = sim.steps_done
-                    bar.refresh()
-                    if stop_signals.requested and not sim.finished:
-                        raise _StopRequested
-            except (KeyboardInterrupt, _StopRequested):
-                if writer.n_lat < sim.steps_done * prog.spec.microbatches:
-                    # stopped between the kernel call and its output: the rows are recomputed from the
-                    # steps' start (the schedule is a pure function of the program)
-                    _rewrite_last(prog, sim, writer)
-                path, _ = finish(complete=False)
-                raise RunInterrupted(path, sim.cycle) from None
-            return finish(complete=True)
-    finally:
-        bar.close()
+    @property
+    def finished(self) -> bool:
+        return self.sim.finished
+
+    @property
+    def done(self) -> int:
+        return self.sim.steps_done
+
+    @property
+    def cycle(self) -> int:
+        return self.sim.cycle
+
+    def advance(self) -> int:
+        before = self.sim.steps_done
+        self._rows = self.sim.advance(self.per_call)
+        return self.sim.steps_done - before
+
+    def record(self, writer) -> None:
+        writer.append(*self._rows)
+
+    def catch_up(self, writer) -> None:
+        if writer.n_lat < self.sim.steps_done * self.prog.spec.microbatches:
+            # stopped between the kernel call and its output: the rows are recomputed from the
+            # steps' start (the schedule is a pure function of the program)
+            _rewrite_last(self.prog, self.sim, writer)
+
+    def flush_due(self, seconds_since_flush: float) -> bool:
+        return seconds_since_flush >= FLUSH_SECONDS
+
+    def prepare_flush(self, writer) -> None:
+        writer.write_totals(self.sim.tile_busy())
+
+    def summarise(self, timing) -> dict:
+        return summarise(self.prog, self.sim, timing.wall, timing.kernel_total, timing.threads)
+
+    def write_final(self, writer) -> None:
+        writer.write_totals(self.sim.tile_busy())
 
 
 def _rewrite_last(prog: IpuProgram, sim: IpuSim, writer: IpuResultWriter) -> None:

@@ -1,27 +1,21 @@
-"""The run engine: a scenario in, an HDF5 result and a summary out (DESIGN.md sections 5, 6, 8).
-
-`run_scenario` is the library entry point; the command line is a thin layer over it. The kernel
-runs many cycles per call; between calls the engine appends the per-cycle series, takes frames,
-closes LI windows, flushes the file and moves the progress bar. Nothing here touches a PE.
+"""A mesh run between kernel calls (meshsim.machine.Run): the kernel runs many cycles per call;
+between calls the run appends the per-cycle series, takes frames, closes LI windows and keeps the
+running totals from which its summary comes (the figures of docs/mesh.md, "Metrics"). Nothing
+here touches a PE.
 """
 
 from __future__ import annotations
 
-import sys
-import time
-
 import numpy as np
-from tqdm import tqdm
 
 from kernels import mesh as K
 
-from . import metrics
-from .errors import InputError
-from .mesh.regions import layers_of, region_figures, regions_of
-from .mesh.sim import MeshSim, build_inputs, set_threads
-from .mesh.state import busy_cycles, state_bytes_per_pe
+from .. import metrics
+from ..machine import Run
 from .output import ResultWriter
-from .run import RunInterrupted, RunResult, StopSignals, _StopRequested, check_output_path, default_output_path
+from .regions import layers_of, region_figures, regions_of
+from .sim import MeshInputs, MeshSim
+from .state import busy_cycles, state_bytes_per_pe
 
 
 def _stops(cycles: int, *periods: int):
@@ -93,143 +87,119 @@ class _Totals:
         self.cycles += len(series)
 
 
-def run_scenario(scenario, output=None, *, threads: int | None = None, progress: bool | None = None,
-                 max_cycles_per_call: int | None = None, stop=None) -> RunResult:
-    """Run a validated scenario and write its HDF5 result (rdu scenarios go to meshsim.rdu_run, ipu
-    scenarios to meshsim.ipu_run).
+class MeshRun(Run):
+    """A mesh run between kernel calls: the simulator, the running totals of its per-cycle series,
+    the LI window under way. The kernel runs up to `per_call` cycles per call (default
+    output.flush_every_cycles), stopping at every window, frame and flush boundary."""
 
-    output: the result path (default results/NAME.h5); threads: Numba threads (default run.threads,
-    0 = one per 32,768 PEs: meshsim.mesh.default_threads); progress: show a progress bar
-    (default: when stderr is a terminal); max_cycles_per_call: the most cycles per kernel call (for
-    rdu, intervals; for ipu, steps); stop: a callable asked between kernel calls, True stopping the
-    run as Ctrl-C does.
-    Raises InputError for a bad trace or output path before anything is written, and RunInterrupted
-    on Ctrl-C/SIGTERM or `stop` (the file then holds every cycle done).
-    """
-    t_start = time.perf_counter()
-    final = check_output_path(output if output is not None else default_output_path(scenario))
-    machine = scenario.get("machine", "type")
-    if machine in ("rdu", "ipu"):
-        if machine == "rdu":
-            from .rdu.run import run_rdu as run_machine
-
-            per_call = dict(chunk=max_cycles_per_call or 65_536)
-        else:
-            from .ipu.run import run_ipu as run_machine
-
-            per_call = dict(steps_per_call=max_cycles_per_call or 0)
-        n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads)
-        path, summary = run_machine(scenario, final, threads=n_threads,
-                                    progress=sys.stderr.isatty() if progress is None else progress,
-                                    stop_signals=StopSignals(stop), **per_call)
-        return RunResult(path=path, summary=summary)
-    inputs = build_inputs(scenario)  # may raise InputError: before any file exists
-    n_threads = set_threads(scenario.get("run", "threads") if threads is None else threads, inputs.rows * inputs.cols)
-    out = scenario.values["output"]
-    cycles = scenario.get("run", "cycles")
-    window = scenario.get("run", "window_cycles")
-    frame_every = out["frame_every_cycles"]
-    flush_every = out["flush_every_cycles"]
-    chunk = min(flush_every, cycles) if max_cycles_per_call is None else max_cycles_per_call
-    stops = _stops(cycles, window, frame_every, flush_every, chunk)
-    sim = MeshSim(inputs, max_chunk=chunk)  # no stretch between stops is longer than `chunk`
-    if progress is None:
-        progress = sys.stderr.isatty()
-
-    stop_signals = StopSignals(stop)
-    pipe = inputs.pipeline
-    regions = regions_of(scenario, pipe)
-    layers = layers_of(pipe) if pipe is not None else None
-    try:
-        writer = ResultWriter(final, scenario, rows=inputs.rows, cols=inputs.cols,
-                              queue_capacity=inputs.queue_capacity, latency_bins=inputs.latency_bins,
-                              threads=n_threads, compression_level=out["compression_level"], regions=regions,
-                              traffic=inputs.traffic, pipeline=pipe is not None, layers=layers,
-                              window_busy_cycles=window if out["window_busy"] else 0)
-    except OSError as e:
-        raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
-    if pipe is not None:
-        writer.write_pipeline(pipe, scenario.get("machine", "pe_flops_per_cycle"))
-    traffic = inputs.traffic
-    if pipe is not None:
-        totals = _Totals(inputs.latency_bins, (0, 2**62))
-        totals.per_pass = pipe.chunks_per_pass if pipe.streaming else 0
-    elif traffic:
-        warm = scenario.get("workload", "warmup_cycles")
-        totals = _Totals(inputs.latency_bins, (warm, warm + scenario.get("workload", "measure_cycles")))
-    else:
-        totals = _Totals(inputs.latency_bins)
-    window_start = dict(cycle=0, busy=np.zeros((inputs.rows, inputs.cols), np.int64), completed=0, latency_sum=0)
-    timing = dict(kernel=0.0, first_call=None, first_call_cycles=0, output=0.0)
-    bar = tqdm(total=cycles, unit="cycle", disable=not progress, delay=2.0, file=sys.stderr, dynamic_ncols=True)
-
-    def summary_now() -> dict:
-        s = _summary(sim, totals, time.perf_counter() - t_start, timing, n_threads)
-        if traffic:
-            s.update(_traffic_summary(sim, totals, scenario))
-        _add_clock(s, scenario.get("machine", "clock_ghz"))
+    def __init__(self, scenario, inputs: MeshInputs, per_call: int | None = None):
+        self.scenario = scenario
+        self.inputs = inputs
+        out = scenario.values["output"]
+        self.total = self.cycles = scenario.get("run", "cycles")
+        self.window = scenario.get("run", "window_cycles")
+        self.frame_every = out["frame_every_cycles"]
+        self.flush_every = out["flush_every_cycles"]
+        chunk = min(self.flush_every, self.cycles) if per_call is None else per_call
+        self.stops = _stops(self.cycles, self.window, self.frame_every, self.flush_every, chunk)
+        self.sim = MeshSim(inputs, max_chunk=chunk)  # no stretch between stops is longer than `chunk`
+        pipe = inputs.pipeline
+        self.regions = regions_of(scenario, pipe)
+        self.layers = layers_of(pipe) if pipe is not None else None
         if pipe is not None:
-            s.update(_pipeline_summary(sim, totals, scenario))
-        if scenario.get("workload", "type") == "trace":
-            s["trace_events_not_offered"] = sim.unoffered_events(sim.cycle)
-        return s
+            self.totals = _Totals(inputs.latency_bins, (0, 2**62))
+            self.totals.per_pass = pipe.chunks_per_pass if pipe.streaming else 0
+        elif inputs.traffic:
+            warm = scenario.get("workload", "warmup_cycles")
+            self.totals = _Totals(inputs.latency_bins, (warm, warm + scenario.get("workload", "measure_cycles")))
+        else:
+            self.totals = _Totals(inputs.latency_bins)
+        self.window_start = dict(cycle=0, busy=np.zeros((inputs.rows, inputs.cols), np.int64), completed=0,
+                                 latency_sum=0)
+        self._last = 0
 
-    def record(n: int) -> None:
+    def open_writer(self, path, threads: int) -> ResultWriter:
+        """The result file, laid out for this run (with the pipeline's tables for layer_pipeline)."""
+        inputs, sc = self.inputs, self.scenario
+        out = sc.values["output"]
+        writer = ResultWriter(path, sc, rows=inputs.rows, cols=inputs.cols, queue_capacity=inputs.queue_capacity,
+                              latency_bins=inputs.latency_bins, threads=threads,
+                              compression_level=out["compression_level"], regions=self.regions,
+                              traffic=inputs.traffic, pipeline=inputs.pipeline is not None, layers=self.layers,
+                              window_busy_cycles=self.window if out["window_busy"] else 0)
+        if inputs.pipeline is not None:
+            writer.write_pipeline(inputs.pipeline, sc.get("machine", "pe_flops_per_cycle"))
+        return writer
+
+    @property
+    def finished(self) -> bool:
+        return self.sim.cycle >= self.cycles
+
+    @property
+    def done(self) -> int:
+        return self.sim.cycle
+
+    @property
+    def cycle(self) -> int:
+        return self.sim.cycle
+
+    def advance(self) -> int:
+        n = next(self.stops) - self.sim.cycle
+        self.sim.advance(n)
+        self._last = n
+        return n
+
+    def _record(self, writer, n: int) -> None:
         # The kernel's output for the n cycles just run, written at their own offset (so that doing
         # it twice after an interruption changes nothing) and added to the running totals.
+        sim, totals = self.sim, self.totals
         writer.append_cycles(sim.cycle - n, sim.series[:n], sim.depth_series[:n])
         if totals.cycles < sim.cycle:
             totals.add(sim.series[:n], sim.take_latency_histogram())
 
-    def finish(complete: bool):
+    def record(self, writer) -> None:
+        sim, totals = self.sim, self.totals
+        self._record(writer, self._last)
+        if self.inputs.pipeline is not None and totals.first_finish >= 0 and totals.steady_start is None:
+            # The steady state starts at the first stop after the first chunk finished.
+            totals.steady_start = (sim.cycle, busy_cycles(sim.state))
+        done = sim.cycle
+        if self.frame_every and done % self.frame_every == 0:
+            writer.append_frame(done - 1, sim.state.q_len, sim.state.s_rem > 0)
+        if done % self.window == 0 or done == self.cycles:
+            _close_window(writer, sim, totals, self.window_start, self.regions)
+
+    def catch_up(self, writer) -> None:
+        k = self.sim.cycle - self.totals.cycles
+        if k > 0:  # stopped between the kernel call and its output
+            self._record(writer, k)
+
+    def flush_due(self, seconds_since_flush: float) -> bool:
+        return self.sim.cycle % self.flush_every == 0 or self.sim.cycle == self.cycles
+
+    def prepare_flush(self, writer) -> None:
+        self.sim.audit()
+
+    def summarise(self, timing) -> dict:
+        sim, totals, sc = self.sim, self.totals, self.scenario
+        s = _summary(sim, totals, timing)
+        if self.inputs.traffic:
+            s.update(_traffic_summary(sim, totals, sc))
+        _add_clock(s, sc.get("machine", "clock_ghz"))
+        if self.inputs.pipeline is not None:
+            s.update(_pipeline_summary(sim, totals, sc))
+        if sc.get("workload", "type") == "trace":
+            s["trace_events_not_offered"] = sim.unoffered_events(sim.cycle)
+        return s
+
+    def write_final(self, writer) -> None:
+        sim = self.sim
         st = sim.state
-        _write_totals(writer, sim, inputs, totals)
-        for group, rg in (("regions", regions), ("layers", layers)):
+        _write_totals(writer, sim, self.inputs, self.totals)
+        for group, rg in (("regions", self.regions), ("layers", self.layers)):
             if rg is not None:
                 writer.write_regions(region_figures(rg, busy_cycles(st), sim.cycle, st.tot_injected, st.tot_refused,
                                                     st.tot_completed, st.tot_latency), group)
-        summary = summary_now()
-        return writer.finish(summary, sim.cycle, complete=complete), summary
-
-    try:
-        with writer, stop_signals:
-            try:
-                for stop in stops:
-                    n = stop - sim.cycle
-                    t0 = time.perf_counter()
-                    sim.advance(n)
-                    dt = time.perf_counter() - t0
-                    if timing["first_call"] is None:
-                        timing["first_call"], timing["first_call_cycles"] = dt, n
-                    else:
-                        timing["kernel"] += dt
-                    t_out = time.perf_counter()
-                    record(n)
-                    if pipe is not None and totals.first_finish >= 0 and totals.steady_start is None:
-                        # The steady state starts at the first stop after the first chunk finished.
-                        totals.steady_start = (sim.cycle, busy_cycles(sim.state))
-                    done = sim.cycle
-                    if frame_every and done % frame_every == 0:
-                        writer.append_frame(done - 1, sim.state.q_len, sim.state.s_rem > 0)
-                    if done % window == 0 or done == cycles:
-                        _close_window(writer, sim, totals, window_start, regions)
-                    if done % flush_every == 0 or done == cycles:
-                        sim.audit()
-                        writer.flush(done, summary_now())  # provisional: a killed run still has one
-                    bar.update(n)
-                    timing["output"] += time.perf_counter() - t_out
-                    if stop_signals.requested and done < cycles:
-                        raise _StopRequested
-            except (KeyboardInterrupt, _StopRequested):
-                k = sim.cycle - totals.cycles
-                if k > 0:  # stopped between the kernel call and its output
-                    record(k)
-                path, _ = finish(complete=False)
-                raise RunInterrupted(path, sim.cycle) from None
-            path, summary = finish(complete=True)
-    finally:
-        bar.close()
-    return RunResult(path=path, summary=summary)
 
 
 def _close_window(writer, sim, totals, start: dict, regions) -> None:
@@ -407,7 +377,7 @@ def _write_totals(writer, sim, inputs, totals: _Totals) -> None:
     writer.write_totals(units, totals.latency_hist, latency, packets=inputs.traffic)
 
 
-def _summary(sim, totals: _Totals, wall, timing, threads) -> dict:
+def _summary(sim, totals: _Totals, timing) -> dict:
     """The run's figures (the stable names of DESIGN.md section 5 and more), from the kernel state
     and the running totals of the per-cycle series."""
     st = sim.state
@@ -421,9 +391,9 @@ def _summary(sim, totals: _Totals, wall, timing, threads) -> dict:
     lat = metrics.latency_stats(totals.latency_hist, t["completed"], t["latency_sum"], t["latency_sq_sum"],
                                 totals.latency_max)
     # Simulation speed over the kernel calls after the first, which carries compilation.
-    first = timing["first_call"] or 0.0
-    if timing["kernel"] > 0:
-        speed = n_units * (cycles - timing["first_call_cycles"]) / timing["kernel"]
+    first = timing.first_call or 0.0
+    if timing.kernel > 0:
+        speed = n_units * (cycles - timing.first_call_units) / timing.kernel
     else:
         speed = n_units * cycles / first if first else float("nan")
     return {
@@ -444,11 +414,11 @@ def _summary(sim, totals: _Totals, wall, timing, threads) -> dict:
         "migrated": int(st.tot_migrated_out.sum(dtype=np.int64)),
         "hops_per_completed_task": t["hops_sum"] / completed if completed else float("nan"),
         "throughput_tasks_per_cycle": completed / cycles if cycles else float("nan"),
-        "wall_seconds": wall,
-        "kernel_seconds": timing["kernel"] + first,
+        "wall_seconds": timing.wall,
+        "kernel_seconds": timing.kernel + first,
         "first_call_seconds": first,
-        "output_seconds": timing["output"],
+        "output_seconds": timing.output,
         "pe_cycles_per_second": speed,
-        "threads": threads,
+        "threads": timing.threads,
         "state_bytes_per_pe": state_bytes_per_pe(st),
     }

@@ -1,24 +1,18 @@
-"""Running an rdu scenario: compile, step the kernel chunk by chunk, write the result, summarise
-(DESIGN.md sections 2.2, 3 and 5; the figures are defined in docs/rdu.md, "Metrics").
-
-`meshsim.engine.run_scenario` hands rdu scenarios here; the run has the mesh's file life
-(docs/results.md: NAME.incomplete.h5 flushed every FLUSH_SECONDS with a provisional summary,
-NAME.h5 when complete, kept on Ctrl-C or SIGTERM, readable after SIGKILL).
+"""An rdu run between kernel calls (meshsim.machine.Run): the compiled program stepped chunk by
+chunk, its intervals written as they come, its tables and summary (the figures are defined in
+docs/rdu.md, "Metrics"). meshsim.run drives it with every machine's file life (docs/results.md:
+flushed every FLUSH_SECONDS with a provisional summary).
 """
 
 from __future__ import annotations
 
-import sys
-import time
-
 import numpy as np
-from tqdm import tqdm
 
 from kernels import rdu as K
 
 from .. import metrics
-from ..errors import InputError
-from .compiler import RduProgram, compile_scenario
+from ..machine import Run
+from .compiler import RduProgram
 from .output import OPERATORS, SECTIONS, RduResultWriter
 from .sim import RduSim
 
@@ -191,58 +185,58 @@ def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_se
 FLUSH_SECONDS = 1.0
 
 
-def run_rdu(scenario, final, *, threads: int, progress: bool, stop_signals, chunk: int = 65_536):
-    """Run a validated rdu scenario into `final` (checked writable); returns (path, summary)."""
-    from ..run import RunInterrupted, _StopRequested
+class RduRun(Run):
+    """An rdu run between kernel calls: the program stepped a chunk of intervals per call (default
+    65,536), the intervals written as they come, the file flushed every FLUSH_SECONDS."""
 
-    t_start = time.perf_counter()
-    prog = compile_scenario(scenario)  # InputError before any file exists
-    sim = RduSim(prog, chunk=chunk)
-    try:
-        writer = RduResultWriter(final, scenario, n_chips=prog.n_chips, pcus=prog.spec.pcus, slots=prog.max_stages,
-                                 threads=threads, compression_level=scenario.get("output", "compression_level"))
-    except OSError as e:
-        raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
-    sums = _Sums(prog.n_chips)
-    kernel = 0.0
-    last_flush = time.perf_counter()
-    bar = tqdm(total=int(prog.n_instances.sum()), unit="section", disable=not progress, delay=2.0, file=sys.stderr,
-               dynamic_ncols=True)
+    def __init__(self, prog: RduProgram, per_call: int | None = None):
+        self.prog = prog
+        self.sim = RduSim(prog, chunk=per_call or 65_536)
+        self.sums = _Sums(prog.n_chips)
+        self.total = int(prog.n_instances.sum())
+        self._last = 0
+        self.written = 0
 
-    def finish(complete: bool):
-        secs, ops = tables(prog, sim)
-        busy = pcu_busy_cycles(prog, sim)
-        writer.write_totals(busy, sim.ddr_bytes, sim.tile_latency, secs, ops)
-        summary = summarise(prog, sim, sums, time.perf_counter() - t_start, kernel, threads)
-        return writer.finish(summary, sim.cycle, complete=complete), summary
+    def open_writer(self, path, scenario, threads: int) -> RduResultWriter:
+        prog = self.prog
+        return RduResultWriter(path, scenario, n_chips=prog.n_chips, pcus=prog.spec.pcus, slots=prog.max_stages,
+                               threads=threads, compression_level=scenario.get("output", "compression_level"))
 
-    try:
-        with writer, stop_signals:
-            try:
-                while not sim.finished:
-                    t0 = time.perf_counter()
-                    n = sim.advance()
-                    kernel += time.perf_counter() - t0
-                    writer.append_intervals(sim.out_start[:n], sim.out_cycles[:n], sim.out_series[:n],
-                                            sim.out_stage_busy[:n])
-                    sums.add(sim.out_cycles[:n], sim.out_series[:n])
-                    if time.perf_counter() - last_flush >= FLUSH_SECONDS:
-                        # with the provisional summary: a killed run still has one
-                        writer.flush(sim.cycle, summarise(prog, sim, sums, time.perf_counter() - t_start, kernel,
-                                                          threads))
-                        last_flush = time.perf_counter()
-                    bar.n = int((sim.finish >= 0).sum())
-                    bar.refresh()
-                    if stop_signals.requested and not sim.finished:
-                        raise _StopRequested
-            except (KeyboardInterrupt, _StopRequested):
-                missing = sim.intervals - writer.n  # stopped between the kernel call and its output
-                if missing > 0:
-                    writer.append_intervals(sim.out_start[:missing], sim.out_cycles[:missing],
-                                            sim.out_series[:missing], sim.out_stage_busy[:missing])
-                    sums.add(sim.out_cycles[:missing], sim.out_series[:missing])
-                path, _ = finish(complete=False)
-                raise RunInterrupted(path, sim.cycle) from None
-            return finish(complete=True)
-    finally:
-        bar.close()
+    @property
+    def finished(self) -> bool:
+        return self.sim.finished
+
+    @property
+    def done(self) -> int:
+        return int((self.sim.finish >= 0).sum())
+
+    @property
+    def cycle(self) -> int:
+        return self.sim.cycle
+
+    def advance(self) -> int:
+        self._last = self.sim.advance()
+        return self._last
+
+    def _record(self, writer, n: int) -> None:
+        sim = self.sim
+        writer.append_intervals(sim.out_start[:n], sim.out_cycles[:n], sim.out_series[:n], sim.out_stage_busy[:n])
+        self.sums.add(sim.out_cycles[:n], sim.out_series[:n])
+
+    def record(self, writer) -> None:
+        self._record(writer, self._last)
+
+    def catch_up(self, writer) -> None:
+        missing = self.sim.intervals - writer.n  # stopped between the kernel call and its output
+        if missing > 0:
+            self._record(writer, missing)
+
+    def flush_due(self, seconds_since_flush: float) -> bool:
+        return seconds_since_flush >= FLUSH_SECONDS
+
+    def summarise(self, timing) -> dict:
+        return summarise(self.prog, self.sim, self.sums, timing.wall, timing.kernel_total, timing.threads)
+
+    def write_final(self, writer) -> None:
+        secs, ops = tables(self.prog, self.sim)
+        writer.write_totals(pcu_busy_cycles(self.prog, self.sim), self.sim.ddr_bytes, self.sim.tile_latency, secs, ops)

@@ -1,0 +1,163 @@
+"""What a machine is to the rest of meshsim: one package behind the small interface below, chosen
+by name (the scenario's `machine.type`, the result file's `machine` attribute) from a registry.
+
+A machine compiles a validated scenario into its inputs, allocates the state of one run, advances
+it one kernel call at a time, writes its datasets and summarises. Everything around that (the run
+loop, stop signals, the progress bar, flushing, the result file's life, the command line, report)
+is written once, in meshsim.run, meshsim.output, meshsim.cli and meshsim.report, and names no
+machine. docs/design.md describes the interface; a new machine is a package with a `MACHINE` and
+one line, `register(MACHINE)` (the three built in ones are registered by name below and imported
+when first asked for).
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+
+from .errors import InputError, closest
+
+#: The built-in machines: name -> the module that defines MACHINE (imported on first use, so that
+#: asking for one machine does not import, nor compile, the others).
+BUILTIN = {"mesh": "meshsim.mesh.machine", "rdu": "meshsim.rdu.machine", "ipu": "meshsim.ipu.machine"}
+
+_REGISTRY: dict = {}
+
+
+class Run(ABC):
+    """One run of a machine: its state between kernel calls, and what it writes and reports.
+
+    meshsim.run.run_scenario drives it: while not `finished`, `advance()` (one kernel call), then
+    `record(writer)` (write what that call produced), then, when `flush_due(...)`, `prepare_flush`
+    and the writer's flush with `summarise(timing)`. On a stop between `advance` and `record`,
+    `catch_up(writer)` writes what the last call produced; at the end `write_final(writer)` writes
+    the totals and the summary is taken once more.
+    """
+
+    #: the progress bar's total, in the machine's unit (cycles, sections, steps)
+    total: int = 0
+
+    @property
+    @abstractmethod
+    def finished(self) -> bool:
+        """Whether the run has done everything it was asked to."""
+
+    @property
+    @abstractmethod
+    def done(self) -> int:
+        """Progress so far, in the unit of `total`."""
+
+    @property
+    @abstractmethod
+    def cycle(self) -> int:
+        """Cycles simulated so far (the result file's cycles_done)."""
+
+    @abstractmethod
+    def advance(self) -> int:
+        """One kernel call; returns how many cycles (or steps) it ran."""
+
+    @abstractmethod
+    def record(self, writer) -> None:
+        """Write what the last `advance` produced, and add it to the running figures."""
+
+    def catch_up(self, writer) -> None:
+        """After a stop between `advance` and `record`: write what the file still lacks."""
+        return None
+
+    @abstractmethod
+    def flush_due(self, seconds_since_flush: float) -> bool:
+        """Whether the file should be flushed now (after `record`)."""
+
+    def prepare_flush(self, writer) -> None:
+        """Checks and in-place totals before a flush."""
+        return None
+
+    @abstractmethod
+    def summarise(self, timing) -> dict:
+        """The run's figures so far (meshsim.run.Timing: wall, kernel and output seconds, threads)."""
+
+    def write_final(self, writer) -> None:
+        """The totals and tables written once, before the file is finished."""
+        return None
+
+
+class Machine(ABC):
+    """A machine model: its name and the steps of a run."""
+
+    #: the value of machine.type and of a result file's `machine` attribute
+    name: str = ""
+    #: what the progress bar counts
+    unit: str = "cycle"
+    #: what one unit of its load balance is ("PEs", "PCUs", "tiles")
+    unit_label: str = "units"
+    #: the dataset of every unit's busy cycles in its result file
+    busy_dataset: str = "units/busy_cycles"
+    #: the LI a run of it is expected to reach (meshsim report's default --target)
+    target_li: float = 0.9
+
+    @abstractmethod
+    def compile_scenario(self, scenario):
+        """The inputs of a run of a validated scenario; InputError for what a run would refuse
+        (before any file exists)."""
+
+    def default_threads(self, inputs) -> int:
+        """Threads for run.threads = 0 (a machine whose kernels are serial: one)."""
+        return 1
+
+    @abstractmethod
+    def start(self, scenario, inputs, per_call: int | None = None) -> Run:
+        """A run's state; `per_call` bounds the cycles (or steps) of one kernel call."""
+
+    @abstractmethod
+    def open_writer(self, path, scenario, run: Run, threads: int):
+        """The run's result file (a meshsim.output.ResultFile), laid out and ready for appends."""
+
+    def describe(self, label: str, scenario, inputs) -> str:
+        """The line `meshsim validate` prints for a valid scenario."""
+        return f"{label}: valid ({self.name})"
+
+    def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
+        """The machine's lines of the one-screen summary (meshsim.report.format_summary)."""
+        from .report import generic_lines
+
+        return generic_lines(summary)
+
+    def read_regions(self, f, path) -> dict | None:
+        """Per-region whole-run figures of an open result file (name -> array), or None."""
+        return None
+
+    def analyse(self, f, values: dict, cycles: int, window, path) -> dict:
+        """The figures `meshsim report` recomputes from an open result file: {"whole": {...},
+        "windows": {...}} and any machine-specific tables (meshsim.analysis)."""
+        from .analysis import busy_only
+
+        return busy_only(f, self.busy_dataset, cycles, path)
+
+    def findings(self, analysis: dict, add) -> None:
+        """Machine-specific findings of report's diagnosis, each through `add(text, evidence)`."""
+        return None
+
+
+def register(machine: Machine) -> Machine:
+    """Make `machine` available by its name (to scenarios, run, report and sweeps)."""
+    if not machine.name:
+        raise ValueError("a machine needs a name")
+    _REGISTRY[machine.name] = machine
+    return machine
+
+
+def names() -> tuple:
+    """The machines' names: the built-in ones, then those registered since, in order."""
+    return tuple(dict.fromkeys([*BUILTIN, *_REGISTRY]))
+
+
+def get(name: str) -> Machine:
+    """The machine called `name`; InputError, suggesting the closest name, if there is none."""
+    if name not in _REGISTRY and name in BUILTIN:
+        importlib.import_module(BUILTIN[name])  # registers itself
+    if name not in _REGISTRY:
+        known = names()
+        match = closest(str(name), known)
+        hint = f"; did you mean {match!r}?" if match else ""
+        raise InputError(f"machine {name!r}: no such machine; the machines are {', '.join(known)}{hint}")
+    return _REGISTRY[name]

@@ -1,0 +1,39 @@
+"""The rdu as a machine (meshsim.machine): a SambaNova-style dataflow chip (docs/rdu.md)."""
+
+from __future__ import annotations
+
+from ..machine import Machine, register
+from . import analysis, report
+from .compiler import RduProgram, compile_scenario
+from .run import RduRun
+
+
+class RduMachine(Machine):
+    name = "rdu"
+    unit = "section"
+    unit_label = "PCUs"
+    busy_dataset = "units/pcu_busy_cycles"
+    target_li = 0.85
+
+    def compile_scenario(self, scenario) -> RduProgram:
+        return compile_scenario(scenario)
+
+    def start(self, scenario, inputs: RduProgram, per_call: int | None = None) -> RduRun:
+        return RduRun(inputs, per_call)
+
+    def open_writer(self, path, scenario, run: RduRun, threads: int):
+        return run.open_writer(path, scenario, threads)
+
+    def describe(self, label: str, scenario, inputs: RduProgram) -> str:
+        m, w = scenario.values["machine"], scenario.values["workload"]
+        return (f"{label}: valid (rdu {m['preset']}, {inputs.chips_total} chip(s) {w['parallelism']}, fusion "
+                f"{w['fusion']}: {len(inputs.sections)} sections, {int(inputs.n_instances.sum())} to run)")
+
+    def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
+        return report.summary_lines(summary, regions)
+
+    def analyse(self, f, values: dict, cycles: int, window, path) -> dict:
+        return analysis.analyse(f, values, cycles, window, path)
+
+
+MACHINE = register(RduMachine())

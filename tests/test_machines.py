@@ -1,0 +1,151 @@
+"""A machine is a unit (docs/design.md, "Machines"): a fourth machine, defined here and registered in
+one line, runs through `meshsim run`, `meshsim report` and a sweep without any other change; and the
+registry names the machines, suggests the closest name and finds the built-in ones."""
+
+import json
+
+import numpy as np
+import pytest
+
+from meshsim import machine as machines
+from meshsim import metrics
+from meshsim.cli import main
+from meshsim.errors import InputError
+from meshsim.machine import Machine, Run, register
+from meshsim.output import ResultFile, describe, open_result_file
+from meshsim.report import read_summary
+from meshsim.run import run_scenario
+from meshsim.scenario import scenario_from_dict
+
+UNITS = 6
+PER_CALL = 64
+
+
+class ToyWriter(ResultFile):
+    def __init__(self, path, scenario, threads):
+        super().__init__(path, scenario, "toy", threads, scenario.get("run", "cycles"), 0)
+        g = self.f.create_group("series")
+        self.busy = g.create_dataset("busy", shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(1024,))
+        describe(self.busy, "units", "units busy in the cycle")
+        self.f.create_group("summary")
+
+    def write_totals(self, busy):
+        self._finishing()
+        ds = self.f.create_group("units").create_dataset("busy_cycles", data=busy)
+        describe(ds, "cycles", "cycles each unit was busy")
+
+
+class ToyRun(Run):
+    """Unit i works every (i + 1)-th cycle: an imbalance whose LI is known in closed form."""
+
+    def __init__(self, cycles, per_call):
+        self.total = cycles
+        self.per_call = per_call or PER_CALL
+        self.t = 0
+        self.busy = np.zeros(UNITS, np.int64)
+        self.last = np.zeros(0, np.int64)
+
+    finished = property(lambda self: self.t >= self.total)
+    done = property(lambda self: self.t)
+    cycle = property(lambda self: self.t)
+
+    def advance(self):
+        t = np.arange(self.t, min(self.total, self.t + self.per_call))
+        on = (t[:, None] % (np.arange(UNITS) + 1)) == 0
+        self.busy += on.sum(axis=0)
+        self.last = on.sum(axis=1).astype(np.int64)
+        self.t += len(t)
+        return len(t)
+
+    def record(self, writer):
+        writer._append(writer.busy, self.last)
+
+    def flush_due(self, seconds_since_flush):
+        return True
+
+    def summarise(self, timing):
+        s = dict(cycles=self.t, n_units=UNITS, **metrics.balance_figures(self.busy, self.t))
+        s.update({f"latency_{k}_cycles": 0.0 for k in ("mean", "p50", "p90", "p99", "max")}, latency_var_cycles2=0.0,
+                 injected=0, refused=0, completed=0, in_system_at_end=0, migrated=0, wall_seconds=timing.wall,
+                 pe_cycles_per_second=float("nan"), threads=timing.threads)
+        return s
+
+    def write_final(self, writer):
+        writer.write_totals(self.busy)
+
+
+class Toy(Machine):
+    name = "toy"
+    unit_label = "units"
+
+    def compile_scenario(self, scenario):
+        return scenario.get("run", "cycles")
+
+    def start(self, scenario, inputs, per_call=None):
+        return ToyRun(inputs, per_call)
+
+    def open_writer(self, path, scenario, run, threads):
+        return ToyWriter(path, scenario, threads)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def toy():
+    register(Toy())  # the one line that makes a machine available
+    yield
+    machines._REGISTRY.pop("toy", None)
+
+
+def toy_file(tmp_path):
+    scenario = tmp_path / "toy.toml"
+    scenario.write_text('[machine]\ntype = "toy"\n')
+    return scenario
+
+
+def test_the_toy_runs_and_its_figures_are_right(tmp_path):
+    res = run_scenario(scenario_from_dict({"machine": {"type": "toy"}}), tmp_path / "toy.h5", progress=False)
+    busy = np.array([len(range(0, 1000, i + 1)) for i in range(UNITS)])
+    assert res.summary["li"] == pytest.approx(busy.mean() / busy.max())
+    with open_result_file(res.path) as f:
+        assert f.attrs["machine"] == "toy" and f.attrs["complete"]
+        assert f["series/busy"].shape == (1000,)
+        assert f["units/busy_cycles"][()].tolist() == busy.tolist()
+
+
+def test_the_toy_runs_and_reports_through_the_command_line(tmp_path, capsys):
+    out = tmp_path / "toy.h5"
+    assert main(["validate", str(toy_file(tmp_path))]) == 0
+    assert "valid (toy)" in capsys.readouterr().out
+    assert main(["run", str(toy_file(tmp_path)), "-o", str(out), "-q"]) == 0
+    root, summary = read_summary(out)
+    assert root["machine"] == "toy" and summary["cycles"] == 1000
+    assert main(["report", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "toy, complete" in text and "recomputed from the file's datasets" in text
+    assert main(["report", str(out), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["analysis"]["whole"]["li"] == pytest.approx(summary["li"])
+    assert data["analysis"]["diagnosis"]["target_li"] == Toy.target_li
+
+
+def test_the_toy_sweeps(tmp_path, capsys):
+    sweep = tmp_path / "toy_sweep.toml"
+    sweep.write_text(f'[sweep]\nbase = "{toy_file(tmp_path).name}"\nname = "toys"\n'
+                     f'output = "{tmp_path / "out"}"\n\n[grid]\n"run.seed" = [1, 2]\n')
+    assert main(["sweep", str(sweep), "--serial"]) == 0
+    rows = [line.split(",") for line in (tmp_path / "out" / "summary.csv").read_text().splitlines()]
+    head, points = rows[0], rows[1:]
+    assert [r[head.index("status")] for r in points] == ["done", "done"]
+    assert [r[head.index("run.seed")] for r in points] == ["1", "2"]
+    assert all(float(r[head.index("li")]) == pytest.approx(2451 / 6 / 1000) for r in points)
+    for r in points:
+        assert read_summary(r[head.index("path")])[0]["machine"] == "toy"
+
+
+def test_the_registry_suggests_the_closest_machine():
+    assert machines.names()[:3] == ("mesh", "rdu", "ipu") and "toy" in machines.names()
+    assert machines.get("rdu").name == "rdu"
+    with pytest.raises(InputError, match="did you mean 'mesh'"):
+        machines.get("mseh")
+    with pytest.raises(InputError) as e:
+        scenario_from_dict({"machine": {"type": "toi"}})
+    assert 'did you mean "toy"' in str(e.value)
