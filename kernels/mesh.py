@@ -1,6 +1,7 @@
 """The mesh (WSE-2-style) cycle kernel: docs/mesh.md, DESIGN.md sections 2.1 and 8.
 
-Layout (structure of arrays; R = rows, C = cols, Q = queue capacity, K = link buffer, H = history):
+Layout (structure of arrays; R = rows, C = cols, Q = queue capacity, K = link buffer, H = history), the
+fields of MeshState below, which the kernels read by name (the configuration vector likewise: CFG_*):
 
     q_work  uint16[Q, R, C]   queued tasks' work (cycles); slot 0 is the head
     q_birth int32[Q, R, C]    queued tasks' birth cycle
@@ -38,6 +39,7 @@ the cycle `src_scan` (the head's birth cycle once found) on.
 """
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
@@ -121,6 +123,118 @@ PATTERN_NEIGHBOR = 3
 PATTERN_HOTSPOT = 4
 
 STREAM_DEST = 2
+
+# Indices of the int64 configuration vector `cfg` (built by mesh_config; meshsim.mesh.sim.build_inputs
+# gives the values). The kernels read it only through these names.
+CFG_QUEUE_CAPACITY = 0
+CFG_HOP_LATENCY_CYCLES = 1
+CFG_LINK_MESSAGES_PER_CYCLE = 2
+CFG_LINK_BUFFER_MESSAGES = 3
+CFG_CREDIT_DELAY_CYCLES = 4
+CFG_POLICY = 5  # POLICY_*
+CFG_THRESHOLD = 6
+CFG_INFO_DELAY_CYCLES = 7
+CFG_MAX_PER_CYCLE = 8
+CFG_WORK_KIND = 9  # WORK_*
+CFG_WORK_CYCLES = 10
+CFG_WORK_MIN_CYCLES = 11
+CFG_WORK_MAX_CYCLES = 12
+CFG_IS_TRACE = 13
+CFG_HISTORY_MASK = 14  # H - 1
+CFG_IS_TRAFFIC = 15
+CFG_PATTERN = 16  # PATTERN_*
+CFG_HOT_THRESHOLD = 17
+CFG_HOT_ROW = 18
+CFG_HOT_COL = 19
+CFG_WARMUP_CYCLES = 20
+CFG_MEASURE_END = 21
+CFG_ROUTER_QUEUE_PACKETS = 22
+CFG_IS_PIPELINE = 23
+CFG_CHUNKS_IN_FLIGHT = 24
+CFG_WEIGHT_STREAMING = 25
+CFG_CHUNKS_PER_PASS = 26
+CFG_LOAD_CYCLES = 27
+CFG_FAST_FORWARD = 28
+
+
+def _cfg_fields(namespace) -> tuple:
+    """The field names of the CFG_* constants in `namespace`, in index order (CFG_QUEUE_CAPACITY ->
+    "queue_capacity"); ImportError unless the indices are exactly 0 .. N-1."""
+    index = {k[4:].lower(): v for k, v in namespace.items()
+             if k.startswith("CFG_") and type(v) is int}
+    if sorted(index.values()) != list(range(len(index))):
+        raise ImportError(f"the CFG_* indices of kernels.mesh are not 0 .. {len(index) - 1}: {index}")
+    return tuple(sorted(index, key=index.__getitem__))
+
+
+#: Names of the configuration vector's fields, in index order: derived from the CFG_* constants above.
+CFG_FIELDS = _cfg_fields(globals())
+N_CFG = len(CFG_FIELDS)
+
+
+def mesh_config(**values) -> np.ndarray:
+    """The kernel's configuration vector, int64[N_CFG], from one keyword argument per field of
+    CFG_FIELDS. TypeError naming the fields that are missing or unknown."""
+    missing = [f for f in CFG_FIELDS if f not in values]
+    unknown = sorted(k for k in values if k not in CFG_FIELDS)
+    if missing or unknown:
+        problems = ([f"missing field(s) {', '.join(missing)}"] if missing else []) + (
+            [f"unknown field(s) {', '.join(unknown)}"] if unknown else [])
+        raise TypeError(f"mesh_config: {'; '.join(problems)} (fields: kernels.mesh.CFG_FIELDS)")
+    return np.array([values[f] for f in CFG_FIELDS], dtype=np.int64)
+
+
+class MeshState(NamedTuple):
+    """Every per-PE array of a mesh run (DESIGN.md section 8), allocated by
+    meshsim.mesh.state.allocate_mesh. The kernels read it by field name (st.q_len), never by
+    position; in a parallel function only outside its prange loops (bind a local first): Numba
+    loses writes made through a NamedTuple attribute inside a prange body (numba issue 7135)."""
+
+    q_work: np.ndarray  # uint16[Q, R, C] work (cycles) of queued tasks, head at slot 0
+    q_birth: np.ndarray  # int32[Q, R, C] birth cycle of queued tasks
+    q_hops: np.ndarray  # uint8[Q, R, C] hops of queued tasks
+    q_len: np.ndarray  # uint8[R, C] queue depth (tasks)
+    s_rem: np.ndarray  # uint16[R, C] remaining work in service (cycles), 0 = idle
+    s_birth: np.ndarray  # int32[R, C]
+    s_hops: np.ndarray  # uint8[R, C]
+    link: np.ndarray  # uint64[R, C, 4, K] packed messages on each output link
+    sent_h: np.ndarray  # uint8[H, R, C, 4] send counts (mod 2K) at the end of cycle t, slot t % H
+    recv_h: np.ndarray  # uint8[H, R, C, 4] receive counts (mod 2K), likewise
+    depth_h: np.ndarray  # uint8[H, R, C] queue depth at the end of cycle t
+    tot_started: np.ndarray  # int64[R, C] work started in service; busy cycles = tot_started - s_rem
+    tot_injected: np.ndarray  # int32[R, C] tasks offered
+    tot_refused: np.ndarray  # int32[R, C] tasks refused at injection
+    tot_completed: np.ndarray  # int32[R, C] tasks completed here
+    tot_migrated_out: np.ndarray  # int32[R, C] tasks sent to a neighbour
+    tot_migrated_in: np.ndarray  # int32[R, C] tasks received from a neighbour
+    tot_latency: np.ndarray  # int64[R, C] sum of latencies of tasks completed here (cycles)
+    thr: np.ndarray  # uint32[R, C] Bernoulli injection threshold
+    geo_log: float  # log(1 - 1/mean) for geometric work (0 otherwise)
+    sent_h32: np.ndarray  # uint32[H, R, C] view of sent_h: a PE's 4 counts as one word
+    recv_h32: np.ndarray  # uint32[H, R, C] view of recv_h
+    # Routed traffic only (shape (1, 1[, 4]) otherwise): the source queues and the packet totals.
+    src_pending: np.ndarray  # int32[R, C] packets offered and not yet injected
+    src_scan: np.ndarray  # int32[R, C] birth cycle of the source queue's head (or where to look from)
+    tot_pkt_offered: np.ndarray  # int32[R, C] packets offered
+    tot_pkt_delivered: np.ndarray  # int32[R, C] packets delivered here
+    link_total: np.ndarray  # int64[R, C, 4] messages ever sent on each output link
+    oq: np.ndarray  # uint64[R, C, 5, Qo] router output queues (N, E, S, W, ejection), head at slot 0
+    oq_len: np.ndarray  # uint8[R, C, 8] packets in each output queue (5 used, 3 padding)
+    oq_len64: np.ndarray  # uint64[R, C] view of oq_len: all five lengths in one word
+    # layer_pipeline only (shape 1 x 1 otherwise; docs/mesh.md, "Dataflow"). Inputs:
+    lp_g: np.ndarray  # int32[R, C] region of each PE, -1 for an idle PE
+    lp_reg: np.ndarray  # int64[G, N_REG] region table, columns REG_*
+    lp_rep: np.ndarray  # int64[P, 2] first and last region of each replica
+    # ... and state:
+    lp_taken: np.ndarray  # int32[R, C] chunks taken (first regions)
+    out_left: np.ndarray  # int32[R, C] packets left in the output stage
+    out_birth: np.ndarray  # int32[R, C] their birth cycle
+    lp_adm: np.ndarray  # int64[P] chunks admitted per replica
+    lp_fin: np.ndarray  # int64[P] chunks finished per replica
+    lp_done: np.ndarray  # int64[P, W] output-edge PEs of the last region that completed chunk c, at c mod W
+    lp_admit_t: np.ndarray  # int64[P, W] admission cycle of chunk c, at c mod W
+    lp_took: np.ndarray  # int64[P] PEs of the first region that have taken every chunk admitted
+    lp_ctl: np.ndarray  # int64[N_CTL] control words, CTL_* (weight streaming, fast-forward)
 
 # Direction d: 0 N (r-1), 1 E (c+1), 2 S (r+1), 3 W (c-1); opposite (d + 2) & 3.
 
@@ -406,7 +520,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                dhist, lhist, scratch, arrivals, done_ev, took):
     """Advance rows r0..r1-1 by cycle t; add this block's observables into acc, dhist, lhist.
 
-    cfg: int64 vector, fields named by meshsim.mesh.CFG_FIELDS. acc: int64[N_SERIES];
+    st: the state (MeshState). cfg: int64 vector, indices CFG_* (mesh_config). acc: int64[N_SERIES];
     dhist: int64[4, Q+1] (summed over its first axis); lhist: int64[n_bins] (last bin = overflow);
     scratch: int64[4, 4] and arrivals: uint32[C], work space. For traffic runs lhist holds the
     latencies of measured packets. done_ev: int64[1 + n], layer_pipeline: the count, then the
@@ -415,36 +529,68 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     only through history slots of earlier cycles, and the replicas' admitted chunks as set before
     the cycle.
     """
-    (q_work, q_birth, q_hops, q_len, s_rem, s_birth, s_hops, link, sent_h, recv_h, depth_h, tot_started,
-     tot_injected, tot_refused, tot_completed, tot_out, tot_in, tot_latency, thr, geo_log, sent_h32, recv_h32,
-     src_pending, src_scan, tot_pkt_offered, tot_pkt_delivered, link_total, oq, oq_len, oq_len64,
-     lp_g, lp_reg, lp_rep, lp_taken, out_left, out_birth, lp_adm, lp_fin, lp_done, lp_admit_t, lp_took, lp_ctl) = st
+    q_work = st.q_work
+    q_birth = st.q_birth
+    q_hops = st.q_hops
+    q_len = st.q_len
+    s_rem = st.s_rem
+    s_birth = st.s_birth
+    s_hops = st.s_hops
+    link = st.link
+    sent_h = st.sent_h
+    recv_h = st.recv_h
+    depth_h = st.depth_h
+    tot_started = st.tot_started
+    tot_injected = st.tot_injected
+    tot_refused = st.tot_refused
+    tot_completed = st.tot_completed
+    tot_out = st.tot_migrated_out
+    tot_in = st.tot_migrated_in
+    tot_latency = st.tot_latency
+    thr = st.thr
+    geo_log = st.geo_log
+    sent_h32 = st.sent_h32
+    recv_h32 = st.recv_h32
+    src_pending = st.src_pending
+    src_scan = st.src_scan
+    tot_pkt_offered = st.tot_pkt_offered
+    tot_pkt_delivered = st.tot_pkt_delivered
+    link_total = st.link_total
+    oq = st.oq
+    oq_len = st.oq_len
+    oq_len64 = st.oq_len64
+    lp_g = st.lp_g
+    lp_reg = st.lp_reg
+    lp_taken = st.lp_taken
+    out_left = st.out_left
+    out_birth = st.out_birth
+    lp_adm = st.lp_adm
     rows = q_len.shape[0]
     cols = q_len.shape[1]
-    cap = cfg[0]
-    hop_lat = cfg[1]
-    bw = cfg[2]
-    kbuf = cfg[3]
-    credit_delay = cfg[4]
-    policy = cfg[5]
-    threshold = cfg[6]
-    info_delay = cfg[7]
-    max_mig = cfg[8]
-    work_kind = cfg[9]
-    work_fixed = cfg[10]
-    work_min = cfg[11]
-    work_max = cfg[12]
-    is_trace = cfg[13]
-    hmask = cfg[14]
-    is_traffic = cfg[15]
-    pattern = cfg[16]
-    hot_thr = cfg[17]
-    hot_r = cfg[18]
-    hot_c = cfg[19]
-    warmup = cfg[20]
-    measure_end = cfg[21]
-    qo = cfg[22]
-    is_lp = cfg[23]
+    cap = cfg[CFG_QUEUE_CAPACITY]
+    hop_lat = cfg[CFG_HOP_LATENCY_CYCLES]
+    bw = cfg[CFG_LINK_MESSAGES_PER_CYCLE]
+    kbuf = cfg[CFG_LINK_BUFFER_MESSAGES]
+    credit_delay = cfg[CFG_CREDIT_DELAY_CYCLES]
+    policy = cfg[CFG_POLICY]
+    threshold = cfg[CFG_THRESHOLD]
+    info_delay = cfg[CFG_INFO_DELAY_CYCLES]
+    max_mig = cfg[CFG_MAX_PER_CYCLE]
+    work_kind = cfg[CFG_WORK_KIND]
+    work_fixed = cfg[CFG_WORK_CYCLES]
+    work_min = cfg[CFG_WORK_MIN_CYCLES]
+    work_max = cfg[CFG_WORK_MAX_CYCLES]
+    is_trace = cfg[CFG_IS_TRACE]
+    hmask = cfg[CFG_HISTORY_MASK]
+    is_traffic = cfg[CFG_IS_TRAFFIC]
+    pattern = cfg[CFG_PATTERN]
+    hot_thr = cfg[CFG_HOT_THRESHOLD]
+    hot_r = cfg[CFG_HOT_ROW]
+    hot_c = cfg[CFG_HOT_COL]
+    warmup = cfg[CFG_WARMUP_CYCLES]
+    measure_end = cfg[CFG_MEASURE_END]
+    qo = cfg[CFG_ROUTER_QUEUE_PACKETS]
+    is_lp = cfg[CFG_IS_PIPELINE]
     n_rep = lp_adm.shape[0]
     routed = is_traffic or is_lp
     wrap = 2 * kbuf
@@ -972,7 +1118,8 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
     """Run cycles t0 .. t0+n_cycles-1 of the mesh in place; return -1, or the first cycle whose
     conservation check failed.
 
-    st: the state tuple (meshsim.state.MeshState). cfg: int64 config vector.
+    st: the state (MeshState, allocated by meshsim.mesh.state.allocate_mesh). cfg: int64 config vector,
+    indices CFG_* (built by mesh_config).
     ev_cycle_lo: int64[n_cycles + 1] offsets into the trace events (ev_unit int64, ev_work uint16,
     sorted by cycle then unit) for cycles t0..; empty arrays for Bernoulli workloads.
     block_rows: int64[n_blocks + 1] row bounds of the fixed row blocks split over threads.
@@ -984,16 +1131,23 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
     acc = np.zeros((n_blocks, N_SERIES), np.int64)
     dh = np.zeros((n_blocks, 4, depth_series.shape[1]), np.int64)
     scratch = np.zeros((n_blocks, 4, 4), np.int64)
-    cols = st[3].shape[1]  # q_len
+    cols = st.q_len.shape[1]
     arrivals = np.zeros((n_blocks, cols), np.uint32)
-    is_lp = cfg[23]
-    lp_w = cfg[24]
-    lp_reg, lp_rep, lp_adm, lp_fin, lp_done, lp_admit_t, lp_took, lp_ctl = st[31], st[32], st[36], st[37], st[38], \
-        st[39], st[40], st[41]
-    is_stream = cfg[25]
-    per_pass = cfg[26]
-    load_cycles = cfg[27]
-    fast_forward = cfg[28]
+    is_lp = cfg[CFG_IS_PIPELINE]
+    lp_w = cfg[CFG_CHUNKS_IN_FLIGHT]
+    # (Bound here, outside the prange loop below: see MeshState.)
+    lp_reg = st.lp_reg
+    lp_rep = st.lp_rep
+    lp_adm = st.lp_adm
+    lp_fin = st.lp_fin
+    lp_done = st.lp_done
+    lp_admit_t = st.lp_admit_t
+    lp_took = st.lp_took
+    lp_ctl = st.lp_ctl
+    is_stream = cfg[CFG_WEIGHT_STREAMING]
+    per_pass = cfg[CFG_CHUNKS_PER_PASS]
+    load_cycles = cfg[CFG_LOAD_CYCLES]
+    fast_forward = cfg[CFG_FAST_FORWARD]
     n_rep = lp_adm.shape[0]
     took = np.zeros((n_blocks, n_rep), np.int64)
     # Per block: how many output-edge PEs of last regions it holds at most (one per row and replica).
@@ -1047,7 +1201,7 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
                 if is_stream and lp_ctl[CTL_LOADING] == 1:
                     k = min(k, lp_ctl[CTL_LOAD_END] - t)
                 if k > 0:
-                    _fast_forward(st, block_rows, t, k, cfg[14], series, depth_series, i, waiting)
+                    _fast_forward(st, block_rows, t, k, cfg[CFG_HISTORY_MASK], series, depth_series, i, waiting)
                     lp_ctl[CTL_WAIT] += waiting * (k - 1)
                     i += k
                     continue
@@ -1115,7 +1269,8 @@ def _quiet_cycles(st, block_rows, most):
     """Cycles from now in which no task starts or completes (the least remaining work of a busy
     server, less 1), at most `most`; `most` when no server is busy, 0 when an idle server has a
     task queued (it starts now)."""
-    q_len, s_rem = st[3], st[4]
+    q_len = st.q_len  # (outside the prange loop: see MeshState)
+    s_rem = st.s_rem
     cols = s_rem.shape[1]
     n_blocks = block_rows.shape[0] - 1
     least = np.full(n_blocks, most + 1, np.int64)
@@ -1137,7 +1292,11 @@ def _fast_forward(st, block_rows, t, k, hmask, series, depth_series, i, waiting)
     """Cycles t .. t+k-1 at once, when in each of them nothing moves and nothing completes: busy
     servers count down k, the history rings carry the last values forward, and the series rows
     and depth histograms are those such a cycle gives (docs/mesh.md, implementation notes)."""
-    q_len, s_rem, depth_h, sent_h32, recv_h32 = st[3], st[4], st[10], st[20], st[21]
+    q_len = st.q_len  # (outside the prange loop: see MeshState)
+    s_rem = st.s_rem
+    depth_h = st.depth_h
+    sent_h32 = st.sent_h32
+    recv_h32 = st.recv_h32
     cols = q_len.shape[1]
     n_blocks = block_rows.shape[0] - 1
     busy_b = np.zeros(n_blocks, np.int64)

@@ -16,7 +16,8 @@ POLICIES = ["none", "least_loaded", "random_lower"]
 
 def test_counter_based_draws_match_the_reference():
     for args in [(0, 0, 0, 0, 0), (1, 1, 5, 17, 0), (123456789, 3, 999, 850000, 3), (2**63 - 1, 1, 2**31, 7, 1)]:
-        assert int(draw(np.uint64(args[0]), *args[1:])) == ref_draw(*args)
+        seed, stream, t, u, i = args
+        assert int(draw(seed=np.uint64(seed), stream=stream, t=t, u=u, i=i)) == ref_draw(*args)
 
 
 @pytest.mark.parametrize("workload", ["uniform", "hotspot", "skewed"])
@@ -165,5 +166,6 @@ def test_a_hot_fraction_of_1_sends_every_packet_to_the_hot_pe_even_at_the_top_dr
     from kernels.mesh import PATTERN_HOTSPOT, packet_destination
 
     top = np.uint64(0xFFFFFFFF) << np.uint64(32)
-    assert packet_destination(top, 0, 0, 3, 3, PATTERN_HOTSPOT, 2**32, 1, 1) == (1, 1)
-    assert packet_destination(top, 0, 0, 3, 3, PATTERN_HOTSPOT, 2**32 - 1, 1, 1) != (1, 1)
+    where = dict(h=top, r=0, c=0, rows=3, cols=3, pattern=PATTERN_HOTSPOT, hot_r=1, hot_c=1)
+    assert packet_destination(**where, hot_thr=2**32) == (1, 1)
+    assert packet_destination(**where, hot_thr=2**32 - 1) != (1, 1)

@@ -9,7 +9,7 @@ from mesh_compare import compare_cycle_by_cycle
 from kernels import mesh as K
 from meshsim.errors import InputError
 from meshsim.mesh.pipeline import build
-from meshsim.mesh.sim import CFG_FIELDS, MeshSim, build_inputs
+from meshsim.mesh.sim import MeshSim, build_inputs
 from meshsim.scenario import scenario_from_dict
 
 
@@ -113,7 +113,7 @@ def test_a_task_longer_than_the_work_field_is_refused():
 
 def _run(sc, cycles, chunk, fast_forward=True):
     inputs = build_inputs(sc)
-    inputs.cfg[CFG_FIELDS.index("fast_forward")] = int(fast_forward)
+    inputs.cfg[K.CFG_FAST_FORWARD] = int(fast_forward)
     sim = MeshSim(inputs, chunk)
     series, depth = [], []
     for _ in range(cycles // chunk):
@@ -145,7 +145,7 @@ def test_fast_forward_gives_the_same_run_cycle_for_cycle(streaming):
 
 
 def test_a_run_writes_regions_layers_and_the_pipeline_figures(tmp_path):
-    from meshsim.engine import run_scenario
+    from meshsim.run import run_scenario
 
     sc = pipeline_scenario(10, 14, run__cycles=1500, run__window_cycles=500)
     res = run_scenario(sc, tmp_path / "p.h5", progress=False)
@@ -174,7 +174,7 @@ def test_a_run_writes_regions_layers_and_the_pipeline_figures(tmp_path):
 
 
 def test_weight_streaming_reports_the_time_spent_waiting(tmp_path):
-    from meshsim.engine import run_scenario
+    from meshsim.run import run_scenario
 
     sc = pipeline_scenario(12, 14, run__cycles=3000, machine__pe_flops_per_cycle=5.0,
                            workload__tokens_per_chunk=2, workload__weight_streaming=True,

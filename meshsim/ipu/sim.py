@@ -53,9 +53,11 @@ def run_steps(prog: IpuProgram, first: int, k: int, start: int, count, shares):
     ss = np.zeros((k * prog.rows_per_step, K.N_SS), np.int64)
     pl = np.zeros((k * prog.pipeline_rows_per_step, K.N_PL), np.int64)
     lat = np.zeros(k * prog.spec.microbatches, np.int64)
-    end = K.run_steps(first, k, start, prog.stages, prog.spec.microbatches, prog.spec.training, prog.fwd_ptr,
-                      prog.fwd_idx, prog.bwd_ptr, prog.bwd_idx, prog.t_comp, prog.t_sync, prog.t_exch, prog.io0,
-                      prog.transfer, prog.allreduce, count, ss, pl, lat, shares)
+    end = K.run_steps(first_step=first, n_steps=k, start=start, n=prog.stages, m=prog.spec.microbatches,
+                      training=prog.spec.training, fwd_ptr=prog.fwd_ptr, fwd_idx=prog.fwd_idx, bwd_ptr=prog.bwd_ptr,
+                      bwd_idx=prog.bwd_idx, t_comp=prog.t_comp, t_sync=prog.t_sync, t_exch=prog.t_exch, io0=prog.io0,
+                      transfer=prog.transfer, allreduce=prog.allreduce, count=count, out_ss=ss, out_pl=pl,
+                      out_lat=lat, shares=shares)
     return int(end), (ss, pl, lat)
 
 

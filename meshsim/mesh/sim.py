@@ -20,13 +20,9 @@ from ..errors import InputError
 from . import state as S
 from .trace import load_trace
 
-# Indices of the kernel's int64 configuration vector.
-CFG_FIELDS = ("queue_capacity", "hop_latency_cycles", "link_messages_per_cycle", "link_buffer_messages",
-              "credit_delay_cycles", "policy", "threshold", "info_delay_cycles", "max_per_cycle", "work_kind",
-              "work_cycles", "work_min_cycles", "work_max_cycles", "is_trace", "history_mask", "is_traffic",
-              "pattern", "hot_threshold", "hot_row", "hot_col", "warmup_cycles", "measure_end", "router_queue_packets",
-              "is_pipeline", "chunks_in_flight", "weight_streaming", "chunks_per_pass", "load_cycles",
-              "fast_forward")
+# The fields of the kernel's int64 configuration vector, in index order (defined with the kernel:
+# kernels.mesh.CFG_FIELDS and its CFG_* indices; the vector is built by kernels.mesh.mesh_config).
+CFG_FIELDS = K.CFG_FIELDS
 PATTERNS = {"uniform": K.PATTERN_UNIFORM, "transpose": K.PATTERN_TRANSPOSE, "bit_complement": K.PATTERN_BIT_COMPLEMENT,
             "neighbor": K.PATTERN_NEIGHBOR, "hotspot": K.PATTERN_HOTSPOT}
 
@@ -40,7 +36,7 @@ class MeshInputs:
     queue_capacity: int
     link_buffer_messages: int
     history: int
-    cfg: np.ndarray  # int64[len(CFG_FIELDS)]
+    cfg: np.ndarray  # int64[len(CFG_FIELDS)], indices kernels.mesh.CFG_*
     seed: int
     rates: np.ndarray | None  # float64[R, C] Bernoulli rates, None for a trace
     geo_log: float
@@ -71,7 +67,8 @@ def injection_rates(sc) -> np.ndarray:
         return rates
     if kind == "skewed":
         sigma = float(sc.get("workload", "sigma"))
-        return lognormal_rates(rows * cols, base, sigma, np.uint64(sc.get("run", "seed"))).reshape(rows, cols)
+        return lognormal_rates(n_units=rows * cols, injection_rate=base, sigma=sigma,
+                               seed=np.uint64(sc.get("run", "seed"))).reshape(rows, cols)
     raise ValueError(f"no rate map for workload type {kind!r}")
 
 
@@ -87,7 +84,7 @@ def build_inputs(sc) -> MeshInputs:
         from .pipeline import build
 
         pipe = build(sc)
-    cfg = dict(
+    cfg = K.mesh_config(
         queue_capacity=m["queue_capacity"],
         hop_latency_cycles=m["hop_latency_cycles"],
         link_messages_per_cycle=m["link_messages_per_cycle"],
@@ -132,7 +129,7 @@ def build_inputs(sc) -> MeshInputs:
     rates = None if is_trace or pipe is not None else injection_rates(sc)
     return MeshInputs(
         rows=rows, cols=cols, queue_capacity=m["queue_capacity"], link_buffer_messages=m["link_buffer_messages"],
-        history=history, cfg=np.array([cfg[f] for f in CFG_FIELDS], dtype=np.int64), seed=sc.get("run", "seed"),
+        history=history, cfg=cfg, seed=sc.get("run", "seed"),
         rates=rates, geo_log=geo_log, ev_cycle=ev_cycle, ev_unit=ev_unit, ev_work=ev_work,
         latency_bins=sc.get("output", "latency_histogram_max_cycles") + 1, traffic=is_traffic, pipeline=pipe)
 
@@ -144,7 +141,7 @@ def check_memory(inputs: MeshInputs, max_chunk: int, n_blocks: int) -> None:
     /proc/meminfo does not show are not seen."""
     layout = S.mesh_layout(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
                            inputs.history, inputs.routed,
-                           int(inputs.cfg[CFG_FIELDS.index("router_queue_packets")]), S.pipeline_dims(inputs.pipeline))
+                           int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]), S.pipeline_dims(inputs.pipeline))
     buffers = 8 * (max_chunk * (K.N_SERIES + inputs.queue_capacity + 1) + n_blocks * inputs.latency_bins)
     need = S.layout_bytes(layout) + buffers
     have = S.available_memory_bytes()
@@ -170,7 +167,7 @@ class MeshSim:
             np.zeros((inputs.rows, inputs.cols), np.uint32)
         self.state = S.allocate_mesh(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
                                      inputs.history, thr, inputs.geo_log, traffic=inputs.routed,
-                                     router_queue_packets=int(inputs.cfg[CFG_FIELDS.index("router_queue_packets")]),
+                                     router_queue_packets=int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]),
                                      pipeline=inputs.pipeline)
         self.blocks = S.row_blocks(inputs.rows)
         self.max_chunk = max_chunk
@@ -192,8 +189,10 @@ class MeshSim:
             self._ev_lo[: n + 1] = np.searchsorted(inp.ev_cycle, np.arange(t0, t0 + n + 1))
         else:
             self._ev_lo[: n + 1] = 0
-        bad = K.run_cycles(self.state, inp.cfg, np.uint64(inp.seed), t0, n, self._ev_lo, inp.ev_unit, inp.ev_work,
-                           self.blocks, self.series, self.depth_series, self.lat_hist_blocks, self.cum)
+        bad = K.run_cycles(st=self.state, cfg=inp.cfg, seed=np.uint64(inp.seed), t0=t0, n_cycles=n,
+                           ev_cycle_lo=self._ev_lo, ev_unit=inp.ev_unit, ev_work=inp.ev_work, block_rows=self.blocks,
+                           series=self.series, depth_series=self.depth_series,
+                           lat_hist_blocks=self.lat_hist_blocks, cum=self.cum)
         if bad >= 0:
             raise RuntimeError(f"conservation of tasks violated at cycle {bad}: this is a bug in meshsim")
         self.cycle = t0 + n

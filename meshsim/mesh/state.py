@@ -1,70 +1,19 @@
-"""Allocation of the mesh kernel's state (DESIGN.md section 8; layout in kernels/mesh.py).
+"""Allocation of the mesh kernel's state (DESIGN.md section 8): kernels.mesh.MeshState, whose
+definition (one field per array) lives with the kernel; `allocate_mesh` is the one place that builds it.
 
 The dtypes live here, in one place: the narrowest that hold every legal value.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
 from kernels import mesh as K
+from kernels.mesh import MeshState
 
 POLICIES = {"none": K.POLICY_NONE, "least_loaded": K.POLICY_LEAST_LOADED, "random_lower": K.POLICY_RANDOM_LOWER}
 WORK_KINDS = {"fixed": K.WORK_FIXED, "uniform": K.WORK_UNIFORM, "geometric": K.WORK_GEOMETRIC}
-
-
-class MeshState(NamedTuple):
-    """Every per-PE array of a mesh run, in the order the kernel unpacks them."""
-
-    q_work: np.ndarray  # uint16[Q, R, C] work (cycles) of queued tasks, head at slot 0
-    q_birth: np.ndarray  # int32[Q, R, C] birth cycle of queued tasks
-    q_hops: np.ndarray  # uint8[Q, R, C] hops of queued tasks
-    q_len: np.ndarray  # uint8[R, C] queue depth (tasks)
-    s_rem: np.ndarray  # uint16[R, C] remaining work in service (cycles), 0 = idle
-    s_birth: np.ndarray  # int32[R, C]
-    s_hops: np.ndarray  # uint8[R, C]
-    link: np.ndarray  # uint64[R, C, 4, K] packed messages on each output link
-    sent_h: np.ndarray  # uint8[H, R, C, 4] send counts (mod 2K) at the end of cycle t, slot t % H
-    recv_h: np.ndarray  # uint8[H, R, C, 4] receive counts (mod 2K), likewise
-    depth_h: np.ndarray  # uint8[H, R, C] queue depth at the end of cycle t
-    tot_started: np.ndarray  # int64[R, C] work started in service; busy cycles = tot_started - s_rem
-    tot_injected: np.ndarray  # int32[R, C] tasks offered
-    tot_refused: np.ndarray  # int32[R, C] tasks refused at injection
-    tot_completed: np.ndarray  # int32[R, C] tasks completed here
-    tot_migrated_out: np.ndarray  # int32[R, C] tasks sent to a neighbour
-    tot_migrated_in: np.ndarray  # int32[R, C] tasks received from a neighbour
-    tot_latency: np.ndarray  # int64[R, C] sum of latencies of tasks completed here (cycles)
-    thr: np.ndarray  # uint32[R, C] Bernoulli injection threshold
-    geo_log: float  # log(1 - 1/mean) for geometric work (0 otherwise)
-    sent_h32: np.ndarray  # uint32[H, R, C] view of sent_h: a PE's 4 counts as one word
-    recv_h32: np.ndarray  # uint32[H, R, C] view of recv_h
-    # Routed traffic only (shape (1, 1[, 4]) otherwise): the source queues and the packet totals.
-    src_pending: np.ndarray  # int32[R, C] packets offered and not yet injected
-    src_scan: np.ndarray  # int32[R, C] birth cycle of the source queue's head (or where to look from)
-    tot_pkt_offered: np.ndarray  # int32[R, C] packets offered
-    tot_pkt_delivered: np.ndarray  # int32[R, C] packets delivered here
-    link_total: np.ndarray  # int64[R, C, 4] messages ever sent on each output link
-    oq: np.ndarray  # uint64[R, C, 5, Qo] router output queues (N, E, S, W, ejection), head at slot 0
-    oq_len: np.ndarray  # uint8[R, C, 8] packets in each output queue (5 used, 3 padding)
-    oq_len64: np.ndarray  # uint64[R, C] view of oq_len: all five lengths in one word
-    # layer_pipeline only (shape 1 x 1 otherwise; docs/mesh.md, "Dataflow"). Inputs:
-    lp_g: np.ndarray  # int32[R, C] region of each PE, -1 for an idle PE
-    lp_reg: np.ndarray  # int64[G, N_REG] region table, columns kernels.mesh.REG_*
-    lp_rep: np.ndarray  # int64[P, 2] first and last region of each replica
-    # ... and state:
-    lp_taken: np.ndarray  # int32[R, C] chunks taken (first regions)
-    out_left: np.ndarray  # int32[R, C] packets left in the output stage
-    out_birth: np.ndarray  # int32[R, C] their birth cycle
-    lp_adm: np.ndarray  # int64[P] chunks admitted per replica
-    lp_fin: np.ndarray  # int64[P] chunks finished per replica
-    lp_done: np.ndarray  # int64[P, W] output-edge PEs of the last region that completed chunk c, at c mod W
-    lp_admit_t: np.ndarray  # int64[P, W] admission cycle of chunk c, at c mod W
-    lp_took: np.ndarray  # int64[P] PEs of the first region that have taken every chunk admitted
-    lp_ctl: np.ndarray  # int64[N_CTL] control words, kernels.mesh.CTL_* (weight streaming, fast-forward)
-
-
+# The views of other fields (no storage of their own).
 VIEW_FIELDS = ("sent_h32", "recv_h32", "oq_len64")
 
 
@@ -177,7 +126,7 @@ def in_flight_from_links(state: MeshState, cycle_done: int, link_buffer_messages
     if cycle_done == 0:
         return 0
     slot = (cycle_done - 1) % state.sent_h.shape[0]
-    return int(K.count_in_flight(state.sent_h, state.recv_h, slot, 2 * link_buffer_messages))
+    return int(K.count_in_flight(sent_h=state.sent_h, recv_h=state.recv_h, slot=slot, wrap=2 * link_buffer_messages))
 
 
 def row_blocks(rows: int, n_blocks: int = 64) -> np.ndarray:

@@ -25,7 +25,8 @@ class RduSim:
         max_inst = prog.instance.shape[1]
         max_tiles = int(prog.section[:, K.SE_TILES].max()) if len(prog.section) else 1
         self.cs, self.started, self.done, self.left, self.tile_start, self.clock = K.new_state(
-            chips, s, max_tiles, prog.n_instances, prog.switch_cycles)
+            n_chips=chips, max_stages=s, max_tiles=max_tiles, n_instances=prog.n_instances,
+            switch_cycles=prog.switch_cycles)
         self.finish = np.full((chips, max_inst), -1, np.int64)
         self.busy = np.zeros((chips, max_inst, s, 2), np.int64)
         self.ddr_bytes = np.zeros(chips, np.int64)
@@ -51,11 +52,13 @@ class RduSim:
     def advance(self) -> int:
         """Run up to one chunk of intervals; returns how many were recorded. Sets `finished`."""
         p = self.prog
-        n, status = K.run_intervals(p.stage, p.section, p.instance, p.n_instances, p.buffer_tiles, p.switch_cycles,
-                                    p.prefetch, p.burst_bytes, p.ddr_bytes_per_kcycle, self.cs, self.started,
-                                    self.done, self.left, self.tile_start, self.clock, self.tile_offset, self.finish,
-                                    self.busy, self.ddr_bytes, self.tile_latency, self.out_start, self.out_cycles,
-                                    self.out_series, self.out_stage_busy)
+        n, status = K.run_intervals(
+            stage=p.stage, section=p.section, instance=p.instance, n_instances=p.n_instances,
+            buffer_tiles=p.buffer_tiles, switch_cycles=p.switch_cycles, prefetch=p.prefetch, burst_bytes=p.burst_bytes,
+            bytes_per_kcycle=p.ddr_bytes_per_kcycle, cs=self.cs, started=self.started, done=self.done, left=self.left,
+            tile_start=self.tile_start, clock=self.clock, tile_offset=self.tile_offset, finish=self.finish,
+            busy=self.busy, ddr_bytes=self.ddr_bytes, tile_latency=self.tile_latency, out_start=self.out_start,
+            out_cycles=self.out_cycles, out_series=self.out_series, out_stage_busy=self.out_stage_busy)
         if status == K.STUCK:
             raise RuntimeError(f"rdu kernel stuck at cycle {self.cycle}: no chip can move (a program error)")
         self.finished = status == K.FINISHED
