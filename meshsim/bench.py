@@ -47,7 +47,7 @@ _STARTUP = textwrap.dedent("""
 
 _PEAK = textwrap.dedent("""
     import json, resource, sys
-    from meshsim.engine import run_scenario
+    from meshsim.run import run_scenario
     from meshsim.scenario import scenario_from_dict
     res = run_scenario(scenario_from_dict({d}), sys.argv[1], progress=False)
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -61,7 +61,7 @@ _PEAK = textwrap.dedent("""
 _FRESH_RUN = textwrap.dedent("""
     import json, resource, sys, time
     t0 = time.perf_counter()
-    from meshsim.engine import run_scenario
+    from meshsim.run import run_scenario
     from meshsim.scenario import load_scenario
     sc = load_scenario(sys.argv[1], {over})
     res = run_scenario(sc, sys.argv[2], progress=False)
@@ -100,11 +100,6 @@ def _cold_and_cached(code: str, scenario: Path) -> tuple[dict, dict]:
 
 def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     """Run every measurement and return the figures as a dict."""
-    from kernels.mesh import S_LINK_SENT
-    from kernels.reference.mesh_ref import MeshReference, rate_map
-
-    from .mesh.sim import MeshSim, available_cores, build_inputs, set_threads
-    from .mesh.state import state_bytes_per_pe
     from .scenario import scenario_from_dict
 
     fig = {}
@@ -113,8 +108,20 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     fig["grid"] = f"{sc.get('machine', 'rows')} x {sc.get('machine', 'cols')}"
     fig["n_pes"] = n_pe
     fig["cores"] = numba.config.NUMBA_NUM_THREADS
+    _startup(fig, log)
+    _speed(fig, sc, cycles, log)
+    _full_run(fig, quick, log)
+    _traffic(fig, sc, cycles, log)
+    _pipeline(fig, quick, log)
+    _rdu_step(fig, quick, log)
+    _ipu_steps(fig, quick, log)
+    fig.update(measure_contention(quick=quick, log=log))
+    _reference(fig, log)
+    return fig
 
-    # Start-up: a fresh process up to the end of its first cycle, with an empty and a warm cache.
+
+def _startup(fig: dict, log) -> None:
+    """Start-up: a fresh process up to the end of its first cycle, with an empty and a warm cache."""
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache)
         small = repr(_scenario(True, cycles=10))
@@ -127,7 +134,13 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     log(f"start-up to the first cycle: {cold_wall:.2f} s cold (compiling {fig['compile_seconds']:.2f} s), "
         f"{warm_wall:.2f} s cached")
 
-    # Simulation speed, kernel only, after a warm-up that fills the queues.
+
+def _speed(fig: dict, sc, cycles: int, log) -> None:
+    """Simulation speed, kernel only, after a warm-up that fills the queues."""
+    from .mesh.sim import MeshSim, available_cores, build_inputs, set_threads
+    from .mesh.state import state_bytes_per_pe
+
+    n_pe = fig["n_pes"]
     sim = MeshSim(build_inputs(sc), cycles)
     fig["state_bytes_per_pe"] = state_bytes_per_pe(sim.state)
     sim.advance(min(cycles, 200))
@@ -142,8 +155,10 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
             f"({cycles} cycles of {fig['grid']} in {dt:.2f} s)")
     log(f"state: {fig['state_bytes_per_pe']:.0f} bytes per PE at queue capacity 16")
 
-    # A whole run with output (frames every 100 cycles) in a fresh process: peak memory and the
-    # share of the time spent outside the kernel (series, histograms, frames, windows, flushes).
+
+def _full_run(fig: dict, quick: bool, log) -> None:
+    """A whole run with output (frames every 100 cycles) in a fresh process: peak memory and the share of
+    the time spent outside the kernel (series, histograms, frames, windows, flushes)."""
     with tempfile.TemporaryDirectory() as tmp:
         run_cycles = 1000
         r, _ = _python(_PEAK.format(d=repr(_scenario(quick, cycles=run_cycles))), os.path.join(tmp, "b.h5"))
@@ -157,9 +172,16 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
         f"{r['output']:.2f} s writing series, histograms, frames every 100 cycles and windows: "
         f"{fig['output_overhead_fraction'] * 100:.1f}% of the run; peak memory {r['peak_bytes'] / 2**30:.2f} GiB")
 
-    # Routed traffic: uniform random packets at half the uniform channel-load bound, all cores,
-    # timed in the steady state: after as many cycles as the longest XY route has hops (rows + cols
-    # - 2; the mean is about a third of that), every route carries its full share of packets.
+
+def _traffic(fig: dict, sc, cycles: int, log) -> None:
+    """Routed traffic: uniform random packets at half the uniform channel-load bound, all cores, timed in
+    the steady state: after as many cycles as the longest XY route has hops (rows + cols - 2; the mean
+    is about a third of that), every route carries its full share of packets."""
+    from kernels.mesh import S_LINK_SENT
+
+    from .mesh.sim import MeshSim, available_cores, build_inputs, set_threads
+    from .scenario import scenario_from_dict
+
     rows, cols = sc.get("machine", "rows"), sc.get("machine", "cols")
     n = rows * cols
     rate = 0.5 * 4 / max(rows, cols) * (n - 1) / n
@@ -185,8 +207,12 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
         f"{n * timed / dt / 1e6:.1f} million PE-cycles/s ({timed} cycles after {fill} to fill the network; "
         f"{hops:.2f} hops per PE-cycle)")
 
-    # The layer pipeline: GPT-2 small over the whole fabric from an empty wafer (the first token
-    # needs about 10,500 cycles to cross it, so the fill is what a short run spends its time on).
+
+def _pipeline(fig: dict, quick: bool, log) -> None:
+    """The layer pipeline: GPT-2 small over the whole fabric from an empty wafer (the first token needs
+    about 10,500 cycles to cross it, so the fill is what a short run spends its time on)."""
+    from .mesh.sim import MeshSim, build_inputs
+
     gpt2 = Path(__file__).resolve().parent.parent / "scenarios" / "wse2_gpt2_small.toml"
     if gpt2.is_file():
         from .scenario import load_scenario
@@ -206,8 +232,10 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
         log(f"layer pipeline, GPT-2 small from an empty wafer, all cores: {pn * 2000 / dt / 1e6:.1f} million "
             f"PE-cycles/s over its first 2,000 cycles ({busy:.2f} of the PEs busy by then)")
 
-    # The rdu: one training step of a 24-layer, hidden-4,096 model on an SN30, in a fresh process,
-    # with an empty and with a warm compilation cache.
+
+def _rdu_step(fig: dict, quick: bool, log) -> None:
+    """The rdu: one training step of a 24-layer, hidden-4,096 model on an SN30, in a fresh process, with an
+    empty and with a warm compilation cache."""
     rdu = Path(__file__).resolve().parent.parent / "scenarios" / "rdu_sn30_train_h4096.toml"
     if rdu.is_file():
         over = repr(["workload.n_layers=2"] if quick else [])
@@ -225,8 +253,10 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
             f"{warm['process']:.2f} s cached ({warm['wall']:.2f} s run, {warm['kernel']:.2f} s in the kernel for "
             f"{warm['intervals']:,} intervals); peak memory {warm['peak_bytes'] / 2**30:.2f} GiB")
 
-    # The ipu: 100 training steps of a 24-layer model over 8 IPUs (the issue's bar: under 10 s), in a
-    # fresh process, with an empty and with a warm compilation cache.
+
+def _ipu_steps(fig: dict, quick: bool, log) -> None:
+    """The ipu: 100 training steps of a 24-layer model over 8 IPUs (the issue's bar: under 10 s), in a
+    fresh process, with an empty and with a warm compilation cache."""
     ipu = Path(__file__).resolve().parent.parent / "scenarios" / "ipu_gpt2_24l_8ipu.toml"
     if ipu.is_file():
         over = repr(["run.steps=5"] if quick else [])
@@ -243,9 +273,13 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
             f"{warm['process']:.2f} s cached ({warm['wall']:.2f} s run, {warm['kernel']:.3f} s in the kernel); "
             f"peak memory {warm['peak_bytes'] / 2**30:.2f} GiB")
 
-    fig.update(measure_contention(quick=quick, log=log))
 
-    # The plain reference on a small grid, for the ratio.
+def _reference(fig: dict, log) -> None:
+    """The plain reference on a small grid, for the ratio."""
+    from kernels.reference.mesh_ref import MeshReference, rate_map
+
+    from .scenario import scenario_from_dict
+
     rs = scenario_from_dict(_scenario(True))
     rows, cols, ref_cycles = 8, 8, 40
     wl = rs.values["workload"]
@@ -262,12 +296,11 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     fig["speedup_over_reference"] = fig["pe_cycles_per_second_all_cores"] / fig["reference_pe_cycles_per_second"]
     log(f"plain reference ({rows} x {cols}): {fig['reference_pe_cycles_per_second']:.0f} PE-cycles/s; "
         f"the kernel is {fig['speedup_over_reference']:,.0f} times faster")
-    return fig
 
 
 _CONTENDED_RUN = textwrap.dedent("""
     import json, sys
-    from meshsim.engine import run_scenario
+    from meshsim.run import run_scenario
     from meshsim.scenario import scenario_from_dict
     threads = None if sys.argv[2] == "default" else int(sys.argv[2])
     res = run_scenario(scenario_from_dict({d}), sys.argv[1], threads=threads, progress=False)

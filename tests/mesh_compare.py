@@ -105,7 +105,7 @@ def _pipeline_snapshot(sim: MeshSim, source: list) -> dict:
                 continue
             g = int(st.lp_g[r, c])
             nxt = int(reg[g, K.REG_NEXT])
-            k = int(K._out_index(reg, g, r, c))
+            k = int(K._out_index(lp_reg=reg, g=g, r=r, c=c))
             n_out = int(K._n_out(reg, g))
             fan = int(K._feeds(k, n_out, K._n_in(reg, nxt)))
             for m in range(fan - left, fan):
@@ -168,8 +168,10 @@ def kernel_snapshot(sim: MeshSim) -> dict:
             for c in range(cols):
                 tb, u = int(st.src_scan[r, c]), r * cols + c
                 while traffic and len(source[u]) < int(st.src_pending[r, c]):
-                    dr, dc = K._offered_packet(np.uint64(inp.seed), tb, u, r, c, st.thr[r, c], rows, cols,
-                                               cfg["pattern"], cfg["hot_threshold"], cfg["hot_row"], cfg["hot_col"])
+                    dr, dc = K._offered_packet(seed=np.uint64(inp.seed), tb=tb, u=u, r=r, c=c, thr_u=st.thr[r, c],
+                                               rows=rows, cols=cols, pattern=cfg["pattern"],
+                                               hot_thr=cfg["hot_threshold"], hot_r=cfg["hot_row"],
+                                               hot_c=cfg["hot_col"])
                     if dr >= 0:
                         source[u].append((int(dr), int(dc), tb))
                     tb += 1

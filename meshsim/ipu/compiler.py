@@ -297,12 +297,14 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
         per_tile = []
         for u in units:
             b_f, snt, rcv = (np.zeros(n_tiles, np.int64) for _ in range(3))
-            K.deal(u.cost, u.out_bytes, u.in_bytes, u.offset, n_tiles, threads, u.even, b_f, snt, rcv)
+            K.deal(cost=u.cost, out_bytes=u.out_bytes, in_bytes=u.in_bytes, offset=u.offset, n_tiles=n_tiles,
+                   threads=threads, even=u.even, busy=b_f, sent=snt, recv=rcv)
             b_b = None  # backward busy cycles, only for training
             if spec.training:
                 b_b = np.zeros(n_tiles, np.int64)
-                K.deal(u.cost_backward, u.out_bytes, u.in_bytes, u.offset, n_tiles, threads, u.even, b_b,
-                       np.zeros(n_tiles, np.int64), np.zeros(n_tiles, np.int64))
+                K.deal(cost=u.cost_backward, out_bytes=u.out_bytes, in_bytes=u.in_bytes, offset=u.offset,
+                       n_tiles=n_tiles, threads=threads, even=u.even, busy=b_b, sent=np.zeros(n_tiles, np.int64),
+                       recv=np.zeros(n_tiles, np.int64))
             per_tile.append((b_f, b_b, snt, rcv))  # snt: u_out sums, rcv: u_in sums
         # forward list, then the backward list (docs/ipu.md, "Backward", "Recomputation")
         f_list = [(i, 0) for i in range(len(units))]

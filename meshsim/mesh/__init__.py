@@ -8,9 +8,10 @@ from .sim import (
     MeshSim,
     available_cores,
     build_inputs,
+    compile_scenario,
     default_threads,
     set_threads,
 )
 
 __all__ = ["CFG_FIELDS", "PES_PER_THREAD", "MeshInputs", "MeshSim", "available_cores", "build_inputs",
-           "default_threads", "set_threads"]
+           "compile_scenario", "default_threads", "set_threads"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..machine import Machine, register
 from . import analysis, report
 from .run import MeshRun
-from .sim import PES_PER_THREAD, MeshInputs, build_inputs
+from .sim import MeshInputs, compile_scenario, default_threads
 
 
 class MeshMachine(Machine):
@@ -16,11 +16,10 @@ class MeshMachine(Machine):
     target_li = 0.98
 
     def compile_scenario(self, scenario) -> MeshInputs:
-        return build_inputs(scenario)
+        return compile_scenario(scenario)
 
     def default_threads(self, inputs: MeshInputs) -> int:
-        # one thread per PES_PER_THREAD PEs (docs/mesh.md, "Threads"), at most the cores
-        return max(1, inputs.rows * inputs.cols // PES_PER_THREAD)
+        return default_threads(inputs.rows * inputs.cols)
 
     def start(self, scenario, inputs: MeshInputs, per_call: int | None = None) -> MeshRun:
         return MeshRun(scenario, inputs, per_call)

@@ -93,7 +93,7 @@ WINDOWS = {
 }
 
 
-class ResultWriter(ResultFile):
+class MeshResultWriter(ResultFile):
     """Writes one mesh run's HDF5 file incrementally (see ResultFile for its life)."""
 
     def __init__(self, final_path, scenario, *, rows: int, cols: int, queue_capacity: int, latency_bins: int,

@@ -12,7 +12,7 @@ from kernels import mesh as K
 
 from .. import metrics
 from ..machine import Run
-from .output import ResultWriter
+from .output import MeshResultWriter
 from .regions import layers_of, region_figures, regions_of
 from .sim import MeshInputs, MeshSim
 from .state import busy_cycles, state_bytes_per_pe
@@ -118,15 +118,15 @@ class MeshRun(Run):
                                  latency_sum=0)
         self._last = 0
 
-    def open_writer(self, path, threads: int) -> ResultWriter:
+    def open_writer(self, path, threads: int) -> MeshResultWriter:
         """The result file, laid out for this run (with the pipeline's tables for layer_pipeline)."""
         inputs, sc = self.inputs, self.scenario
         out = sc.values["output"]
-        writer = ResultWriter(path, sc, rows=inputs.rows, cols=inputs.cols, queue_capacity=inputs.queue_capacity,
-                              latency_bins=inputs.latency_bins, threads=threads,
-                              compression_level=out["compression_level"], regions=self.regions,
-                              traffic=inputs.traffic, pipeline=inputs.pipeline is not None, layers=self.layers,
-                              window_busy_cycles=self.window if out["window_busy"] else 0)
+        writer = MeshResultWriter(path, sc, rows=inputs.rows, cols=inputs.cols,
+                                  queue_capacity=inputs.queue_capacity, latency_bins=inputs.latency_bins,
+                                  threads=threads, compression_level=out["compression_level"], regions=self.regions,
+                                  traffic=inputs.traffic, pipeline=inputs.pipeline is not None, layers=self.layers,
+                                  window_busy_cycles=self.window if out["window_busy"] else 0)
         if inputs.pipeline is not None:
             writer.write_pipeline(inputs.pipeline, sc.get("machine", "pe_flops_per_cycle"))
         return writer

@@ -7,16 +7,15 @@ tests drive the kernel only through `MeshSim`.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from kernels import mesh as K
 from kernels.workload import lognormal_rates, rate_thresholds
 
 from ..errors import InputError
+from ..threads import available_cores, set_threads  # noqa: F401 (meshsim.mesh exports them)
 from . import state as S
 from .trace import load_trace
 
@@ -72,7 +71,7 @@ def injection_rates(sc) -> np.ndarray:
     raise ValueError(f"no rate map for workload type {kind!r}")
 
 
-def build_inputs(sc) -> MeshInputs:
+def compile_scenario(sc) -> MeshInputs:
     """Kernel inputs for a validated scenario. Raises InputError for a bad trace file."""
     m, mig, wl = sc.values["machine"], sc.values["migration"], sc.values["workload"]
     rows, cols = m["rows"], m["cols"]
@@ -132,6 +131,10 @@ def build_inputs(sc) -> MeshInputs:
         history=history, cfg=cfg, seed=sc.get("run", "seed"),
         rates=rates, geo_log=geo_log, ev_cycle=ev_cycle, ev_unit=ev_unit, ev_work=ev_work,
         latency_bins=sc.get("output", "latency_histogram_max_cycles") + 1, traffic=is_traffic, pipeline=pipe)
+
+
+#: The name the mesh's tests and tools have long used for compile_scenario.
+build_inputs = compile_scenario
 
 
 def check_memory(inputs: MeshInputs, max_chunk: int, n_blocks: int) -> None:
@@ -226,24 +229,6 @@ class MeshSim:
 PES_PER_THREAD = 32_768
 
 
-def available_cores() -> int:
-    """The cores this process may run on (its affinity mask; at most Numba's thread pool)."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        n = os.cpu_count() or 1
-    return max(1, min(n, numba.config.NUMBA_NUM_THREADS))
-
-
 def default_threads(n_pes: int) -> int:
     """Threads for run.threads = 0: one per PES_PER_THREAD PEs, at least one, at most the cores."""
     return max(1, min(available_cores(), n_pes // PES_PER_THREAD))
-
-
-def set_threads(threads: int, n_pes: int = 0) -> int:
-    """Use `threads` Numba threads, at most the cores this process may run on; 0: as many as a grid
-    of `n_pes` PEs can use (`default_threads`; one for a machine with serial kernels, n_pes = 0).
-    Returns the number in use."""
-    n = default_threads(n_pes) if threads == 0 else min(threads, available_cores())
-    numba.set_num_threads(n)
-    return n
