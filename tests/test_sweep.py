@@ -14,7 +14,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from test_determinism import assert_identical, contents
+from conftest import assert_same_results as assert_identical
+from conftest import result_contents as contents
 
 from meshsim.cli import main
 from meshsim.errors import InputError
@@ -288,7 +289,8 @@ def test_a_sweep_never_runs_more_threads_than_the_host_has_cores(tmp_path, capsy
     import meshsim.sweep as sweep_module
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sweep_module, "host_cores", lambda: 2)
+    monkeypatch.setattr(sweep_module, "host_cores", lambda: 2)  # as the command reads it
+    monkeypatch.setattr(sweep_module.cluster, "host_cores", lambda: 2)  # as dask_client does
     good = write(tmp_path, '[sweep]\nbase = "base.toml"\n', name="g.toml")
     for args, message in ((["--threads", "3"], "--threads 3: more than this host's 2 core(s)"),
                           (["--threads", "3", "--serial"], "--threads 3: more than this host's 2 core(s)"),
@@ -362,19 +364,19 @@ def test_a_serial_sweep_writes_a_file_per_point_and_the_summary_table(tmp_path, 
 
 
 def test_a_point_that_raises_is_recorded_and_the_others_go_on_then_a_rerun_finishes_it(tmp_path, capsys, monkeypatch):
-    import meshsim.engine as engine
+    import meshsim.run as runner
 
     monkeypatch.chdir(tmp_path)
     path = write(tmp_path, '[sweep]\nbase = "base.toml"\n[grid]\nmigration.threshold = [1, 2, 3]\n')
     sw = load_sweep(path)
-    real = engine.run_scenario
+    real = runner.run_scenario
 
     def broken(sc, output, **kw):
         if sc.get("migration", "threshold") == 2:
             raise RuntimeError("out of cheese")
         return real(sc, output, **kw)
 
-    monkeypatch.setattr(engine, "run_scenario", broken)
+    monkeypatch.setattr(runner, "run_scenario", broken)
     assert main(["sweep", str(path), "--serial"]) == 1
     cap = capsys.readouterr()
     assert "1 point(s) failed" in cap.err and f"failed {sw.points[1].id}" in cap.out
@@ -386,7 +388,7 @@ def test_a_point_that_raises_is_recorded_and_the_others_go_on_then_a_rerun_finis
     done = {p.id: os.stat(p.output).st_mtime_ns for p in sw.points if Path(p.output).exists()}
     assert len(done) == 2
 
-    monkeypatch.setattr(engine, "run_scenario", real)
+    monkeypatch.setattr(runner, "run_scenario", real)
     ran = []
     res = run_sweep(sw, on_row=lambda p, row: ran.append(p.id))
     assert ran == [sw.points[1].id] and res.skipped == 2 and res.failed == 0
@@ -868,7 +870,7 @@ def test_a_failed_task_whose_file_is_complete_is_recorded_from_the_file(tmp_path
 
 
 def test_nested_stop_signals_pass_a_signal_to_the_outer_one():
-    from meshsim.engine import StopSignals
+    from meshsim.run import StopSignals
 
     with StopSignals() as outer:
         with StopSignals() as inner:  # a run inside a serial sweep
