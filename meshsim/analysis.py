@@ -1,4 +1,4 @@
-"""Every metric of a run recomputed from its result file alone (DESIGN.md sections 3 and 5), and a
+"""Every metric of a run recomputed from its result file alone (docs/design.md, "Metrics"), and a
 diagnosis of a load imbalance from what the file shows.
 
 `analyse(path)` reads the raw datasets (per-unit busy cycles, per-window busy cycles, latency
@@ -54,7 +54,8 @@ def analyse(path, window: int | None = None, target: float | None = None) -> dic
                               "written")
         out = dict(file=str(path), machine=machine, scenario=root.get("scenario_name", ""),
                    complete=bool(root.get("complete")), cycles=int(root.get("cycles_done", 0)))
-        out.update(m.analyse(f, values, out["cycles"], window, path))
+        own = m.analyse(f, values, out["cycles"], window, path)
+        out.update(busy_only(f, m.busy_dataset, out["cycles"], path) if own is None else own)
     _, summary = read_summary(path)
     out["model"] = {k: summary[k] for k in MODEL_FIGURES if k in summary}
     goal = m.target_li if target is None else target

@@ -116,22 +116,20 @@ class Machine(ABC):
         """The line `meshsim validate` prints for a valid scenario."""
         return f"{label}: valid ({self.name})"
 
-    def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
-        """The machine's lines of the one-screen summary (meshsim.report.format_summary)."""
-        from .report import generic_lines
-
-        return generic_lines(summary)
+    def summary_lines(self, summary: dict, regions: dict | None = None) -> list | None:
+        """The machine's lines of the one-screen summary (meshsim.report.format_summary); None: the
+        lines every machine's figures allow (meshsim.report.generic_lines)."""
+        return None
 
     def read_regions(self, f, path) -> dict | None:
         """Per-region whole-run figures of an open result file (name -> array), or None."""
         return None
 
-    def analyse(self, f, values: dict, cycles: int, window, path) -> dict:
+    def analyse(self, f, values: dict, cycles: int, window, path) -> dict | None:
         """The figures `meshsim report` recomputes from an open result file: {"whole": {...},
-        "windows": {...}} and any machine-specific tables (meshsim.analysis)."""
-        from .analysis import busy_only
-
-        return busy_only(f, self.busy_dataset, cycles, path)
+        "windows": {...}} and any machine-specific tables (meshsim.analysis); None: the load
+        balance of `busy_dataset` alone (meshsim.analysis.busy_only)."""
+        return None
 
     def findings(self, analysis: dict, add) -> None:
         """Machine-specific findings of report's diagnosis, each through `add(text, evidence)`."""

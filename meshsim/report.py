@@ -1,4 +1,4 @@
-"""Reading a result file's summary and printing it (DESIGN.md sections 5 and 6).
+"""Reading a result file's summary and printing it (docs/design.md, "Result files" and "Command line").
 
 `read_summary` checks that a file is a meshsim result before trusting it; `format_summary` is the
 one-screen summary shown at the end of a run and by `meshsim report`.
@@ -16,7 +16,7 @@ from . import machine as machines
 from .errors import InputError
 from .output import SCHEMA_VERSION, open_result_file, read_provisional
 
-#: Attributes of /summary that every result has (DESIGN.md section 5); scripts rely on them.
+#: Attributes of /summary that every result has (docs/design.md, "Result files"); scripts rely on them.
 STABLE_SUMMARY_KEYS = ("cycles", "n_units", "li", "percent_imbalance", "jain_index", "cv", "utilization",
                        "latency_mean_cycles", "latency_var_cycles2", "latency_p50_cycles", "latency_p99_cycles",
                        "latency_max_cycles", "injected", "refused", "completed", "in_system_at_end", "migrated",
@@ -89,11 +89,12 @@ def format_summary(summary: dict, root: dict | None = None, path=None, regions: 
         lines.append(f"result        {path}")
     if name is None:
         return "\n".join(lines + generic_lines(summary))
-    return "\n".join(lines + machines.get(name).summary_lines(summary, regions))
+    own = machines.get(name).summary_lines(summary, regions)
+    return "\n".join(lines + (generic_lines(summary) if own is None else own))
 
 
 def generic_lines(s: dict) -> list:
-    """The summary lines every machine's figures allow (DESIGN.md section 5's stable names)."""
+    """The summary lines every machine's figures allow (the stable names: docs/design.md, "Result files")."""
     return [
         f"cycles        {fmt(s['cycles'])} on {fmt(s['n_units'])} units",
         f"LI            {fmt(s['li'])}  (mean/max busy; {fmt(s['percent_imbalance'], 3)}% imbalance, "

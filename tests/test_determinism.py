@@ -5,9 +5,8 @@ import os
 import subprocess
 import sys
 
-import h5py
-import numpy as np
 import pytest
+from conftest import THREAD_COUNTS, assert_same_results, result_contents
 
 SCENARIO = """
 [run]
@@ -36,11 +35,6 @@ frame_every_cycles = 25
 flush_every_cycles = 70
 """
 
-# Attributes that legitimately differ between runs of the same scenario.
-VOLATILE = {"threads", "created", "wall_seconds", "kernel_seconds", "first_call_seconds", "pe_cycles_per_second",
-            "output_seconds"}
-
-
 def run(tmp_path, scenario, threads, name):
     out = tmp_path / f"{name}.h5"
     env = dict(os.environ, NUMBA_NUM_THREADS="3")
@@ -49,35 +43,12 @@ def run(tmp_path, scenario, threads, name):
     return out
 
 
-def contents(path):
-    data = {}
-    with h5py.File(path) as f:
-        def visit(name, obj):
-            if isinstance(obj, h5py.Dataset):
-                data[name] = obj[()]
-            for k, v in obj.attrs.items():
-                if k not in VOLATILE and k not in ("REFERENCE_LIST", "DIMENSION_LIST"):
-                    data[f"{name}@{k}"] = v
-        f.visititems(visit)
-        for k, v in f.attrs.items():
-            if k not in VOLATILE:
-                data[f"@{k}"] = v
-    return data
+# the names other test modules use
+contents = result_contents
+assert_identical = assert_same_results
 
 
-def assert_identical(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        x, y = a[k], b[k]
-        if isinstance(x, np.ndarray):
-            assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), k
-        elif isinstance(x, float) and np.isnan(x):
-            assert np.isnan(y), k
-        else:
-            assert x == y, k
-
-
-def first_run_then_the_same_with(tmp_path, text, runs=((2, "t2"), (3, "t3"))) -> dict:
+def first_run_then_the_same_with(tmp_path, text, runs=tuple((n, f"t{n}") for n in THREAD_COUNTS[1:])) -> dict:
     """Run a scenario with 1 thread, then with each (threads, name) of `runs`, and assert every
     result equals the first; return the first's contents (for a check that it did something)."""
     sc = tmp_path / "s.toml"
@@ -165,3 +136,16 @@ flush_every_cycles = 150
 
 def test_layer_pipeline_is_bit_identical_with_1_2_and_3_threads(tmp_path):
     assert first_run_then_the_same_with(tmp_path, PIPELINE)["summary@chunks_finished"] > 0
+
+
+def test_an_in_process_run_is_the_same_at_every_thread_count(tmp_path, thread_count):
+    """The same scenario run in this process (Numba caps the threads at the cores) with 1 thread and
+    with `thread_count` threads: the same file."""
+    from meshsim.run import run_scenario
+    from meshsim.scenario import load_scenario
+
+    sc = tmp_path / "s.toml"
+    sc.write_text(SCENARIO.format(policy="least_loaded"))
+    one = run_scenario(load_scenario(sc), tmp_path / "one.h5", threads=1, progress=False).path
+    other = run_scenario(load_scenario(sc), tmp_path / "other.h5", threads=thread_count, progress=False).path
+    assert_same_results(one, other)

@@ -11,6 +11,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from conftest import assert_same_results
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -131,32 +132,13 @@ def test_steps_are_identical_and_the_split_over_calls_does_not_matter():
     assert sim1.shares.sum() == sim1.cycle
 
 
-def _datasets(path):
-    out = {}
-    with h5py.File(path, "r") as f:
-        def visit(name, obj):
-            if isinstance(obj, h5py.Dataset):
-                out[name] = obj[()]
-        f.visititems(visit)
-        summary = {k: v for k, v in f["summary"].attrs.items()
-                   if k not in ("wall_seconds", "kernel_seconds", "pe_cycles_per_second", "threads")}
-    return out, summary
-
-
 def test_results_are_bit_identical_across_threads_and_reruns(tmp_path):
     sc = scenario(dict(layers_per_ipu=[0, 1, 1], training=True, recompute=True, gradient_accumulation=2), steps=3)
     a = run_scenario(sc, tmp_path / "a.h5", threads=1, progress=False).path
     b = run_scenario(sc, tmp_path / "b.h5", threads=2, progress=False).path
     c = run_scenario(sc, tmp_path / "c.h5", threads=2, progress=False, max_cycles_per_call=1).path
-    da, sa = _datasets(a)
     for other in (b, c):
-        d, s = _datasets(other)
-        assert d.keys() == da.keys()
-        for k in da:
-            assert np.array_equal(da[k], d[k]), k
-        assert s.keys() == sa.keys()
-        for k in sa:
-            assert (sa[k] == s[k]) or (np.isnan(sa[k]) and np.isnan(s[k])), k
+        assert_same_results(a, other)
 
 
 GPT2 = dict(hidden_size=768, n_layers=12, n_heads=12, seq_len=1024, batch=8, training=True, recompute=True,

@@ -8,6 +8,7 @@ import sys
 import h5py
 import numpy as np
 import pytest
+from conftest import assert_same_results
 
 from kernels import rdu as K
 from meshsim.rdu import compiler as R
@@ -88,29 +89,11 @@ def test_report_prints_the_rdu_summary(result):
     assert json.loads(summary_json(s, root))["summary"]["fusion"] == "o1"
 
 
-def datasets(path):
-    out = {}
-    with h5py.File(path) as f:
-        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
-        skip = {"wall_seconds", "kernel_seconds", "pe_cycles_per_second", "threads"}
-        out["summary"] = {k: v for k, v in f["summary"].attrs.items() if k not in skip}
-    return out
-
-
 def test_results_are_identical_across_threads_reruns_and_chunks(tmp_path, result):
     sc = scenario(training=True, parallelism="T2P2D1", microbatches=2)
-    a = datasets(result.path)
     for i, (threads, chunk) in enumerate([(1, None), (2, 5), (1, 97)]):
-        b = datasets(run_scenario(sc, tmp_path / f"{i}.h5", threads=threads, progress=False,
-                                  max_cycles_per_call=chunk).path)
-        assert a.keys() == b.keys()
-        for k in a:
-            if k == "summary":
-                assert a[k].keys() == b[k].keys()
-                for name in a[k]:
-                    assert np.array_equal(a[k][name], b[k][name], equal_nan=isinstance(a[k][name], float)), name
-            else:
-                assert np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind == "f"), k
+        assert_same_results(result.path, run_scenario(sc, tmp_path / f"{i}.h5", threads=threads, progress=False,
+                                                      max_cycles_per_call=chunk).path)
 
 
 def test_an_interrupted_run_leaves_a_readable_incomplete_file(tmp_path, monkeypatch):

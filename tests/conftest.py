@@ -1,0 +1,57 @@
+"""What the tests share: the thread counts results must not depend on, and one way to compare two
+result files (docs/design.md, "Correctness": bit-identical across thread counts, reruns and the
+split of a run into kernel calls)."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+#: Thread counts a determinism test runs with (a fresh process can be given 3 threads on any
+#: machine with NUMBA_NUM_THREADS=3; in-process, Numba caps them at the cores).
+THREAD_COUNTS = (1, 2, 3)
+
+#: Attributes that measure the host, not the model: they legitimately differ between runs.
+VOLATILE = frozenset({"threads", "created", "wall_seconds", "kernel_seconds", "first_call_seconds",
+                      "pe_cycles_per_second", "output_seconds"})
+
+
+@pytest.fixture(params=THREAD_COUNTS, ids=lambda n: f"{n}threads")
+def thread_count(request) -> int:
+    """Each of THREAD_COUNTS in turn."""
+    return request.param
+
+
+def result_contents(path) -> dict:
+    """Every dataset ("group/name": array) and every attribute but the volatile ones ("group/name@key",
+    "@key" for the root's) of a result file."""
+    data = {}
+    with h5py.File(path, "r") as f:
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                data[name] = obj[()]
+            for k, v in obj.attrs.items():
+                if k not in VOLATILE and k not in ("REFERENCE_LIST", "DIMENSION_LIST"):
+                    data[f"{name}@{k}"] = v
+        f.visititems(visit)
+        for k, v in f.attrs.items():
+            if k not in VOLATILE:
+                data[f"@{k}"] = v
+    return data
+
+
+def assert_same_results(a, b) -> None:
+    """Two result files (paths, or result_contents of them) hold the same datasets and attributes,
+    bit for bit (NaN equal to NaN)."""
+    a = a if isinstance(a, dict) else result_contents(a)
+    b = b if isinstance(b, dict) else result_contents(b)
+    assert a.keys() == b.keys(), sorted(set(a) ^ set(b))
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), k
+        elif isinstance(x, float) and np.isnan(x):
+            assert np.isnan(y), k
+        else:
+            assert x == y, k

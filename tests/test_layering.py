@@ -1,0 +1,119 @@
+"""The layering of docs/design.md, "Layout", read from the source: no import cycle among meshsim's
+modules (function-level imports included); the kernels import nothing of meshsim and the oracles
+nothing of meshsim or of the kernels; the run loop, the command line and report name no machine;
+and no function of meshsim is longer than 150 lines."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MACHINES = ("mesh", "rdu", "ipu")
+#: Modules written once for every machine: they ask the registry (meshsim.machine), never a name.
+MACHINE_FREE = ("meshsim/run.py", "meshsim/cli.py", "meshsim/report.py", "meshsim/output.py", "meshsim/analysis.py",
+                "meshsim/threads.py")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules(top: str) -> dict:
+    return {module_name(p): p for p in sorted((ROOT / top).rglob("*.py"))}
+
+
+def imports(path: Path, name: str, known) -> set:
+    """The modules of `known` that `path` (module `name`) imports anywhere in it."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[:len(parts) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for t in targets:
+            # a module imports its packages' __init__ too
+            while t:
+                if t in known and t != name:
+                    out.add(t)
+                t = t.rpartition(".")[0]
+    return out
+
+
+def test_no_import_cycle_among_meshsim_modules():
+    mods = modules("meshsim")
+    graph = {m: imports(p, m, mods) for m, p in mods.items()}
+    # a package's __init__ importing its own submodules is not a cycle of the design
+    for m in graph:
+        graph[m] = {t for t in graph[m] if not (t.startswith(m + ".") and mods[m].name == "__init__.py")}
+    state, stack, cycles = {}, [], []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for t in sorted(graph[m]):
+            if state.get(t) == "open":
+                cycles.append(stack[stack.index(t):] + [t])
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_layering_test_sees_a_cycle(tmp_path):
+    """The cycle finder is not vacuous: two modules importing each other inside functions are found."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("def f():\n    from .b import g\n")
+    b.write_text("def g():\n    from . import a\n")
+    known = {"pkg.a", "pkg.b"}
+    assert imports(a, "pkg.a", known) == {"pkg.b"} and imports(b, "pkg.b", known) == {"pkg.a"}
+
+
+@pytest.mark.parametrize("top, banned", [("kernels", ("meshsim",)), ("kernels/reference", ("meshsim", "kernels"))])
+def test_kernels_import_nothing_of_meshsim_and_oracles_nothing_of_the_kernels(top, banned):
+    bad = []
+    for p in sorted((ROOT / top).rglob("*.py")):
+        if top == "kernels" and "reference" in p.parts:
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            if top == "kernels/reference" and isinstance(node, ast.ImportFrom) and node.level:
+                names = ["kernels"]  # a relative import from an oracle reaches into kernels
+            bad += [f"{p.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in banned]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("rel", MACHINE_FREE)
+def test_the_run_loop_cli_and_report_name_no_machine(rel):
+    path = ROOT / rel
+    tree = ast.parse(path.read_text())
+    named = [f"{rel}:{n.lineno} {n.value!r}" for n in ast.walk(tree)
+             if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in MACHINES]
+    mods = modules("meshsim")
+    reached = sorted(m for m in imports(path, module_name(path), mods) if m.split(".")[1:2] and
+                     m.split(".")[1] in MACHINES)
+    assert not named and not reached, named + reached
+
+
+def test_no_function_of_meshsim_is_longer_than_150_lines():
+    long = []
+    for p in sorted((ROOT / "meshsim").rglob("*.py")):
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 150:
+                long.append(f"{p.relative_to(ROOT)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)")
+    assert not long, long
