@@ -1,4 +1,4 @@
-"""Numba JIT flags, in one place (STYLE: "JIT flags in one module").
+"""Numba JIT flags, in one place (docs/design.md, "Layout").
 
 - cache=True: compiled machine code is kept on disk, so a second run starts in about a second.
 - no fastmath anywhere: cycle state is integer and floats must round the same as the reference.

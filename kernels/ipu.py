@@ -1,4 +1,4 @@
-"""The IPU (Graphcore-style bulk-synchronous) kernels: docs/ipu.md, DESIGN.md section 2.3.
+"""The IPU (Graphcore-style bulk-synchronous) kernels: docs/ipu.md.
 
 `deal` maps one operator's work units onto a stage's tiles and threads and gives every tile's busy
 cycles and bytes; `run_steps` runs the lockstep pipeline schedule of whole steps over the superstep

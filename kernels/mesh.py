@@ -1,4 +1,4 @@
-"""The mesh (WSE-2-style) cycle kernel: docs/mesh.md, DESIGN.md sections 2.1 and 8.
+"""The mesh (WSE-2-style) cycle kernel: docs/mesh.md (and docs/design.md, "Performance").
 
 Layout (structure of arrays; R = rows, C = cols, Q = queue capacity, K = link buffer, H = history), the
 fields of MeshState below, which the kernels read by name (the configuration vector likewise: CFG_*):
@@ -185,7 +185,7 @@ def mesh_config(**values) -> np.ndarray:
 
 
 class MeshState(NamedTuple):
-    """Every per-PE array of a mesh run (DESIGN.md section 8), allocated by
+    """Every per-PE array of a mesh run (docs/mesh.md, "Implementation notes"), allocated by
     meshsim.mesh.state.allocate_mesh. The kernels read it by field name (st.q_len), never by
     position; in a parallel function only outside its prange loops (bind a local first): Numba
     loses writes made through a NamedTuple attribute inside a prange body (numba issue 7135)."""

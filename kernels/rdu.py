@@ -1,4 +1,4 @@
-"""The RDU (SambaNova-style dataflow) kernel: docs/rdu.md, DESIGN.md section 2.2.
+"""The RDU (SambaNova-style dataflow) kernel: docs/rdu.md.
 
 Inputs are the program tables of `meshsim.rdu.compile_program` (int64 arrays, columns below). The
 kernel runs every chip's list of section instances, jumping from event to event (docs/rdu.md,

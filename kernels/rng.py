@@ -1,4 +1,4 @@
-"""Counter-based random draws (docs/mesh.md, "Workloads"; DESIGN.md section 2).
+"""Counter-based random draws (docs/mesh.md, "Workloads"; docs/design.md, "Cycle semantics").
 
 A draw is a pure function of (seed, stream, cycle, unit, index): SplitMix64's finaliser applied to
 a key built from them, so no thread ever holds random state and results do not depend on the

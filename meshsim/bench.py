@@ -1,4 +1,4 @@
-"""`meshsim bench`: figures, not tests (DESIGN.md section 8; STYLE "Tests and benchmarks").
+"""`meshsim bench`: figures, not tests (docs/design.md, "Performance").
 
 Prints simulated PE-cycles per second on the full WSE-2 fabric (757 x 996) with migration on at
 moderate load (offered load 0.5: rate 0.05, geometric work of mean 10, least_loaded, threshold 2),
@@ -382,7 +382,7 @@ workload.injection_rate = [{rates}]
 
 
 def measure_sweep(workers: int = 2, log=print) -> dict:
-    """The sweep bars (issue figures, DESIGN.md section 7): per-point overhead on the local cluster
+    """The sweep bars (docs/sweeps.md, "Figures"): per-point overhead on the local cluster
     (16 points of 10 cycles: scheduling, worker start-up, reading the scenario, writing the row),
     and a 16-point sweep of equal small scenarios run one after another in this process against
     the local cluster of `workers` single-threaded workers."""

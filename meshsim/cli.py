@@ -1,4 +1,4 @@
-"""Command line: `python -m meshsim` and the `meshsim` script (DESIGN.md section 6).
+"""Command line: `python -m meshsim` and the `meshsim` script (docs/design.md, "Command line").
 
 A thin layer over the library. Problems with what the user gave (scenario, overrides, trace,
 result file) print one line each and exit with status 2, no traceback; a bug keeps its traceback
@@ -26,8 +26,8 @@ from .errors import InputError
 
 
 def _cmd_run(args) -> int:
-    from .run import run_scenario
     from .report import format_summary, read_regions, read_summary
+    from .run import run_scenario
     from .scenario import load_scenario
 
     sc = load_scenario(args.scenario, args.overrides)

@@ -1,4 +1,4 @@
-"""The README's parameter reference, generated from the parameter table (DESIGN.md section 4).
+"""The README's parameter reference, generated from the parameter table (docs/design.md, "Scenario files").
 
 `python -m meshsim.docs` prints the reference; `python -m meshsim.docs --update README.md` rewrites
 the block between the lines `<!-- params:start -->` and `<!-- params:end -->` of that file.
@@ -28,8 +28,9 @@ END_MARKER = "<!-- params:end -->"
 def parameter_reference_markdown() -> str:
     """Markdown tables of every scenario key, one per section, from `meshsim.params.PARAMS`.
 
-    DESIGN.md section 4: the docs are generated from the one parameter table. Columns: key, type,
-    unit, default, allowed, description (with "Only when ..." for keys that apply conditionally).
+    docs/design.md, "Scenario files": the docs are generated from the one parameter table. Columns:
+    key, type, unit, default, allowed, description (with "Only when ..." for keys that apply
+    conditionally).
     """
     out = [
         "Every key of a scenario file, generated from `meshsim/params.py` "

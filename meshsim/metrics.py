@@ -1,4 +1,4 @@
-"""Load-balance and latency metrics (DESIGN.md section 3), as plain functions of arrays.
+"""Load-balance and latency metrics (docs/design.md, "Metrics"), as plain functions of arrays.
 
 The run computes its summary with these, and `report` recomputes them from a result file with the
 same functions, so the two can never disagree about a formula.
@@ -42,7 +42,7 @@ def load_balance(load) -> dict:
 
 
 def balance_figures(busy, cycles: int) -> dict:
-    """The summary's load-balance figures (DESIGN.md sections 3 and 5) of per-unit busy cycles over
+    """The summary's load-balance figures (docs/design.md, "Metrics") of per-unit busy cycles over
     a run of `cycles` cycles: li, percent_imbalance, jain_index, cv, busy_min/max/mean_cycles,
     compute_time_spread, active_units (units that did any work) and utilization."""
     a = np.asarray(busy, dtype=np.int64)

@@ -1,4 +1,4 @@
-"""HDF5 result files (DESIGN.md section 5).
+"""HDF5 result files (docs/design.md, "Result files").
 
 A run writes `NAME.incomplete.h5` while it goes and renames it to `NAME.h5` only when it finishes.
 An interrupted run keeps the `.incomplete.h5` file, marked `complete = False`, holding every
@@ -89,7 +89,7 @@ def read_provisional(f: h5py.File) -> dict | None:
 
 
 def open_result(path: Path, scenario, machine: str, threads: int, cycles_requested: int) -> h5py.File:
-    """A new result file at `path` with the root attributes of DESIGN.md section 5, marked
+    """A new result file at `path` with the root attributes of docs/design.md, "Result files", marked
     incomplete (the writer sets cycles_done and complete as the run goes)."""
     f = h5py.File(path, "w", libver=LIBVER)
     a = f.attrs

@@ -1,6 +1,6 @@
 """The one parameter table: each scenario key's type, unit, default, allowed values and meaning.
 
-DESIGN.md section 4. Validation and defaults (`meshsim.scenario`) and the README's parameter
+docs/design.md, "Scenario files". Validation and defaults (`meshsim.scenario`) and the README's parameter
 reference (`meshsim.docs`) are all generated from `PARAMS`; a key that is not in this table does
 not exist.
 """
@@ -17,7 +17,7 @@ from .machine import names as machine_names
 #: integers, each in the key's allowed range.
 TYPES = ("int", "float", "str", "bool", "regions", "ints")
 
-#: The largest grid the mesh accepts, in PEs (DESIGN.md 2.1 asks for at least 850,000).
+#: The largest grid the mesh accepts, in PEs (room for the whole WSE-2 fabric, 757 x 996, and more).
 MAX_MESH_PES = 4_194_304
 
 #: Workload types whose tasks are Bernoulli injections with a work distribution (docs/mesh.md).
@@ -26,7 +26,7 @@ BERNOULLI_WORKLOADS = ("uniform", "hotspot", "skewed")
 
 @dataclass(frozen=True)
 class Param:
-    """One scenario key (DESIGN.md section 4).
+    """One scenario key (docs/design.md, "Scenario files").
 
     section, name: the key is written `name = ...` under `[section]`; its path is `section.name`.
     type: one of TYPES.
@@ -385,7 +385,7 @@ _BY_PATH = {(p.section, p.name): p for p in PARAMS}
 
 
 def param(section: str, name: str) -> Param:
-    """The table entry of `section.name` (DESIGN.md section 4); KeyError if there is none."""
+    """The table entry of `section.name` (docs/design.md, "Scenario files"); KeyError if there is none."""
     try:
         return _BY_PATH[(section, name)]
     except KeyError:
@@ -393,7 +393,7 @@ def param(section: str, name: str) -> Param:
 
 
 def sections() -> tuple[str, ...]:
-    """The section names in table order (DESIGN.md section 4)."""
+    """The section names in table order (docs/design.md, "Scenario files")."""
     return tuple(dict.fromkeys(p.section for p in PARAMS))
 
 

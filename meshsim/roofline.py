@@ -1,4 +1,4 @@
-"""Rooflines of the platforms and of a run's machine (DESIGN.md section 3: arithmetic intensity =
+"""Rooflines of the platforms and of a run's machine (docs/design.md, "Metrics": arithmetic intensity =
 FLOPs / bytes moved; the ridge point is peak FLOP/s / bandwidth, computed from the preset, never
 typed in).
 

@@ -42,7 +42,7 @@ class RunResult:
 
 
 def default_output_path(scenario) -> Path:
-    """results/NAME.h5 under the current directory (DESIGN.md section 6)."""
+    """results/NAME.h5 under the current directory (docs/design.md, "Command line")."""
     return Path("results") / f"{scenario.name}.h5"
 
 

@@ -1,9 +1,9 @@
 """Scenario files: read a TOML scenario, apply command-line overrides, fill defaults, validate.
 
-DESIGN.md section 4. Everything about a key (type, unit, default, range, when it applies) comes from
-the parameter table in `meshsim.params`. Validation collects every problem it finds and raises one
-`InputError`; each problem is one line naming where (the file, or the override), the key path, the
-bad value and what is allowed.
+docs/design.md, "Scenario files". Everything about a key (type, unit, default, range, when it
+applies) comes from the parameter table in `meshsim.params`. Validation collects every problem it
+finds and raises one `InputError`; each problem is one line naming where (the file, or the
+override), the key path, the bad value and what is allowed.
 
 The only filesystem access here is reading the scenario and checking that a trace file exists.
 """
@@ -48,7 +48,7 @@ _TEXT_NAME = "<scenario>"
 
 @dataclass(frozen=True)
 class Scenario:
-    """A validated scenario (DESIGN.md section 4).
+    """A validated scenario (docs/design.md, "Scenario files").
 
     path: the scenario file as given, or None when built from text or a dict.
     source_text: the file's original text (echoed into result files).
@@ -110,8 +110,8 @@ def default_hot_region(rows: int, cols: int) -> tuple[int, int, int, int]:
 def parse_overrides(items) -> list[tuple[str, object]]:
     """Parse command-line overrides `section.key=value` into ("section.key", value) pairs.
 
-    DESIGN.md sections 4 and 6. The value is read as a TOML value (`64`, `0.1`, `true`,
-    `[[0, 0, 8, 8]]`, `"x"`); if it is not valid TOML it is taken as a bare string, so
+    docs/design.md, "Scenario files" and "Command line". The value is read as a TOML value (`64`,
+    `0.1`, `true`, `[[0, 0, 8, 8]]`, `"x"`); if it is not valid TOML it is taken as a bare string, so
     `migration.policy=none` works. Raises InputError listing every malformed item. Whether the
     key exists is checked by `load_scenario`.
     """
@@ -122,7 +122,7 @@ def parse_overrides(items) -> list[tuple[str, object]]:
 
 
 def load_scenario(path, overrides=(), *, text: str | None = None) -> Scenario:
-    """Read, override, complete and validate a scenario (DESIGN.md section 4).
+    """Read, override, complete and validate a scenario (docs/design.md, "Scenario files").
 
     path: the TOML file (str or Path); when `text` is given it is parsed instead and `path` is
         only used in messages and to resolve the trace file (None: relative to the current
@@ -425,7 +425,7 @@ def _unmet_condition(p: Param, values, valid):
 
 
 def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
-    """Problems that involve more than one key (DESIGN.md 2.1, docs/mesh.md parameters).
+    """Problems that involve more than one key (docs/mesh.md, "Grid and names": the parameters).
 
     Each check runs only when every key it reads is itself valid, so one slip gives one message.
     """

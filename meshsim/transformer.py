@@ -1,9 +1,10 @@
 """A decoder-only (GPT-style) transformer as a list of operators with FLOPs and bytes.
 
 One copy of these formulas serves every machine model: the mesh's `layer_pipeline` workload
-(DESIGN.md section 2.1: PEs per kernel in proportion to FLOPs), the RDU's operator graph (section
-2.2: PCUs in proportion to FLOPs, bytes over DDR) and the IPU's layers per pipeline stage (section
-2.3). Arithmetic intensity is the roofline's FLOPs / bytes moved (section 3).
+(docs/mesh.md, "Dataflow": PEs per kernel in proportion to FLOPs), the RDU's operator graph
+(docs/rdu.md, "Compilation": PCUs in proportion to FLOPs, bytes over DDR) and the IPU's layers per
+pipeline stage (docs/ipu.md, "Mapping"). Arithmetic intensity is the roofline's FLOPs / bytes moved
+(docs/design.md, "Metrics").
 
 All counts are exact Python integers: FLOPs count a multiply and an add as two, bytes are elements
 times the element size of the model's precision. Embeddings, the final LayerNorm and the output
@@ -52,7 +53,7 @@ LAYER_OPERATORS = (
 
 @dataclass(frozen=True)
 class Model:
-    """The shape of a decoder-only transformer (DESIGN.md section 1: the same model on all machines).
+    """The shape of a decoder-only transformer (docs/design.md, "Purpose": the same model on all machines).
 
     hidden_size: H, elements per token; n_layers: transformer blocks; n_heads: A, attention heads
     (H must be a multiple of A); seq_len: S, tokens per sequence; batch: B, sequences per step;
@@ -118,7 +119,7 @@ class Model:
 
 @dataclass(frozen=True)
 class Operator:
-    """One operator of one layer (DESIGN.md sections 2.1 and 2.2), with its work and traffic.
+    """One operator of one layer, with its work and traffic (docs/rdu.md, "Operators").
 
     name: "layer<i>.<op>" for forward, "layer<i>.<op>.backward" for backward; layer: 0-based block
     index; kind: one of OPERATOR_KINDS; phase: "forward" or "backward"; flops: floating-point
@@ -142,7 +143,7 @@ class Operator:
 
     @property
     def arithmetic_intensity(self) -> float:
-        """FLOPs per byte moved (DESIGN.md section 3, roofline); inf for FLOPs that move no bytes."""
+        """FLOPs per byte moved (docs/design.md, "Metrics"); inf for FLOPs that move no bytes."""
         moved = self.bytes_moved
         if moved == 0:
             return float("inf") if self.flops else 0.0
@@ -194,7 +195,7 @@ def backward_of(op: Operator) -> Operator:
 
 
 def operators(model: Model, training: bool = False) -> list[Operator]:
-    """The operators of the transformer blocks in execution order (DESIGN.md sections 2.1-2.3).
+    """The operators of the transformer blocks in execution order (docs/mesh.md, docs/rdu.md, docs/ipu.md).
 
     With T = batch x seq_len tokens, H hidden size, A heads, S seq_len, B batch, F = ffn_multiplier x H,
     each layer i runs, as "layer<i>.<op>" (elements; bytes = elements x e, e = element bytes):
@@ -279,7 +280,7 @@ def totals(ops) -> dict:
 
 
 def mesh_weight_fit(model: Model, n_pes: int, sram_kib: int) -> tuple[bool, str]:
-    """Whether the transformer blocks' weights fit in the mesh's SRAM (DESIGN.md section 2.1).
+    """Whether the transformer blocks' weights fit in the mesh's SRAM (docs/mesh.md, "Weight streaming").
 
     Capacity = n_pes x sram_kib x 1024 bytes (the WSE-2: ~850,000 PEs x 48 KiB). Returns (fits,
     message); the message states the weight bytes, the capacity and the fraction used, and when the

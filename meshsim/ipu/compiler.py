@@ -1,5 +1,4 @@
-"""The IPU compiler: a transformer mapped onto the tiles of pipeline stages (docs/ipu.md, DESIGN.md
-section 2.3).
+"""The IPU compiler: a transformer mapped onto the tiles of pipeline stages (docs/ipu.md).
 
 `compile_scenario` turns a validated ipu scenario into an `IpuProgram`: per stage its superstep
 templates (forward, and backward with training) with every tile's busy cycles and the phases'

@@ -21,7 +21,7 @@ FLUSH_SECONDS = 1.0
 
 
 def summarise(prog: IpuProgram, sim: IpuSim, wall: float, kernel_seconds: float, threads: int) -> dict:
-    """The run's figures (DESIGN.md section 5's stable names, and the ipu's of docs/ipu.md)."""
+    """The run's figures: the stable names (docs/design.md, "Result files") and the ipu's (docs/ipu.md)."""
     spec = prog.spec
     cycles = sim.cycle
     busy = sim.tile_busy()

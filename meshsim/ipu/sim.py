@@ -1,5 +1,5 @@
 """The ipu's state between kernel calls: the pipeline schedule stepped through kernels.ipu, some
-steps per call (docs/ipu.md, "Schedule")."""
+steps per call (docs/ipu.md, "The pipeline")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Network studies on the mesh: the analytic figures a routed-traffic run is checked against, and
-measurements of one offered load (DESIGN.md section 9; docs/mesh.md, "Routed packets").
+measurements of one offered load (docs/design.md, "Correctness"; docs/mesh.md, "Routed packets").
 
 Channel loads are counted exactly, by enumerating every (source, destination) pair of a pattern and
 the XY route between them, so the bounds hold for any grid, not only the textbook k x k ones.

@@ -1,5 +1,5 @@
 """The mesh's result file: its per-cycle series, per-PE totals, windows, frames, regions and the
-layer pipeline's tables (docs/mesh.md, "Result file"; the file's life is meshsim.output.ResultFile's).
+layer pipeline's tables (docs/design.md, "Result files"; the file's life is meshsim.output.ResultFile's).
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ class MeshResultWriter(ResultFile):
             self._append(self.window_regions["region_utilization"], region_figures["utilization"][None])
 
     def write_regions(self, figures: dict, group: str = "regions") -> None:
-        """Whole-run figures per region (keys of meshsim.regions.FIGURES), replacing any before;
+        """Whole-run figures per region (keys of meshsim.mesh.regions.FIGURES), replacing any before;
         group "layers" for the per-layer figures."""
         self._finishing()
         rg = self.f[group]

@@ -1,11 +1,11 @@
 """The `layer_pipeline` workload's set-up: a transformer becomes a table of regions for the mesh
-kernel (DESIGN.md section 2.1; the kernel's side is docs/mesh.md, "Dataflow").
+kernel (the kernel's side is docs/mesh.md, "Dataflow").
 
 The model's operators (`meshsim.transformer`) become kernels: with `fuse_elementwise` each
 LayerNorm, GeLU and residual add is folded into the matrix kernel next to it, as a dataflow
 compiler does (a LayerNorm into the projection it feeds, GeLU and a residual add into the
 projection that produces their input); without it every operator is a kernel of its own. Each
-kernel gets a rectangle of PEs in proportion to its FLOPs (`meshsim.placement`), and a PE's task
+kernel gets a rectangle of PEs in proportion to its FLOPs (`meshsim.mesh.placement`), and a PE's task
 for one chunk of `tokens_per_chunk` tokens takes
 
     work_g = ceil(FLOPs_g x tokens_per_chunk / (batch x seq_len) / (n_g x pe_flops_per_cycle))

@@ -1,5 +1,5 @@
 """Placing a layer-pipelined model's operators on the mesh: one rectangle of PEs per operator, its
-area in proportion to the operator's FLOPs (DESIGN.md section 2.1, `layer_pipeline`).
+area in proportion to the operator's FLOPs (docs/mesh.md, "Dataflow").
 
 The grid is split into `replicas` equal vertical bands (data-parallel copies side by side; columns
 left over at the right stay idle). Inside a replica, each group of operators (a layer's forward

@@ -1,5 +1,5 @@
-"""Regions of the mesh for per-region figures (DESIGN.md section 3: "LI ... over all units and per
-region").
+"""Regions of the mesh for per-region figures (docs/design.md, "Metrics": LI over the whole run and per
+region).
 
 A hotspot workload has one region per hot rectangle plus the background (the PEs in no hot
 rectangle; where rectangles overlap, the later one wins). A layer_pipeline workload has one region
@@ -35,7 +35,7 @@ class Regions:
 
 def regions_of(scenario, pipeline=None) -> Regions | None:
     """The scenario's regions, or None when the whole grid is the only one. `pipeline` is the
-    layer_pipeline's meshsim.pipeline.Pipeline."""
+    layer_pipeline's meshsim.mesh.pipeline.Pipeline."""
     if pipeline is not None:
         labels = pipeline.region_of.astype(np.int32)
         names = list(pipeline.names)

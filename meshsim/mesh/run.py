@@ -1,6 +1,6 @@
 """A mesh run between kernel calls (meshsim.machine.Run): the kernel runs many cycles per call;
 between calls the run appends the per-cycle series, takes frames, closes LI windows and keeps the
-running totals from which its summary comes (the figures of docs/mesh.md, "Metrics"). Nothing
+running totals from which its summary comes (the figures of docs/design.md, "Metrics"). Nothing
 here touches a PE.
 """
 
@@ -378,7 +378,7 @@ def _write_totals(writer, sim, inputs, totals: _Totals) -> None:
 
 
 def _summary(sim, totals: _Totals, timing) -> dict:
-    """The run's figures (the stable names of DESIGN.md section 5 and more), from the kernel state
+    """The run's figures (the stable names of docs/design.md, "Result files", and more), from the kernel state
     and the running totals of the per-cycle series."""
     st = sim.state
     cycles = sim.cycle

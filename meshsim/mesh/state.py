@@ -1,4 +1,4 @@
-"""Allocation of the mesh kernel's state (DESIGN.md section 8): kernels.mesh.MeshState, whose
+"""Allocation of the mesh kernel's state (docs/design.md, "Performance"): kernels.mesh.MeshState, whose
 definition (one field per array) lives with the kernel; `allocate_mesh` is the one place that builds it.
 
 The dtypes live here, in one place: the narrowest that hold every legal value.
@@ -59,7 +59,7 @@ def mesh_layout(rows: int, cols: int, queue_capacity: int, link_buffer_messages:
 
 
 def pipeline_dims(pipeline):
-    """mesh_layout's `pipeline` argument for a meshsim.pipeline.Pipeline (or None): regions,
+    """mesh_layout's `pipeline` argument for a meshsim.mesh.pipeline.Pipeline (or None): regions,
     replicas, chunks in flight."""
     return None if pipeline is None else (pipeline.n_regions, pipeline.n_replicas, pipeline.chunks_in_flight)
 
@@ -73,7 +73,7 @@ def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_message
                   thresholds: np.ndarray, geo_log: float = 0.0, traffic: bool = False,
                   router_queue_packets: int = 1, pipeline=None) -> MeshState:
     """Zeroed state for an empty mesh (before cycle 0); `traffic` allocates the routed-traffic arrays.
-    `pipeline` (a meshsim.pipeline.Pipeline) allocates the layer_pipeline arrays and fills its tables."""
+    `pipeline` (a meshsim.mesh.pipeline.Pipeline) allocates the layer_pipeline arrays and fills its tables."""
     layout = mesh_layout(rows, cols, queue_capacity, link_buffer_messages, history, traffic, router_queue_packets,
                          pipeline_dims(pipeline))
     a = {name: np.zeros(shape, dtype) for name, (shape, dtype) in layout.items()}

@@ -1,6 +1,6 @@
 """Trace workloads: read injection events (cycle, row, col, work_cycles) from CSV or HDF5.
 
-DESIGN.md section 2.1 (workload `trace`) and docs/mesh.md ("Workloads"): in cycle t, PE u is offered
+docs/mesh.md ("Workloads", workload `trace`): in cycle t, PE u is offered
 one task per event with that cycle and position, in file order. A trace is validated like a
 scenario: every problem found is collected (the first MAX_LISTED shown) into one InputError, each
 naming the file, the line (CSV) or index (HDF5), the column, the bad value and what is allowed.
@@ -31,7 +31,7 @@ _CHUNK_LINES = 1 << 16
 
 
 def load_trace(path, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Read and validate a trace for a rows x cols mesh (DESIGN.md 2.1, docs/mesh.md "Workloads").
+    """Read and validate a trace for a rows x cols mesh (docs/mesh.md, "Workloads").
 
     Returns (cycle, unit, work), each of length n_events, sorted stably by (cycle, unit) so that
     events of the same cycle and PE keep their file order:

@@ -1,5 +1,5 @@
 """The RDU machine on the Python side: a transformer compiled into sections, PCUs and PMUs
-allocated, and the chips' programs as tables for the kernel (DESIGN.md section 2.2).
+allocated, and the chips' programs as tables for the kernel (docs/rdu.md).
 
 Every rule here is written out in docs/rdu.md, "Compilation"; the kernel (`kernels/rdu.py`) and its
 reference only run the tables. All sizes are exact Python integers until they go into the tables.

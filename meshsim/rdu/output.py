@@ -1,4 +1,4 @@
-"""HDF5 result files of rdu runs (DESIGN.md section 5; docs/rdu.md, "Result file").
+"""HDF5 result files of rdu runs (docs/design.md, "Result files"; docs/rdu.md, "Result file").
 
 The same file life as the mesh's (`meshsim.output`): written as NAME.incomplete.h5, renamed when
 complete. The per-cycle observables are run-length encoded: one row per interval over which every

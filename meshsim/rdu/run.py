@@ -37,7 +37,7 @@ def _add_instance(prog, busy, c, k, row) -> None:
 
 
 def tables(prog: RduProgram, sim: RduSim) -> tuple[dict, dict]:
-    """The sections and operators tables of the result (meshsim.rdu_output SECTIONS, OPERATORS) for
+    """The sections and operators tables of the result (meshsim.rdu.output SECTIONS, OPERATORS) for
     every instance that has finished."""
     secs = {k: [] for k in ("name", *SECTIONS)}
     ops = {k: [] for k in ("name", *OPERATORS)}
@@ -98,7 +98,7 @@ class _Sums:
 
 
 def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_seconds: float, threads: int) -> dict:
-    """The run's figures (DESIGN.md section 5's stable names, and the rdu's of docs/rdu.md)."""
+    """The run's figures: the stable names (docs/design.md, "Result files") and the rdu's (docs/rdu.md)."""
     spec = prog.spec
     chips = prog.n_chips
     cycles = sim.cycle

@@ -1,5 +1,5 @@
 """The rdu's state between kernel calls: a compiled program stepped through kernels.rdu, a chunk of
-intervals per call (docs/rdu.md, "Kernel")."""
+intervals per call (docs/rdu.md, "Implementation notes")."""
 
 from __future__ import annotations
 
