@@ -1,5 +1,5 @@
 """The command line through a real subprocess: exit codes, messages, no traceback, no half-written
-result (DESIGN.md sections 4 and 6)."""
+result (docs/design.md, "Scenario files" and "Command line")."""
 
 import json
 import os

@@ -1,5 +1,6 @@
-"""Bit-identical results across thread counts and reruns (DESIGN.md section 9; STYLE: determinism as a
-contract). Each run is a fresh process so that Numba can be given 3 threads on any machine."""
+"""Bit-identical results across thread counts and reruns (docs/design.md, "Correctness":
+determinism as a contract). Each run is a fresh process so that Numba can be given 3 threads on any
+machine."""
 
 import os
 import subprocess

@@ -1,5 +1,5 @@
-"""The fast mesh kernel against the plain reference, cycle by cycle (STYLE: a slow oracle for every
-kernel; docs/mesh.md is the contract both are written from)."""
+"""The fast mesh kernel against the plain reference, cycle by cycle (docs/design.md, "Correctness": a
+slow oracle for every kernel; docs/mesh.md is the contract both are written from)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""The formulas of DESIGN.md section 3 on loads whose figures can be worked out by hand."""
+"""The formulas of docs/design.md, "Metrics", on loads whose figures can be worked out by hand."""
 
 import math
 

@@ -1,5 +1,5 @@
 """Network validation: the mesh against the textbook results every NoC simulator is held to
-(DESIGN.md section 9). k x k meshes, XY routing, single-message packets, link bandwidth 1.
+(docs/design.md, "Correctness"). k x k meshes, XY routing, single-message packets, link bandwidth 1.
 
 Bounds, by channel load. Under XY routing every packet crosses the links of its route once; the
 offered rate at which the busiest link carries one message a cycle is the saturation bound.
@@ -11,7 +11,7 @@ offered rate at which the busiest link carries one message a cycle is the satura
   k - 1 - r PEs east of it, and the worst row (r = 0) has k - 1: lambda <= 1/(k - 1).
 - Bit complement: (r, c) -> (k-1-r, k-1-c). Every PE sends across the vertical bisection, k^2/2
   packets a cycle per unit rate over k eastward links: lambda <= 2/k.
-`meshsim.noc.saturation_bound` counts the load of every link by enumerating all routes, and the
+`meshsim.mesh.noc.saturation_bound` counts the load of every link by enumerating all routes, and the
 first test checks it against these formulas.
 """
 
@@ -71,7 +71,7 @@ def test_below_saturation_accepted_equals_offered(k, pattern):
 
 
 def saturation(k, pattern, hop_latency):
-    """The highest offered rate the mesh sustains, by bisection (meshsim.noc.saturation_throughput)."""
+    """The highest offered rate the mesh sustains, by bisection (meshsim.mesh.noc.saturation_throughput)."""
     zero_load = xy_loads(k, k, pattern)[3] * hop_latency
     return saturation_throughput(lambda rate: traffic(k, rate, pattern, hop_latency),
                                  min(1.0, 1.25 * saturation_bound(k, k, pattern)), zero_load)

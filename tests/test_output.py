@@ -1,5 +1,5 @@
-"""Result files (DESIGN.md section 5): layout, self-description, consistency with the run, and what an
-interrupted run leaves behind."""
+"""Result files (docs/design.md, "Result files"): layout, self-description, consistency with the run,
+and what an interrupted run leaves behind."""
 
 import math
 
@@ -12,7 +12,7 @@ from meshsim.report import read_summary
 from meshsim.run import RunInterrupted, run_scenario
 from meshsim.scenario import scenario_from_dict
 
-# DESIGN.md section 5, word for word: the names users' scripts rely on.
+# docs/design.md, "Result files", word for word: the names users' scripts rely on.
 STABLE_SUMMARY_KEYS = ["cycles", "n_units", "li", "percent_imbalance", "jain_index", "cv", "utilization",
                        "latency_mean_cycles", "latency_var_cycles2", "latency_p50_cycles", "latency_p99_cycles",
                        "latency_max_cycles", "injected", "refused", "completed", "in_system_at_end", "migrated",

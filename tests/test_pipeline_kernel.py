@@ -1,5 +1,5 @@
 """The layer_pipeline workload in the fast kernel against the plain reference, cycle by cycle
-(docs/mesh.md, "Dataflow"), and its set-up (meshsim/pipeline.py)."""
+(docs/mesh.md, "Dataflow"), and its set-up (meshsim/mesh/pipeline.py)."""
 
 import h5py
 import numpy as np

@@ -1,4 +1,4 @@
-"""Operator regions on the mesh (meshsim.placement): rectangles that tile each replica, areas in
+"""Operator regions on the mesh (meshsim.mesh.placement): rectangles that tile each replica, areas in
 proportion to FLOPs up to whole rows and columns, and clear errors when the grid is too small."""
 
 import numpy as np

@@ -1,5 +1,5 @@
 """rdu runs end to end: the result file, the summary, determinism, interruption, and the directions
-a user expects of the model (DESIGN.md sections 2.2, 3, 5; docs/rdu.md)."""
+a user expects of the model (docs/rdu.md; docs/design.md, "Metrics" and "Result files")."""
 
 import json
 import subprocess

@@ -1,4 +1,5 @@
-"""Scenario loading, overrides and validation (DESIGN.md section 4; meshsim/scenario.py, params.py).
+"""Scenario loading, overrides and validation (docs/design.md, "Scenario files"; meshsim/scenario.py,
+params.py).
 
 Every bad-input test asserts on the message: the key path, the bad value and what is allowed.
 """

@@ -1,4 +1,4 @@
-"""Sweeps (DESIGN.md section 7, docs/sweeps.md): the file format and its errors, point ids and
+"""Sweeps (docs/design.md, "Sweeps"; docs/sweeps.md): the file format and its errors, point ids and
 seeds, the summary table, failures, restarts, Ctrl-C, a killed worker, and bit-identical results
 serially and on Dask clusters of different sizes."""
 

@@ -1,4 +1,4 @@
-"""Trace files: CSV and HDF5 injection events (DESIGN.md 2.1, docs/mesh.md "Workloads").
+"""Trace files: CSV and HDF5 injection events (docs/mesh.md, "Workloads").
 
 Every bad-input test asserts on the message: the file, the line or index, the column, the bad value
 and the allowed range.

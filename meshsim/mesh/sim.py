@@ -1,7 +1,7 @@
 """The mesh machine on the Python side: scenario -> kernel inputs, and a stepper over the kernel.
 
-DESIGN.md section 2.1; cycle semantics in docs/mesh.md. The run engine (`meshsim.engine`) and the
-tests drive the kernel only through `MeshSim`.
+docs/design.md, "Machines"; cycle semantics in docs/mesh.md. The mesh's run (`meshsim.mesh.run`) and
+the tests drive the kernel only through `MeshSim`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class MeshInputs:
     ev_work: np.ndarray  # uint16[n]
     latency_bins: int
     traffic: bool = False
-    pipeline: object = None  # meshsim.pipeline.Pipeline for layer_pipeline, else None
+    pipeline: object = None  # meshsim.mesh.pipeline.Pipeline for layer_pipeline, else None
 
     @property
     def routed(self) -> bool:

@@ -1,5 +1,5 @@
-"""Sweeps: one scenario run at many points of its parameters, serially or through Dask (DESIGN.md
-section 7; the file format is in docs/sweeps.md).
+"""Sweeps: one scenario run at many points of its parameters, serially or through Dask
+(docs/design.md, "Sweeps"; the file format is in docs/sweeps.md).
 
 A sweep is a flat list of points, each an id, the overrides it applies to the base scenario and its
 seed. `run_point` is the one pure function that runs a point, in this process or on a Dask worker:

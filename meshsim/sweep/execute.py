@@ -1,4 +1,4 @@
-"""Running a sweep's points, serially or through Dask (DESIGN.md section 7).
+"""Running a sweep's points, serially or through Dask (docs/design.md, "Sweeps").
 
 `run_point` is the one pure function that runs a point, in this process or on a Dask worker: it
 writes the point's own result file and returns the path and the summary row, never arrays.
@@ -82,7 +82,7 @@ def _done_row(point: Point) -> dict | None:
 
 
 def run_point(point: Point, token: str | None = None, also_stop=None) -> dict:
-    """Run one point and write its result file; return its summary row (DESIGN.md section 7).
+    """Run one point and write its result file; return its summary row (docs/design.md, "Sweeps").
 
     Pure: the same point gives the same file wherever it runs. A point that raises is returned as a
     row with status "failed", its error and its traceback, so that the sweep goes on; Ctrl-C, and a
@@ -161,7 +161,7 @@ class SweepResult:
 
 
 def run_sweep(sweep: Sweep, *, client=None, connect=None, progress: bool | None = None, on_row=None) -> SweepResult:
-    """Run every point that is not complete and write the summary table (DESIGN.md section 7).
+    """Run every point that is not complete and write the summary table (docs/design.md, "Sweeps").
 
     client: a `distributed.Client` to run the points on; connect: instead, a callable returning a
     context manager that yields one (such as `dask_client`), entered only if a point needs running;

@@ -118,7 +118,7 @@ class _Reading:
 
 
 def load_sweep(path, output=None, threads: int = 1) -> Sweep:
-    """Read and validate a sweep file and every one of its points (DESIGN.md section 7).
+    """Read and validate a sweep file and every one of its points (docs/design.md, "Sweeps").
 
     output: the results folder, overriding the file's `sweep.output`. threads: Numba threads per
     point. Raises InputError with every problem found, each naming the file, the key and what is
@@ -390,9 +390,10 @@ def point_id(overrides) -> str:
 
 
 def derive_seed(base_seed: int, params, repetition: int, mode: str = "per_point") -> int:
-    """A point's seed (DESIGN.md section 7). "per_point": from SHA-256 over the base seed, the swept
-    values and the repetition, so every run of the sweep draws its own numbers; "shared": the base
-    seed plus the repetition, so all points of a repetition see the same draws (paired comparisons)."""
+    """A point's seed (docs/sweeps.md, "Points, ids and seeds"). "per_point": from SHA-256 over the
+    base seed, the swept values and the repetition, so every run of the sweep draws its own numbers;
+    "shared": the base seed plus the repetition, so all points of a repetition see the same draws
+    (paired comparisons)."""
     if mode == "shared":
         return (base_seed + repetition) % 2**63
     digest = hashlib.sha256(_canonical([base_seed, sorted([k, v] for k, v in params), repetition]).encode()).digest()

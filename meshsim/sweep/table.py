@@ -1,6 +1,6 @@
-"""The summary table of a sweep, written from its points' figures (DESIGN.md section 7): one row
-per point in the sweep's order, as summary.csv (written as points finish) and as summary.h5 (one
-typed dataset per column); and the lines that list a sweep's points (the dry run) and close a run.
+"""The summary table of a sweep, written from its points' figures (docs/design.md, "Sweeps"): one
+row per point in the sweep's order, as summary.csv (written as points finish) and as summary.h5
+(one typed dataset per column); and the lines that list a sweep's points (the dry run) and close a run.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ INFO_LAST = ("status", "run_seconds", "path", "error", "traceback")
 
 def table_columns(sweep: Sweep, rows: dict) -> list:
     """point_id, repetition, seed, the swept keys, status, the summary figures (the stable names of
-    DESIGN.md section 5 first, then the rest as they first appear), run_seconds, path, error,
-    traceback."""
+    docs/design.md, "Result files", first, then the rest as they first appear), run_seconds, path,
+    error, traceback."""
     from ..report import STABLE_SUMMARY_KEYS
 
     metrics = dict.fromkeys(k for k in STABLE_SUMMARY_KEYS if any(k in r for r in rows.values()))
