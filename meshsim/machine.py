@@ -104,6 +104,13 @@ class Machine(ABC):
         """Threads for run.threads = 0 (a machine whose kernels are serial: one)."""
         return 1
 
+    def check_scenario(self, ok, get, add, shown) -> None:
+        """What only this machine asks of a scenario, beyond each key's own range and the keys that
+        apply to it (meshsim.scenario calls it while validating): each problem through
+        `add(key, other_keys, message)`; `ok(*keys)` says whether keys are valid, `get(key)` and
+        `shown(key)` give a value and its text."""
+        return None
+
     @abstractmethod
     def start(self, scenario, inputs, per_call: int | None = None) -> Run:
         """A run's state; `per_call` bounds the cycles (or steps) of one kernel call."""
@@ -119,6 +126,11 @@ class Machine(ABC):
     def summary_lines(self, summary: dict, regions: dict | None = None) -> list | None:
         """The machine's lines of the one-screen summary (meshsim.report.format_summary); None: the
         lines every machine's figures allow (meshsim.report.generic_lines)."""
+        return None
+
+    def platform(self, values: dict):
+        """The roofline (meshsim.roofline.Platform) of a resolved scenario of this machine
+        (`Scenario.values`), or None if it has none."""
         return None
 
     def read_regions(self, f, path) -> dict | None:

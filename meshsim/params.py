@@ -111,6 +111,8 @@ IPU_PRESETS = {
 
 #: The preset a machine type uses when the scenario names none.
 DEFAULT_PRESET = {"rdu": "sn30", "ipu": "gc200"}
+#: The presets of each machine that has them, by machine.type.
+PRESETS = {"rdu": RDU_PRESETS, "ipu": IPU_PRESETS}
 
 # The ipu keys' defaults are the default preset's (gc200).
 _GC200 = IPU_PRESETS["gc200"]

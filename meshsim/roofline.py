@@ -25,6 +25,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 
+from . import machine as machines
 from .params import RDU_PRESETS
 from .transformer import Model, operators
 
@@ -54,7 +55,8 @@ class Platform:
         return min(self.peak_flops, intensity * self.bandwidth)
 
 
-def _rdu(name: str, keys: dict) -> Platform:
+def rdu_platform(name: str, keys: dict) -> Platform:
+    """An rdu chip's roofline from its keys: peak = PCUs x lanes x stages x 2 x clock; DDR bandwidth."""
     peak = keys["pcus"] * keys["pcu_lanes"] * keys["pcu_stages"] * 2 * keys["clock_ghz"] * 1e9
     return Platform(name, peak, keys["ddr_bandwidth_gbps"] * 1e9, "DDR")
 
@@ -63,27 +65,16 @@ def presets() -> dict[str, Platform]:
     """The platform presets, by key."""
     return {
         "wse2": Platform("WSE-2", WSE2_PEAK_FLOPS, WSE2_SRAM_BYTES_PER_SECOND, "SRAM"),
-        "sn10": _rdu("SN10", RDU_PRESETS["sn10"]),
-        "sn30": _rdu("SN30", RDU_PRESETS["sn30"]),
+        "sn10": rdu_platform("SN10", RDU_PRESETS["sn10"]),
+        "sn30": rdu_platform("SN30", RDU_PRESETS["sn30"]),
         "gc200": Platform("GC200", GC200_PEAK_FLOPS, GC200_SRAM_BYTES_PER_SECOND, "SRAM"),
     }
 
 
-def platform_of(values: dict) -> Platform:
+def platform_of(values: dict) -> Platform | None:
     """The roofline of a resolved scenario's machine (`Scenario.values`, or a result file's
-    scenario_resolved read back)."""
-    m = values["machine"]
-    if m["type"] == "rdu":
-        return _rdu(f"rdu {m['preset']} ({m['pcus']} PCUs)", m)
-    if m["type"] == "ipu":
-        # the GC200's SRAM bandwidth per tile-cycle, on this scenario's tiles and clock
-        per_tile_cycle = GC200_SRAM_BYTES_PER_SECOND / (1472 * 1.33e9)
-        hz = m["clock_ghz"] * 1e9
-        return Platform(f"ipu {m['preset']} ({m['tiles']} tiles)", m["tiles"] * m["macs_per_cycle"] * 2 * hz,
-                        m["tiles"] * per_tile_cycle * hz, "SRAM")
-    n = m["rows"] * m["cols"]
-    return Platform(f"mesh {m['rows']} x {m['cols']}", n * m["pe_flops_per_cycle"] * m["clock_ghz"] * 1e9,
-                    n * WSE2_SRAM_BYTES_PER_SECOND / WSE2_PES, "SRAM")
+    scenario_resolved read back), as the machine draws it (meshsim.machine.Machine.platform)."""
+    return machines.get(values["machine"]["type"]).platform(values)
 
 
 def model_of(values: dict) -> tuple[Model, bool] | None:

@@ -51,7 +51,7 @@ class _StopRequested(BaseException):
 
 
 class StopSignals:
-    """While a run (or a sweep) goes, Ctrl-C and SIGTERM only ask it to stop: the engine then
+    """While a run (or a sweep) goes, Ctrl-C and SIGTERM only ask it to stop: the run loop then
     finishes the kernel call under way, so the file it keeps is consistent. A second signal stops
     at once. `also`, if given, is asked too: a run in a worker thread, which gets no signals, stops
     when it returns True. Signals are taken only in the main thread, and not where they are ignored.

@@ -21,15 +21,15 @@ from pathlib import Path
 
 import tomli_w
 
+from . import machine as machines
 from .errors import InputError
 from .errors import closest as _closest
 from .params import (
     BERNOULLI_WORKLOADS,
     DEFAULT_PRESET,
-    IPU_PRESETS,
     MAX_MESH_PES,
     PARAMS,
-    RDU_PRESETS,
+    PRESETS,
     Param,
     format_choices,
     format_condition,
@@ -289,7 +289,7 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
     mtype = values["machine"]["type"] if valid["machine.type"] else None
     if mtype in DEFAULT_PRESET and valid["machine.preset"]:
         # The preset fills the chip's keys the scenario leaves out (docs/rdu.md, docs/ipu.md, "Presets").
-        presets = RDU_PRESETS if mtype == "rdu" else IPU_PRESETS
+        presets = PRESETS[mtype]
         if "machine.preset" not in given:
             values["machine"]["preset"] = DEFAULT_PRESET[mtype]
         name = values["machine"]["preset"]
@@ -527,116 +527,14 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
                                    "so that the measurement window ends inside the run")
 
     mtype = "machine.type"
-    if ok(mtype, wtype):
-        if get(mtype) == "rdu" and get(wtype) != "transformer":
-            add(wtype, [mtype], 'must be "transformer" when machine.type is "rdu" (the rdu runs a compiled model)')
-        if get(mtype) == "ipu" and get(wtype) != "transformer":
-            add(wtype, [mtype], 'must be "transformer" when machine.type is "ipu" (the ipu runs a model mapped '
-                                'onto its tiles)')
-        if get(mtype) == "mesh" and get(wtype) == "transformer":
-            add(wtype, [mtype], 'applies only when machine.type is "rdu" or "ipu"; the mesh runs a transformer as '
-                                '"layer_pipeline"')
-    reps = "workload.replicas"
-    if ok(mtype, wtype) and get(mtype) == "rdu" and get(wtype) == "transformer":
-        if ok(reps) and get(reps) != 1:
-            add(reps, [mtype], 'must be 1 when machine.type is "rdu"; its data-parallel copies are the D of '
-                               'workload.parallelism')
-        _check_rdu(ok, get, add, shown)
-    if ok(mtype, wtype) and get(mtype) == "ipu" and get(wtype) == "transformer":
-        _check_ipu(ok, get, add, shown)
-    if ok(wtype, reps) and get(wtype) == "layer_pipeline" and get(reps) > 64:
-        add(reps, [wtype], "must be an integer in [1, 64] (copies) for a layer_pipeline workload")
-
-    if ok(wtype) and get(wtype) == "layer_pipeline" and not (ok(mtype) and get(mtype) != "mesh"):
-        if ok(pol) and get(pol) != "none":
-            add(pol, [wtype], "must be \"none\" when workload.type is \"layer_pipeline\" (tasks stay "
-                              "in their kernel's region)")
-        seq, tpc = "workload.seq_len", "workload.tokens_per_chunk"
-        if ok(seq, tpc) and get(seq) % get(tpc) != 0:
-            add(tpc, [seq], f"must divide {seq} = {shown(seq)}")
-        hs, nh = "workload.hidden_size", "workload.n_heads"
-        if ok(hs, nh) and get(hs) % get(nh) != 0:
-            add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}")
-        ws, reps, tr = "workload.weight_streaming", "workload.replicas", "workload.training"
-        if ok(ws, reps) and get(ws) and get(reps) != 1:
-            add(reps, [ws], "must be 1 with weight streaming (the whole wafer holds one layer)")
-        if ok(ws, tr) and get(ws) and get(tr):
-            add(tr, [ws], "must be false with weight streaming: a training step is modelled only in "
-                          "layer-pipelined mode")
+    if ok(mtype):  # what only this machine asks of a scenario (meshsim.machine.Machine.check_scenario)
+        machines.get(get(mtype)).check_scenario(ok, get, add, shown)
 
     name = "run.name"
     if ok(name) and (any(c in get(name) for c in "/\\\0") or get(name) in (".", "..")):
         add(name, [], "must be a plain file name, without / or \\")
 
     return problems
-
-
-def _check_rdu(ok, get, add, shown) -> None:
-    """Problems of an rdu scenario that involve several keys (docs/rdu.md, "Operators"), each
-    reported through `add`."""
-    from .rdu.compiler import parse_parallelism
-
-    par, mb, batch, seq = "workload.parallelism", "workload.microbatches", "workload.batch", "workload.seq_len"
-    tile, layers, hs, nh = "workload.tile_tokens", "workload.n_layers", "workload.hidden_size", "workload.n_heads"
-    if ok(hs, nh) and get(hs) % get(nh) != 0:
-        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}")
-    if not ok(par):
-        return
-    try:
-        t, p, d = parse_parallelism(get(par))
-    except ValueError:
-        meant = _parallelism_meant(get(par))
-        add(par, [], "must be written T<tensor>P<pipeline>D<data> with degrees >= 1" +
-            (f'; did you mean "{meant}"?' if meant else ', e.g. "T4P2D1"'))
-        return
-    if t * p * d > 4096:
-        add(par, [], f"asks for {t * p * d} chips; at most 4096")
-        return
-    if ok(nh) and get(nh) % t != 0:
-        add(par, [nh], f"has tensor degree {t}, which must divide {nh} = {shown(nh)} (each chip of a tensor group "
-                       "holds whole heads)")
-    if ok(layers) and p > get(layers):
-        add(par, [layers], f"has pipeline degree {p} but {layers} = {shown(layers)}: at most one stage per layer")
-    if ok(batch, mb):
-        if get(batch) % (d * get(mb)) != 0:
-            add(batch, [mb, par], f"must be a multiple of data degree {d} x {mb} = {shown(mb)} "
-                                  f"= {d * get(mb)}")
-        elif ok(seq, tile):
-            tokens = get(batch) // (d * get(mb)) * get(seq)
-            if tokens % get(tile) != 0:
-                add(tile, [batch, seq, mb, par],
-                    f"must divide the {tokens:,} tokens of a microbatch ({batch} / (data degree {d} x "
-                    f"{mb}) x {seq})")
-
-
-def _check_ipu(ok, get, add, shown) -> None:
-    """Problems of an ipu scenario that involve several keys (docs/ipu.md, "Mapping"), each reported
-    through `add`. Whether every tile's memory suffices is the compiler's check (meshsim.ipu)."""
-    hs, nh, layers, lpi = "workload.hidden_size", "workload.n_heads", "workload.n_layers", "workload.layers_per_ipu"
-    batch, reps, ga = "workload.batch", "workload.replicas", "workload.gradient_accumulation"
-    tr, rc = "workload.training", "workload.recompute"
-    if ok(hs, nh) and get(hs) % get(nh) != 0:
-        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}")
-    if ok(lpi, layers) and get(lpi):
-        split = get(lpi)
-        zero = [i for i, x in enumerate(split) if x == 0 and i > 0]
-        if zero:
-            add(lpi, [], f"entry {zero[0]} is 0: every IPU after the first holds at least one layer (only IPU 0 may "
-                         "hold the embedding alone)")
-        elif split[0] == 0 and ok("workload.vocab_size") and get("workload.vocab_size") == 0:
-            add(lpi, ["workload.vocab_size"], "entry 0 is 0 but workload.vocab_size = 0 leaves out the embedding: "
-                                              "IPU 0 would hold nothing")
-        elif sum(split) != get(layers):
-            add(lpi, [layers], f"sums to {sum(split)} layers; must sum to {layers} = {shown(layers)}")
-        if ok(reps) and len(split) * get(reps) > 4096:
-            add(lpi, [reps], f"{len(split)} IPUs x {reps} = {get(reps)} asks for {len(split) * get(reps)} IPUs; "
-                             "at most 4096")
-    if ok(batch, reps, ga) and get(batch) % (get(reps) * get(ga)) != 0:
-        add(batch, [reps, ga], f"must be a multiple of {reps} x {ga} = {get(reps)} x {get(ga)} = "
-                               f"{get(reps) * get(ga)} (each micro-batch holds whole sequences)")
-    if ok(tr, rc) and get(rc) and not get(tr):
-        add(rc, [tr], f"applies only with training ({tr} = {shown(tr)}): inference keeps no activations to "
-                      "recompute")
 
 
 def _resolve_relative(file: str, scenario_path: str | None) -> str:
@@ -649,28 +547,6 @@ def _resolve_relative(file: str, scenario_path: str | None) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Messages
-
-
-# The usual other spellings of parallelism degrees: TP8, PP4, DP2, TP8PP2, tp=8 pp=2, tensor8, t4p2.
-_DEGREE = r"(tensor|pipeline|data|tp|pp|dp|t|p|d)\s*[=:]?\s*(\d+)"
-_DEGREE_SEPARATOR = r"[\s,;_\-x*/+]*"
-_PARALLELISM_OTHERWISE = re.compile(rf"{_DEGREE_SEPARATOR}(?:{_DEGREE}{_DEGREE_SEPARATOR})+", re.IGNORECASE)
-
-
-def _parallelism_meant(text: str) -> str | None:
-    """The T<t>P<p>D<d> spelling of degrees written another way (a degree left out is 1), or None."""
-    if not _PARALLELISM_OTHERWISE.fullmatch(text):
-        return None
-    degrees = {}
-    for m in re.finditer(_DEGREE, text, re.IGNORECASE):
-        kind = m.group(1)[0].upper()
-        if kind in degrees:
-            return None  # the same degree twice: no guess
-        degrees[kind] = int(m.group(2))
-    t, p, d = (degrees.get(k, 1) for k in "TPD")
-    if min(t, p, d) < 1:
-        return None
-    return f"T{t}P{p}D{d}"
 
 
 # Names of precisions as other tools write them, and the markers of a mixed-precision setting

@@ -149,3 +149,17 @@ def test_the_registry_suggests_the_closest_machine():
     with pytest.raises(InputError) as e:
         scenario_from_dict({"machine": {"type": "toi"}})
     assert 'did you mean "toy"' in str(e.value)
+
+
+def test_the_old_entry_points_keep_working_with_a_deprecation():
+    import meshsim.engine
+    import meshsim.noc
+    from meshsim import run
+    from meshsim.mesh import noc
+
+    with pytest.warns(DeprecationWarning, match="meshsim.run.run_scenario"):
+        assert meshsim.engine.run_scenario is run.run_scenario
+    with pytest.warns(DeprecationWarning, match="meshsim.mesh.noc"):
+        assert meshsim.noc.saturation_bound is noc.saturation_bound
+    with pytest.raises(AttributeError):
+        meshsim.engine.no_such_name  # noqa: B018

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..machine import Machine, register
-from . import analysis, report
+from ..roofline import GC200_SRAM_BYTES_PER_SECOND, Platform
+from . import analysis, checks, report
 from .compiler import IpuProgram, compile_scenario
 from .run import IpuRun
 
@@ -24,11 +25,22 @@ class IpuMachine(Machine):
     def open_writer(self, path, scenario, run: IpuRun, threads: int):
         return run.open_writer(path, scenario, threads)
 
+    def check_scenario(self, ok, get, add, shown) -> None:
+        checks.check_scenario(ok, get, add, shown)
+
     def describe(self, label: str, scenario, inputs: IpuProgram) -> str:
         m = scenario.values["machine"]
         return (f"{label}: valid (ipu {m['preset']}, {inputs.stages} stage(s) x {inputs.spec.replicas} replica(s), "
                 f"{len(inputs.templates)} superstep templates; fullest tile {int(inputs.memory.max()):,} of "
                 f"{m['tile_sram_kib'] * 1024:,} bytes)")
+
+    def platform(self, values: dict):
+        # the GC200's SRAM bandwidth per tile-cycle, on this scenario's tiles and clock
+        m = values["machine"]
+        per_tile_cycle = GC200_SRAM_BYTES_PER_SECOND / (1472 * 1.33e9)
+        hz = m["clock_ghz"] * 1e9
+        return Platform(f"ipu {m['preset']} ({m['tiles']} tiles)", m["tiles"] * m["macs_per_cycle"] * 2 * hz,
+                        m["tiles"] * per_tile_cycle * hz, "SRAM")
 
     def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
         return report.summary_lines(summary, regions)

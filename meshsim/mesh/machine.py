@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..machine import Machine, register
-from . import analysis, report
+from ..roofline import WSE2_PES, WSE2_SRAM_BYTES_PER_SECOND, Platform
+from . import analysis, checks, report
 from .run import MeshRun
 from .sim import MeshInputs, compile_scenario, default_threads
 
@@ -27,10 +28,20 @@ class MeshMachine(Machine):
     def open_writer(self, path, scenario, run: MeshRun, threads: int):
         return run.open_writer(path, threads)
 
+    def check_scenario(self, ok, get, add, shown) -> None:
+        checks.check_scenario(ok, get, add, shown)
+
     def describe(self, label: str, scenario, inputs) -> str:
         m = scenario.values["machine"]
         return (f"{label}: valid ({self.name} {m['rows']} x {m['cols']}, {scenario.get('workload', 'type')} workload, "
                 f"migration {scenario.get('migration', 'policy')}, {scenario.get('run', 'cycles'):,} cycles)")
+
+    def platform(self, values: dict):
+        # the PEs at pe_flops_per_cycle and clock_ghz, with the WSE-2's SRAM bandwidth per PE
+        m = values["machine"]
+        n = m["rows"] * m["cols"]
+        return Platform(f"mesh {m['rows']} x {m['cols']}", n * m["pe_flops_per_cycle"] * m["clock_ghz"] * 1e9,
+                        n * WSE2_SRAM_BYTES_PER_SECOND / WSE2_PES, "SRAM")
 
     def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
         return report.summary_lines(summary, regions)

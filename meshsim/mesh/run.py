@@ -19,7 +19,7 @@ from .state import busy_cycles, state_bytes_per_pe
 
 
 def _stops(cycles: int, *periods: int):
-    """The cycle counts at which the engine must stop the kernel, in order: every multiple of each
+    """The cycle counts at which a mesh run must stop the kernel, in order: every multiple of each
     period (0 = none) below `cycles`, then `cycles`. Generated lazily: a run may be long."""
     done = 0
     while done < cycles:

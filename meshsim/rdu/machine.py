@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..machine import Machine, register
-from . import analysis, report
+from ..roofline import rdu_platform
+from . import analysis, checks, report
 from .compiler import RduProgram, compile_scenario
 from .run import RduRun
 
@@ -24,10 +25,17 @@ class RduMachine(Machine):
     def open_writer(self, path, scenario, run: RduRun, threads: int):
         return run.open_writer(path, scenario, threads)
 
+    def check_scenario(self, ok, get, add, shown) -> None:
+        checks.check_scenario(ok, get, add, shown)
+
     def describe(self, label: str, scenario, inputs: RduProgram) -> str:
         m, w = scenario.values["machine"], scenario.values["workload"]
         return (f"{label}: valid (rdu {m['preset']}, {inputs.chips_total} chip(s) {w['parallelism']}, fusion "
                 f"{w['fusion']}: {len(inputs.sections)} sections, {int(inputs.n_instances.sum())} to run)")
+
+    def platform(self, values: dict):
+        m = values["machine"]
+        return rdu_platform(f"rdu {m['preset']} ({m['pcus']} PCUs)", m)
 
     def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
         return report.summary_lines(summary, regions)

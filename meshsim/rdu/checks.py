@@ -1,0 +1,80 @@
+"""What only the rdu asks of a scenario, beyond each key's own range (meshsim.scenario calls it
+through meshsim.machine.Machine.check_scenario; docs/rdu.md, "Operators")."""
+
+from __future__ import annotations
+
+import re
+
+from .compiler import parse_parallelism
+
+
+def check_scenario(ok, get, add, shown) -> None:
+    """Problems of an rdu scenario that involve several keys, each reported through `add`."""
+    mtype, wtype, reps = "machine.type", "workload.type", "workload.replicas"
+    if not ok(wtype):
+        return
+    if get(wtype) != "transformer":
+        add(wtype, [mtype], 'must be "transformer" when machine.type is "rdu" (the rdu runs a compiled model)')
+        return
+    if ok(reps) and get(reps) != 1:
+        add(reps, [mtype], 'must be 1 when machine.type is "rdu"; its data-parallel copies are the D of '
+                           'workload.parallelism')
+    _check_transformer(ok, get, add, shown)
+
+
+def _check_transformer(ok, get, add, shown) -> None:
+    """Problems of an rdu scenario that involve several keys (docs/rdu.md, "Operators"), each
+    reported through `add`."""
+    par, mb, batch, seq = "workload.parallelism", "workload.microbatches", "workload.batch", "workload.seq_len"
+    tile, layers, hs, nh = "workload.tile_tokens", "workload.n_layers", "workload.hidden_size", "workload.n_heads"
+    if ok(hs, nh) and get(hs) % get(nh) != 0:
+        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}")
+    if not ok(par):
+        return
+    try:
+        t, p, d = parse_parallelism(get(par))
+    except ValueError:
+        meant = _parallelism_meant(get(par))
+        add(par, [], "must be written T<tensor>P<pipeline>D<data> with degrees >= 1" +
+            (f'; did you mean "{meant}"?' if meant else ', e.g. "T4P2D1"'))
+        return
+    if t * p * d > 4096:
+        add(par, [], f"asks for {t * p * d} chips; at most 4096")
+        return
+    if ok(nh) and get(nh) % t != 0:
+        add(par, [nh], f"has tensor degree {t}, which must divide {nh} = {shown(nh)} (each chip of a tensor group "
+                       "holds whole heads)")
+    if ok(layers) and p > get(layers):
+        add(par, [layers], f"has pipeline degree {p} but {layers} = {shown(layers)}: at most one stage per layer")
+    if ok(batch, mb):
+        if get(batch) % (d * get(mb)) != 0:
+            add(batch, [mb, par], f"must be a multiple of data degree {d} x {mb} = {shown(mb)} "
+                                  f"= {d * get(mb)}")
+        elif ok(seq, tile):
+            tokens = get(batch) // (d * get(mb)) * get(seq)
+            if tokens % get(tile) != 0:
+                add(tile, [batch, seq, mb, par],
+                    f"must divide the {tokens:,} tokens of a microbatch ({batch} / (data degree {d} x "
+                    f"{mb}) x {seq})")
+
+
+# The usual other spellings of parallelism degrees: TP8, PP4, DP2, TP8PP2, tp=8 pp=2, tensor8, t4p2.
+_DEGREE = r"(tensor|pipeline|data|tp|pp|dp|t|p|d)\s*[=:]?\s*(\d+)"
+_DEGREE_SEPARATOR = r"[\s,;_\-x*/+]*"
+_PARALLELISM_OTHERWISE = re.compile(rf"{_DEGREE_SEPARATOR}(?:{_DEGREE}{_DEGREE_SEPARATOR})+", re.IGNORECASE)
+
+
+def _parallelism_meant(text: str) -> str | None:
+    """The T<t>P<p>D<d> spelling of degrees written another way (a degree left out is 1), or None."""
+    if not _PARALLELISM_OTHERWISE.fullmatch(text):
+        return None
+    degrees = {}
+    for m in re.finditer(_DEGREE, text, re.IGNORECASE):
+        kind = m.group(1)[0].upper()
+        if kind in degrees:
+            return None  # the same degree twice: no guess
+        degrees[kind] = int(m.group(2))
+    t, p, d = (degrees.get(k, 1) for k in "TPD")
+    if min(t, p, d) < 1:
+        return None
+    return f"T{t}P{p}D{d}"
