@@ -156,9 +156,10 @@ def timeline(path, out, fmt: str = "png") -> list[Path]:
     (rdu)."""
     with open_result_file(path) as f:
         title = _title(f)
-        if f.attrs.get("machine") == "rdu":
+        # drawn from what the file holds: an rdu's run-length encoded series, an ipu's supersteps
+        if "series/interval_cycles" in f:
             return _rdu_timeline(f, Path(out), fmt, title)
-        if f.attrs.get("machine") == "ipu":
+        if all(k in f for k in _IPU_TIMELINE):
             return _ipu_timeline(f, Path(out), fmt, title)
         n = f["row"].size * f["col"].size
         if not f["series/busy"][()].any() and "series/packets_delivered" in f:
@@ -550,11 +551,10 @@ def applicable(path) -> list[str]:
 
     out = []
     with open_result_file(path) as f:
-        rdu = f.attrs.get("machine") in ("rdu", "ipu")
         frames = f["occupancy/queue_depth"].shape[0] if "occupancy/queue_depth" in f else 0
-        if not rdu and frames >= 1:
+        if frames >= 1:
             out.append("heatmap")
-        if not rdu and frames >= 2:
+        if frames >= 2:
             out.append("animation")
         if ("windows/li" in f and "series/busy" in f) or "series/interval_cycles" in f or (
                 all(k in f for k in _IPU_TIMELINE) and f["supersteps/stage"].shape[0] > 0):
@@ -567,7 +567,7 @@ def applicable(path) -> list[str]:
             out.append("busy")
         if "units/link_messages" in f:
             out.append("links")
-        if rdu and "sections" in f:
+        if "sections" in f:
             out.append("gantt")
     if model_of(values_of_file(path)) is not None:
         out.append("roofline")
