@@ -41,8 +41,8 @@ _WHOLE = ("li", "percent_imbalance", "jain_index", "cv", "busy_min_cycles", "bus
 
 def analyse(path, window: int | None = None, target: float | None = None) -> dict:
     """The figures of a result file, recomputed from its datasets, and the diagnosis against the
-    target LI (default TARGET_LI of its machine). `window`: the window length in cycles (mesh: a
-    multiple of the run's window_cycles; rdu: any), default the run's."""
+    target LI (default: its machine's target_li, meshsim.machine.Machine). `window`: the window
+    length in cycles (mesh: a multiple of the run's window_cycles; rdu: any), default the run's."""
     root, _ = read_summary(path)  # a meshsim result with a summary, or InputError
     machine = root.get("machine")
     m = machines.get(machine)
@@ -145,8 +145,8 @@ def _findings(a: dict, values: dict, goal: float, machine) -> list[dict]:
             f"{a['operators_li_min']:.3g})", f"operators/li < 0.9 at {a['operators_below_0_9']}")
     machine.findings(a, add)
     found = model_of(values)
-    if found is not None and waits:
-        plat = platform_of(values)
+    plat = platform_of(values) if found is not None and waits else None
+    if plat is not None:
         mem = [k for k in kernels(*found, plat) if k["bound"] == "memory"]
         if mem:
             names = ", ".join(k["name"] for k in mem[:4]) + (" ..." if len(mem) > 4 else "")

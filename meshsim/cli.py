@@ -44,7 +44,7 @@ def _cmd_validate(args) -> int:
 
     sc = load_scenario(args.scenario, args.overrides)
     machine = get(sc.get("machine", "type"))
-    inputs = machine.compile_scenario(sc)  # what a run would refuse (a trace, a placement, memory)
+    inputs = machine.validate(sc)  # what a run would refuse (a trace, a placement, memory)
     print(machine.describe(str(args.scenario), sc, inputs))
     if args.resolved:
         print(sc.resolved_toml(), end="")

@@ -12,6 +12,7 @@ when first asked for).
 
 from __future__ import annotations
 
+import functools
 import importlib
 from abc import ABC, abstractmethod
 
@@ -94,11 +95,18 @@ class Machine(ABC):
     busy_dataset: str = "units/busy_cycles"
     #: the LI a run of it is expected to reach (meshsim report's default --target)
     target_li: float = 0.9
+    #: the workload types (workload.type) it runs
+    workloads: tuple = ()
 
     @abstractmethod
     def compile_scenario(self, scenario):
         """The inputs of a run of a validated scenario; InputError for what a run would refuse
         (before any file exists)."""
+
+    def validate(self, scenario):
+        """What `meshsim validate` checks beyond the scenario's keys: by default, that the scenario
+        compiles (InputError for what a run would refuse); returns what `describe` reads."""
+        return self.compile_scenario(scenario)
 
     def default_threads(self, inputs) -> int:
         """Threads for run.threads = 0 (a machine whose kernels are serial: one)."""
@@ -157,14 +165,33 @@ def register(machine: Machine) -> Machine:
 
 
 def names() -> tuple:
-    """The machines' names: the built-in ones, then those registered since, in order."""
-    return tuple(dict.fromkeys([*BUILTIN, *_REGISTRY]))
+    """The machines' names: the built-in ones, then those registered since and those installed
+    packages declare (entry points of the group "meshsim.machines"), in order."""
+    return tuple(dict.fromkeys([*BUILTIN, *_REGISTRY, *(e.name for e in _plugins())]))
+
+
+@functools.lru_cache(maxsize=1)
+def _plugins() -> tuple:
+    """Machines installed packages declare: entry points of the group "meshsim.machines", each a
+    module that registers its machine when imported (name = the machine's name)."""
+    from importlib.metadata import entry_points
+
+    return tuple(entry_points(group="meshsim.machines"))
+
+
+def _load_plugin(name: str) -> None:
+    for e in _plugins():
+        if e.name == name:
+            e.load()  # registers itself
+            return
 
 
 def get(name: str) -> Machine:
     """The machine called `name`; InputError, suggesting the closest name, if there is none."""
     if name not in _REGISTRY and name in BUILTIN:
         importlib.import_module(BUILTIN[name])  # registers itself
+    if name not in _REGISTRY:
+        _load_plugin(name)
     if name not in _REGISTRY:
         known = names()
         match = closest(str(name), known)

@@ -442,6 +442,8 @@ def roofline(path, out, fmt: str = "png") -> list[Path]:
     if found is None:
         raise InputError(f"{path}: its workload is no transformer: no kernels to place on a roofline")
     plat = platform_of(values)
+    if plat is None:
+        raise InputError(f"{path}: its machine has no roofline: no kernels to place on one")
     rows = kernels(*found, plat)
     with open_result_file(path) as f:
         title = _title(f)

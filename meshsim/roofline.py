@@ -113,14 +113,15 @@ def format_table(values: dict | None = None) -> str:
     """The presets' roofs and, for a scenario with a transformer, its kernels on its own machine."""
     lines = [f"{'platform':<28}{'peak TFLOP/s':>14}{'bandwidth TB/s':>16}{'ridge FLOP/B':>14}  memory"]
     plats = list(presets().values())
-    if values is not None:
-        plats.append(platform_of(values))
+    own = platform_of(values) if values is not None else None
+    if own is not None:
+        plats.append(own)
     for p in plats:
         lines.append(f"{p.name:<28}{p.peak_flops / 1e12:>14,.1f}{p.bandwidth / 1e12:>16,.3f}{p.ridge:>14,.3g}  "
                      f"{p.memory}")
-    found = model_of(values) if values is not None else None
+    found = model_of(values) if own is not None else None
     if found is not None:
-        plat = platform_of(values)
+        plat = own
         model, training = found
         lines += ["", f"kernels of one layer on {plat.name} (ridge {plat.ridge:.3g} FLOP/B)",
                   f"{'kernel':<32}{'kind':<12}{'GFLOP':>10}{'MB':>10}{'FLOP/B':>10}{'roof TFLOP/s':>14}  bound"]

@@ -526,15 +526,42 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
             add(meas, [warm, cyc], f"{warm} + {meas} = {get(warm) + get(meas)} must be at most {cyc} = {shown(cyc)}, "
                                    "so that the measurement window ends inside the run")
 
-    mtype = "machine.type"
-    if ok(mtype):  # what only this machine asks of a scenario (meshsim.machine.Machine.check_scenario)
-        machines.get(get(mtype)).check_scenario(ok, get, add, shown)
+    mtype, reps = "machine.type", "workload.replicas"
+    machine = machines.get(get(mtype)) if ok(mtype) else None
+    if machine is not None:  # what only this machine asks of a scenario
+        machine.check_scenario(ok, get, add, shown)
+    if ok(wtype, reps) and get(wtype) == "layer_pipeline" and get(reps) > 64:
+        add(reps, [wtype], "must be an integer in [1, 64] (copies) for a layer_pipeline workload")
+    # the layer pipeline's own rules, unless the machine is one that does not run it
+    if ok(wtype) and get(wtype) == "layer_pipeline" and (machine is None or "layer_pipeline" in machine.workloads):
+        _check_layer_pipeline(ok, get, add, shown)
 
     name = "run.name"
     if ok(name) and (any(c in get(name) for c in "/\\\0") or get(name) in (".", "..")):
         add(name, [], "must be a plain file name, without / or \\")
 
     return problems
+
+
+def _check_layer_pipeline(ok, get, add, shown) -> None:
+    """Problems of a layer_pipeline workload that involve several keys (docs/mesh.md, "Dataflow"),
+    each reported through `add`."""
+    wtype, pol = "workload.type", "migration.policy"
+    if ok(pol) and get(pol) != "none":
+        add(pol, [wtype], "must be \"none\" when workload.type is \"layer_pipeline\" (tasks stay "
+                          "in their kernel's region)")
+    seq, tpc = "workload.seq_len", "workload.tokens_per_chunk"
+    if ok(seq, tpc) and get(seq) % get(tpc) != 0:
+        add(tpc, [seq], f"must divide {seq} = {shown(seq)}")
+    hs, nh = "workload.hidden_size", "workload.n_heads"
+    if ok(hs, nh) and get(hs) % get(nh) != 0:
+        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}")
+    ws, reps, tr = "workload.weight_streaming", "workload.replicas", "workload.training"
+    if ok(ws, reps) and get(ws) and get(reps) != 1:
+        add(reps, [ws], "must be 1 with weight streaming (the whole wafer holds one layer)")
+    if ok(ws, tr) and get(ws) and get(tr):
+        add(tr, [ws], "must be false with weight streaming: a training step is modelled only in "
+                      "layer-pipelined mode")
 
 
 def _resolve_relative(file: str, scenario_path: str | None) -> str:

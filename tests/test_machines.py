@@ -3,6 +3,9 @@ one line, runs through `meshsim run`, `meshsim report` and a sweep without any o
 registry names the machines, suggests the closest name and finds the built-in ones."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +20,7 @@ from meshsim.report import read_summary
 from meshsim.run import run_scenario
 from meshsim.scenario import scenario_from_dict
 
+ROOT = Path(__file__).resolve().parents[1]
 UNITS = 6
 PER_CALL = 64
 
@@ -163,3 +167,42 @@ def test_the_old_entry_points_keep_working_with_a_deprecation():
         assert meshsim.noc.saturation_bound is noc.saturation_bound
     with pytest.raises(AttributeError):
         meshsim.engine.no_such_name  # noqa: B018
+
+
+def test_a_mistyped_machine_still_gets_every_problem_of_its_workload():
+    """Every problem at once: with machine.type misspelt, the layer pipeline's own rules are still
+    checked, and an rdu asked for a layer pipeline hears of its replicas too."""
+    with pytest.raises(InputError) as e:
+        scenario_from_dict({"machine": {"type": "mseh"}, "migration": {"policy": "least_loaded"},
+                            "workload": {"type": "layer_pipeline", "replicas": 100}})
+    assert len(e.value.problems) == 3, e.value.problems
+    assert any("migration.policy" in p for p in e.value.problems)
+    with pytest.raises(InputError) as e:
+        scenario_from_dict({"machine": {"type": "rdu"}, "workload": {"type": "layer_pipeline", "replicas": 100}})
+    assert [p.split(": ")[1].split(" =")[0] for p in e.value.problems] == ["workload.type", "workload.replicas"]
+
+
+def test_reading_a_scenario_imports_no_kernel():
+    """Validating a scenario asks its machine for its checks alone: no Numba, no h5py, no kernels."""
+    code = ("import sys\nfrom meshsim.scenario import load_scenario\n"
+            "for s in ('smoke', 'rdu_gpt2_o1', 'ipu_gpt2_4stage', 'wse2_gpt2_small'):\n"
+            "    load_scenario(f'scenarios/{s}.toml')\n"
+            "print(sorted(m for m in ('numba', 'h5py', 'kernels') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_an_installed_package_declares_its_machine_by_entry_point(monkeypatch):
+    class Entry:
+        name = "plugged"
+
+        def load(self):
+            register(type("Plugged", (Toy,), {"name": "plugged"})())
+
+    monkeypatch.setattr(machines, "_plugins", lambda: (Entry(),))
+    try:
+        assert "plugged" in machines.names()
+        assert machines.get("plugged").name == "plugged"
+        assert scenario_from_dict({"machine": {"type": "plugged"}}).get("machine", "type") == "plugged"
+    finally:
+        machines._REGISTRY.pop("plugged", None)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numba
 
+from meshsim import threads
 from meshsim.mesh import sim as mesh
 from meshsim.mesh.sim import PES_PER_THREAD, available_cores, default_threads, set_threads
 
@@ -32,8 +33,9 @@ def test_threads_never_exceed_the_cores_the_process_may_run_on():
         assert cores <= len(os.sched_getaffinity(0))
     try:
         assert set_threads(cores + 5) == cores
-        assert set_threads(0, default_threads(757 * 996)) == min(cores, 757 * 996 // PES_PER_THREAD)
-        assert set_threads(0) == 1  # a machine whose kernels are serial
+        assert set_threads(0, 757 * 996) == min(cores, 757 * 996 // PES_PER_THREAD)  # the mesh's: by PEs
+        assert threads.set_threads(0, default_threads(757 * 996)) == min(cores, 757 * 996 // PES_PER_THREAD)
+        assert threads.set_threads(0) == 1  # a machine whose kernels are serial
         assert set_threads(1) == 1
     finally:
         numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)

@@ -1,12 +1,12 @@
-"""The ipu as a machine (meshsim.machine): Graphcore-style bulk-synchronous tiles (docs/ipu.md)."""
+"""The ipu as a machine (meshsim.machine): Graphcore-style bulk-synchronous tiles (docs/ipu.md).
+
+Its parts are imported when first used: reading a scenario asks for the machine's checks alone.
+"""
 
 from __future__ import annotations
 
 from ..machine import Machine, register
-from ..roofline import GC200_SRAM_BYTES_PER_SECOND, Platform
-from . import analysis, checks, report
-from .compiler import IpuProgram, compile_scenario
-from .run import IpuRun
+from . import checks
 
 
 class IpuMachine(Machine):
@@ -15,26 +15,33 @@ class IpuMachine(Machine):
     unit_label = "tiles"
     busy_dataset = "units/tile_busy_cycles"
     target_li = 0.80
+    workloads = ("transformer",)
 
-    def compile_scenario(self, scenario) -> IpuProgram:
+    def compile_scenario(self, scenario):
+        from .compiler import compile_scenario
+
         return compile_scenario(scenario)  # with the memory check: what a run would refuse
 
-    def start(self, scenario, inputs: IpuProgram, per_call: int | None = None) -> IpuRun:
+    def start(self, scenario, inputs, per_call: int | None = None):
+        from .run import IpuRun
+
         return IpuRun(inputs, per_call)
 
-    def open_writer(self, path, scenario, run: IpuRun, threads: int):
+    def open_writer(self, path, scenario, run, threads: int):
         return run.open_writer(path, scenario, threads)
 
     def check_scenario(self, ok, get, add, shown) -> None:
         checks.check_scenario(ok, get, add, shown)
 
-    def describe(self, label: str, scenario, inputs: IpuProgram) -> str:
+    def describe(self, label: str, scenario, inputs) -> str:
         m = scenario.values["machine"]
         return (f"{label}: valid (ipu {m['preset']}, {inputs.stages} stage(s) x {inputs.spec.replicas} replica(s), "
                 f"{len(inputs.templates)} superstep templates; fullest tile {int(inputs.memory.max()):,} of "
                 f"{m['tile_sram_kib'] * 1024:,} bytes)")
 
     def platform(self, values: dict):
+        from ..roofline import GC200_SRAM_BYTES_PER_SECOND, Platform
+
         # the GC200's SRAM bandwidth per tile-cycle, on this scenario's tiles and clock
         m = values["machine"]
         per_tile_cycle = GC200_SRAM_BYTES_PER_SECOND / (1472 * 1.33e9)
@@ -43,12 +50,18 @@ class IpuMachine(Machine):
                         m["tiles"] * per_tile_cycle * hz, "SRAM")
 
     def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
+        from . import report
+
         return report.summary_lines(summary, regions)
 
     def analyse(self, f, values: dict, cycles: int, window, path) -> dict:
+        from . import analysis
+
         return analysis.analyse(f, values, cycles, path)
 
     def findings(self, analysis_: dict, add) -> None:
+        from . import analysis
+
         analysis.findings(analysis_, add)
 
 

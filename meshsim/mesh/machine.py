@@ -1,12 +1,15 @@
-"""The mesh as a machine (meshsim.machine): a WSE-2-style grid of PEs (docs/mesh.md)."""
+"""The mesh as a machine (meshsim.machine): a WSE-2-style grid of PEs (docs/mesh.md).
+
+Its parts are imported when first used: reading a scenario asks for the machine's checks alone.
+"""
 
 from __future__ import annotations
 
 from ..machine import Machine, register
-from ..roofline import WSE2_PES, WSE2_SRAM_BYTES_PER_SECOND, Platform
-from . import analysis, checks, report
-from .run import MeshRun
-from .sim import MeshInputs, compile_scenario, default_threads
+from . import checks
+
+#: The workload types the mesh runs (workload.type).
+WORKLOADS = ("uniform", "hotspot", "skewed", "trace", "traffic", "layer_pipeline")
 
 
 class MeshMachine(Machine):
@@ -15,21 +18,41 @@ class MeshMachine(Machine):
     unit_label = "PEs"
     busy_dataset = "units/busy_cycles"
     target_li = 0.98
+    workloads = WORKLOADS
 
-    def compile_scenario(self, scenario) -> MeshInputs:
+    def compile_scenario(self, scenario):
+        from .sim import compile_scenario
+
         return compile_scenario(scenario)
 
-    def default_threads(self, inputs: MeshInputs) -> int:
+    def validate(self, scenario) -> None:
+        # what a run would refuse, without building the rate map: the trace, and the layer
+        # pipeline's placement, task lengths and weights
+        if scenario.get("workload", "type") == "trace":
+            from .trace import load_trace
+
+            load_trace(scenario.trace_path, scenario.get("machine", "rows"), scenario.get("machine", "cols"))
+        if scenario.get("workload", "type") == "layer_pipeline":
+            from .pipeline import build
+
+            build(scenario)
+        return None
+
+    def default_threads(self, inputs) -> int:
+        from .sim import default_threads
+
         return default_threads(inputs.rows * inputs.cols)
-
-    def start(self, scenario, inputs: MeshInputs, per_call: int | None = None) -> MeshRun:
-        return MeshRun(scenario, inputs, per_call)
-
-    def open_writer(self, path, scenario, run: MeshRun, threads: int):
-        return run.open_writer(path, threads)
 
     def check_scenario(self, ok, get, add, shown) -> None:
         checks.check_scenario(ok, get, add, shown)
+
+    def start(self, scenario, inputs, per_call: int | None = None):
+        from .run import MeshRun
+
+        return MeshRun(scenario, inputs, per_call)
+
+    def open_writer(self, path, scenario, run, threads: int):
+        return run.open_writer(path, threads)
 
     def describe(self, label: str, scenario, inputs) -> str:
         m = scenario.values["machine"]
@@ -37,6 +60,8 @@ class MeshMachine(Machine):
                 f"migration {scenario.get('migration', 'policy')}, {scenario.get('run', 'cycles'):,} cycles)")
 
     def platform(self, values: dict):
+        from ..roofline import WSE2_PES, WSE2_SRAM_BYTES_PER_SECOND, Platform
+
         # the PEs at pe_flops_per_cycle and clock_ghz, with the WSE-2's SRAM bandwidth per PE
         m = values["machine"]
         n = m["rows"] * m["cols"]
@@ -44,12 +69,18 @@ class MeshMachine(Machine):
                         n * WSE2_SRAM_BYTES_PER_SECOND / WSE2_PES, "SRAM")
 
     def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
+        from . import report
+
         return report.summary_lines(summary, regions)
 
     def read_regions(self, f, path):
+        from . import report
+
         return report.read_regions(f, path)
 
     def analyse(self, f, values: dict, cycles: int, window, path) -> dict:
+        from . import analysis
+
         return analysis.analyse(f, values, cycles, window, path)
 
 

@@ -128,7 +128,11 @@ class MeshRun(Run):
                                   traffic=inputs.traffic, pipeline=inputs.pipeline is not None, layers=self.layers,
                                   window_busy_cycles=self.window if out["window_busy"] else 0)
         if inputs.pipeline is not None:
-            writer.write_pipeline(inputs.pipeline, sc.get("machine", "pe_flops_per_cycle"))
+            try:
+                writer.write_pipeline(inputs.pipeline, sc.get("machine", "pe_flops_per_cycle"))
+            except BaseException:
+                writer.close_incomplete()  # the layout alone: removed
+                raise
         return writer
 
     @property

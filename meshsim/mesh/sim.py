@@ -14,8 +14,9 @@ import numpy as np
 from kernels import mesh as K
 from kernels.workload import lognormal_rates, rate_thresholds
 
+from .. import threads
 from ..errors import InputError
-from ..threads import available_cores, set_threads  # noqa: F401 (meshsim.mesh exports them)
+from ..threads import available_cores  # noqa: F401 (meshsim.mesh exports it)
 from . import state as S
 from .trace import load_trace
 
@@ -232,3 +233,9 @@ PES_PER_THREAD = 32_768
 def default_threads(n_pes: int) -> int:
     """Threads for run.threads = 0: one per PES_PER_THREAD PEs, at least one, at most the cores."""
     return max(1, min(available_cores(), n_pes // PES_PER_THREAD))
+
+
+def set_threads(threads_: int, n_pes: int = 0) -> int:
+    """Use `threads_` Numba threads, at most the cores; 0: as many as a grid of `n_pes` PEs can use
+    (`default_threads`). Returns the number in use (meshsim.threads.set_threads for any machine)."""
+    return threads.set_threads(threads_, default_threads(n_pes))

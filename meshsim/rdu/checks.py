@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import re
 
-from .compiler import parse_parallelism
+_PARALLELISM = re.compile(r"^T(\d+)P(\d+)D(\d+)$")
+
+
+def parse_parallelism(text: str) -> tuple[int, int, int]:
+    """(tensor, pipeline, data) degrees of "T<t>P<p>D<d>"; ValueError if it is not of that form
+    with degrees >= 1."""
+    m = _PARALLELISM.match(text)
+    if not m or min(int(g) for g in m.groups()) < 1:
+        raise ValueError(text)
+    return tuple(int(g) for g in m.groups())
 
 
 def check_scenario(ok, get, add, shown) -> None:

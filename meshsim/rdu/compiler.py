@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +18,7 @@ from kernels import rdu as K
 from ..errors import InputError
 from ..params import RDU_PRESETS, param
 from ..transformer import Model, backward_of, operators
+from .checks import parse_parallelism
 
 ANCHOR_KINDS = ("gemm", "attention")
 # Operators followed by a tensor-parallel all-reduce of their output (Megatron): row-parallel
@@ -30,18 +30,6 @@ ALLREDUCE_AFTER = {("out_proj", "forward"), ("ffn_down", "forward"), ("qkv_proj"
 # writes whole partial sums; a column-parallel one reads a whole input and writes a split output).
 TP_SPLIT = {"qkv_proj": (False, True), "attn_scores_softmax": (True, True), "attn_v": (True, True),
             "out_proj": (True, False), "ffn_up": (False, True), "gelu": (True, True), "ffn_down": (True, False)}
-_PARALLELISM = re.compile(r"^T(\d+)P(\d+)D(\d+)$")
-
-
-def parse_parallelism(text: str) -> tuple[int, int, int]:
-    """(tensor, pipeline, data) degrees of "T<t>P<p>D<d>"; ValueError if it is not of that form
-    with degrees >= 1."""
-    m = _PARALLELISM.match(text)
-    if not m or min(int(g) for g in m.groups()) < 1:
-        raise ValueError(text)
-    return tuple(int(g) for g in m.groups())
-
-
 @dataclass(frozen=True)
 class RduSpec:
     """Everything compilation reads: the chip, the model and how it is run (docs/rdu.md)."""

@@ -1,12 +1,12 @@
-"""The rdu as a machine (meshsim.machine): a SambaNova-style dataflow chip (docs/rdu.md)."""
+"""The rdu as a machine (meshsim.machine): a SambaNova-style dataflow chip (docs/rdu.md).
+
+Its parts are imported when first used: reading a scenario asks for the machine's checks alone.
+"""
 
 from __future__ import annotations
 
 from ..machine import Machine, register
-from ..roofline import rdu_platform
-from . import analysis, checks, report
-from .compiler import RduProgram, compile_scenario
-from .run import RduRun
+from . import checks
 
 
 class RduMachine(Machine):
@@ -15,32 +15,43 @@ class RduMachine(Machine):
     unit_label = "PCUs"
     busy_dataset = "units/pcu_busy_cycles"
     target_li = 0.85
+    workloads = ("transformer",)
 
-    def compile_scenario(self, scenario) -> RduProgram:
+    def compile_scenario(self, scenario):
+        from .compiler import compile_scenario
+
         return compile_scenario(scenario)
 
-    def start(self, scenario, inputs: RduProgram, per_call: int | None = None) -> RduRun:
+    def start(self, scenario, inputs, per_call: int | None = None):
+        from .run import RduRun
+
         return RduRun(inputs, per_call)
 
-    def open_writer(self, path, scenario, run: RduRun, threads: int):
+    def open_writer(self, path, scenario, run, threads: int):
         return run.open_writer(path, scenario, threads)
 
     def check_scenario(self, ok, get, add, shown) -> None:
         checks.check_scenario(ok, get, add, shown)
 
-    def describe(self, label: str, scenario, inputs: RduProgram) -> str:
+    def describe(self, label: str, scenario, inputs) -> str:
         m, w = scenario.values["machine"], scenario.values["workload"]
         return (f"{label}: valid (rdu {m['preset']}, {inputs.chips_total} chip(s) {w['parallelism']}, fusion "
                 f"{w['fusion']}: {len(inputs.sections)} sections, {int(inputs.n_instances.sum())} to run)")
 
     def platform(self, values: dict):
+        from ..roofline import rdu_platform
+
         m = values["machine"]
         return rdu_platform(f"rdu {m['preset']} ({m['pcus']} PCUs)", m)
 
     def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
+        from . import report
+
         return report.summary_lines(summary, regions)
 
     def analyse(self, f, values: dict, cycles: int, window, path) -> dict:
+        from . import analysis
+
         return analysis.analyse(f, values, cycles, window, path)
 
 
