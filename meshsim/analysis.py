@@ -35,6 +35,9 @@ MAX_WINDOWS = 100_000
 MODEL_FIGURES = ("samples_per_second", "samples_per_second_steady", "time_per_sample_seconds", "achieved_tflops",
                  "flop_utilization", "pcu_utilization")
 
+#: The load balances a file can show, named as in an analysis's "whole" (docs/design.md, "Metrics").
+LI_FIGURES = ("li", "li_active", "li_active_steady", "li_fill", "stage_li")
+
 _WHOLE = ("li", "percent_imbalance", "jain_index", "cv", "busy_min_cycles", "busy_max_cycles", "busy_mean_cycles",
           "compute_time_spread", "active_units", "utilization")
 
@@ -61,13 +64,16 @@ def analyse(path, window: int | None = None, target: float | None = None) -> dic
     goal = m.target_li if target is None else target
     if not (0 < goal <= 1):
         raise InputError(f"--target {goal}: must be a number in (0, 1] (an LI)")
-    li = out["whole"]["li"]
+    judged = m.judged(out)
+    li = out["whole"].get(judged["figure"], math.nan)
+    # the other load balances the file shows, each named, beside the one judged
+    others = {k: out["whole"][k] for k in LI_FIGURES if k in out["whole"] and k != judged["figure"]}
+    base = dict(target_li=goal, li=li, figure=judged["figure"], what=judged["what"], others=others)
     if math.isnan(li):  # no unit did any work: a traffic run, say; balance does not apply
-        out["diagnosis"] = dict(target_li=goal, li=li, meets=None, findings=[],
-                                note="LI does not apply: no unit did any compute work")
+        out["diagnosis"] = dict(base, meets=None, findings=[], note="LI does not apply: no unit did any compute work")
     else:
-        out["diagnosis"] = dict(target_li=goal, li=li, meets=bool(li >= goal),
-                                findings=_findings(out, values, goal, m))
+        found = _findings(out, values, goal, m, li, judged["figure"])
+        out["diagnosis"] = dict(base, meets=bool(li >= goal), findings=found)
     return out
 
 
@@ -77,7 +83,7 @@ def _need(f, names, path):
         raise MissingData(f"{path}: not a complete meshsim result: it lacks {', '.join(missing)}")
 
 
-def _findings(a: dict, values: dict, goal: float, machine) -> list[dict]:
+def _findings(a: dict, values: dict, goal: float, machine, li: float, figure: str) -> list[dict]:
     """Likely causes of an LI below the target, each with the figure it rests on. Thresholds: a
     region busy more than 1.5 times the mean, a link above 0.9 of its capacity, links more than
     half busy with migration on, a window below the target, DDR waits above 0.1 of the time, a
@@ -89,7 +95,7 @@ def _findings(a: dict, values: dict, goal: float, machine) -> list[dict]:
     def add(text, figure):
         out.append(dict(finding=text, figure=figure))
 
-    if math.isnan(w["li"]) or w["li"] >= goal:
+    if math.isnan(li) or li >= goal:
         return out
     unit = machine.unit_label
     busy_ds = machine.busy_dataset
@@ -115,6 +121,8 @@ def _findings(a: dict, values: dict, goal: float, machine) -> list[dict]:
         add(f"migration keeps the links {w['link_utilization_mean']:.3g} busy on average",
             f"series/link_sent / (links x cycles) = {w['link_utilization_mean']:.4g}")
     rows = [r for r in a.get("windows", {}).get("rows", []) if "li" in r and not math.isnan(r["li"])]
+    if figure == "li_active_steady":  # judged in the steady state: its windows only
+        rows = [r for r in rows if r["start"] >= w["steady_from_cycle"]]
     if len(rows) > 1 and min(r["li"] for r in rows) < goal:
         worst = min(rows, key=lambda r: r["li"])
         add(f"the lowest window LI is {worst['li']:.3g}, in cycles {worst['start']:,}-{worst['end']:,}",
@@ -161,7 +169,8 @@ def format_report(a: dict) -> str:
     lines = [f"{a['scenario']}: {a['machine']}, {'complete' if a['complete'] else 'INCOMPLETE'}, "
              f"{a['cycles']:,} cycles ({a['file']})",
              "recomputed from the file's datasets:"]
-    for k in (*_WHOLE, "n_units", "idle_units", "li_active", "utilization_active", "latency_mean_cycles",
+    for k in (*_WHOLE, "n_units", "idle_units", "li_active", "utilization_active", "li_active_steady",
+              "utilization_active_steady", "steady_from_cycle", "li_fill", "latency_mean_cycles",
               "latency_var_cycles2", "latency_p50_cycles", "latency_p99_cycles", "latency_max_cycles",
               "packet_latency_mean_cycles", "packet_latency_var_cycles2", "packet_latency_p50_cycles",
               "packet_latency_p99_cycles", "packet_latency_max_cycles", "packets_delivered", "chip_li",
@@ -198,6 +207,9 @@ def format_report(a: dict) -> str:
         return "\n".join(lines)
     verdict = "meets" if d["meets"] else "falls short of"
     lines.append(f"diagnosis: LI {_fmt(d['li'])} {verdict} the target {d['target_li']:g}")
+    lines.append(f"  judged: {d['figure']}, {d['what']}")
+    if d["others"]:
+        lines.append("  also: " + ", ".join(f"{k} {_fmt(v)}" for k, v in d["others"].items()))
     for item in d["findings"]:
         lines.append(f"  - {item['finding']}  [{item['figure']}]")
     return "\n".join(lines)
@@ -215,6 +227,8 @@ def format_comparison(items: list[dict]) -> str:
         lines.append(f"{k:<28}" + "".join(f"{_fmt(a['whole'].get(k, math.nan)):>{width}}" for a in items))
     verdicts = [f"{ {True: 'yes', False: 'no', None: 'n/a'}[a['diagnosis']['meets']]} "
                 f"({a['diagnosis']['target_li']:g})" for a in items]
+    lines.append(f"{'judged LI':<28}" + "".join(f"{a['diagnosis']['figure']:>{width}}" for a in items))
+    lines.append(f"{'':<28}" + "".join(f"{_fmt(a['diagnosis']['li']):>{width}}" for a in items))
     lines.append(f"{'meets target LI':<28}" + "".join(f"{v:>{width}}" for v in verdicts))
     model_keys = [k for k in MODEL_FIGURES if any(k in a.get("model", {}) for a in items)]
     if model_keys:

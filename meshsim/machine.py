@@ -151,6 +151,12 @@ class Machine(ABC):
         balance of `busy_dataset` alone (meshsim.analysis.busy_only)."""
         return None
 
+    def judged(self, analysis: dict) -> dict:
+        """The LI `meshsim report` judges against the target, from an analysis: {"figure": its name
+        in analysis["whole"], "what": what it measures}; by default the busy-time LI over every
+        unit, the whole run."""
+        return dict(figure="li", what=f"busy-time LI over all {self.unit_label}, the whole run")
+
     def findings(self, analysis: dict, add) -> None:
         """Machine-specific findings of report's diagnosis, each through `add(text, evidence)`."""
         return None

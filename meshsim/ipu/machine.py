@@ -59,6 +59,14 @@ class IpuMachine(Machine):
 
         return analysis.analyse(f, values, cycles, path)
 
+    def judged(self, analysis: dict) -> dict:
+        # what a user can change is the split of layers over the stages (workload.layers_per_ipu):
+        # the stages' balance is judged; the tiles' (li) is named beside it
+        if "stage_li" in analysis["whole"]:
+            return dict(figure="stage_li", what="LI of the pipeline stages' time per micro-batch (the split of "
+                        "layers over IPUs)")
+        return super().judged(analysis)
+
     def findings(self, analysis_: dict, add) -> None:
         from . import analysis
 

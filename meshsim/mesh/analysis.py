@@ -54,6 +54,7 @@ def analyse(f, values, cycles, window, path) -> dict:
             whole["li_active"] = metrics.load_balance(active)["li"]
             whole["utilization_active"] = metrics.utilization(int(active.sum()), active.size, cycles)
             whole["idle_units"] = int((active == 0).sum())
+            whole.update(_steady(f, labels != idle, cycles))
     if "units/link_messages" in f:
         util = metrics.link_utilization(f["units/link_messages"][()].astype(np.int64),
                                         values["machine"]["link_messages_per_cycle"], cycles)
@@ -98,3 +99,30 @@ def _mesh_windows(f, shape, cycles, run_window, window, path) -> dict:
                          jain_index=lb["jain_index"], cv=lb["cv"], busy_min=lb["min"], busy_max=lb["max"],
                          utilization=metrics.utilization(int(acc.sum()), acc.size, end - start)))
     return dict(window_cycles=n, source="windows/busy_cycles", rows=rows)
+
+
+def _steady(f, active, cycles: int) -> dict:
+    """A layer pipeline's load balance in its steady state, apart from the fill (docs/mesh.md,
+    "Dataflow"): over the active PEs, from the first window that starts at or after the cycle the
+    run took the steady state to start (its first stop after the first chunk finished), from the
+    per-window busy cycles; and over the fill before it. {} when the file keeps no per-window busy
+    cycles or the run never reached its steady state."""
+    start = f["summary"].attrs.get("steady_from_cycle", math.nan)
+    if "windows/busy_cycles" not in f or not np.isfinite(start):
+        return {}
+    starts = f["windows/window_start"][()]
+    ends = f["windows/window_end"][()]
+    first = int(np.searchsorted(starts, start))
+    if first >= len(starts):
+        return {}
+    ds = f["windows/busy_cycles"]
+    steady = np.zeros(ds.shape[1:], np.int64)
+    fill = np.zeros(ds.shape[1:], np.int64)
+    for i in range(ds.shape[0]):
+        (steady if i >= first else fill)[...] += ds[i]
+    from_cycle, span = int(starts[first]), int(ends[-1]) - int(starts[first])
+    out = dict(steady_from_cycle=from_cycle, li_active_steady=metrics.load_balance(steady[active])["li"],
+               utilization_active_steady=metrics.utilization(int(steady[active].sum()), int(active.sum()), span))
+    if first > 0:
+        out["li_fill"] = metrics.load_balance(fill[active])["li"]
+    return out

@@ -5,6 +5,8 @@ Its parts are imported when first used: reading a scenario asks for the machine'
 
 from __future__ import annotations
 
+import math
+
 from ..machine import Machine, register
 from . import checks
 
@@ -67,6 +69,18 @@ class MeshMachine(Machine):
         n = m["rows"] * m["cols"]
         return Platform(f"mesh {m['rows']} x {m['cols']}", n * m["pe_flops_per_cycle"] * m["clock_ghz"] * 1e9,
                         n * WSE2_SRAM_BYTES_PER_SECOND / WSE2_PES, "SRAM")
+
+    def judged(self, analysis: dict) -> dict:
+        # a layer pipeline is judged in its steady state, over the PEs its regions hold; the fill
+        # (the first chunk crossing the wafer) is reported apart
+        w = analysis["whole"]
+        if math.isfinite(w.get("li_active_steady", math.nan)):
+            return dict(figure="li_active_steady", what=f"busy-time LI over the pipeline's PEs in the steady state, "
+                        f"from cycle {w['steady_from_cycle']:,}; the fill before it is li_fill")
+        if "li_active" in w:
+            return dict(figure="li_active", what="busy-time LI over the pipeline's PEs, the whole run (no steady "
+                        "state: the first chunk did not finish, or the file keeps no per-window busy cycles)")
+        return super().judged(analysis)
 
     def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
         from . import report
