@@ -344,6 +344,10 @@ PARAMS: tuple[Param, ...] = (
           (1, 1_048_576), _RDU),
     Param("workload", "parallelism", "str", "", "T1P1D1",
           "Chips as T<tensor>P<pipeline>D<data> degrees, e.g. T4P2D1 on 8 chips.", None, _RDU),
+    Param("workload", "layers_per_stage", "ints", "layers", (),
+          "Transformer blocks each pipeline stage (the P of workload.parallelism) holds, in order; one "
+          "entry per stage, each at least 1, summing to n_layers; empty means as even as can be (the first "
+          "n_layers mod P stages one more).", (1, 1024), _RDU),
     Param("workload", "microbatches", "int", "microbatches", 1,
           "Microbatches per data-parallel replica (GPipe schedule over the pipeline stages).",
           (1, 1_048_576), _RDU),

@@ -199,6 +199,33 @@ def test_layers_split_evenly_over_pipeline_stages():
     assert [r.start for r in layer_groups(10, 4)] == [0, 3, 6, 8]
 
 
+def test_an_uneven_split_gives_each_stage_its_layers_and_moves_the_chips_balance():
+    """workload.layers_per_stage: the stages hold the blocks it lists, in order; the chips' load
+    follows, and a bad list is refused by name before anything compiles."""
+    assert [(r.start, len(r)) for r in layer_groups(12, 3, (2, 4, 6))] == [(0, 2), (2, 4), (6, 6)]
+    even = spec_for("sn30", hidden_size=256, n_heads=4, n_layers=12, seq_len=128, batch=4, parallelism="T1P2D1",
+                    microbatches=2)
+    uneven = spec_for("sn30", hidden_size=256, n_heads=4, n_layers=12, seq_len=128, batch=4, parallelism="T1P2D1",
+                      microbatches=2, layers_per_stage=(3, 9))
+
+    def chip_flops(spec):
+        prog = compile_program(spec)
+        return [sum(prog.sections[int(prog.instance[c, k, K.IN_SECTION])].flops
+                    for k in range(int(prog.n_instances[c]))) for c in range(prog.n_chips)]
+
+    a, b = chip_flops(even), chip_flops(uneven)
+    assert a[0] == a[1] and b[1] == pytest.approx(3 * b[0], rel=0.01) and sum(a) == sum(b)
+    text = RDU + 'n_layers = 12\nparallelism = "T1P2D1"\n'
+    assert any("workload.layers_per_stage = [3, 4, 5]: has 3 entries; must have one per pipeline stage: 2" in x
+               for x in problems(text, "workload.layers_per_stage=[3, 4, 5]"))
+    assert any("workload.layers_per_stage = [3, 4]: sums to 7 layers; must sum to workload.n_layers = 12" in x
+               for x in problems(text, "workload.layers_per_stage=[3, 4]"))
+    assert any("workload.layers_per_stage" in x and "[1, 1024]" in x
+               for x in problems(text, "workload.layers_per_stage=[0, 12]"))
+    assert load_scenario("s.toml", ["workload.layers_per_stage=[5, 7]"], text=text).values["workload"][
+        "layers_per_stage"] == [5, 7]
+
+
 def test_gpipe_programs_and_their_dependencies():
     spec = spec_for("sn30", training=True, parallelism="T1P2D2", microbatches=2, n_layers=2, fusion="o1")
     prog = compile_program(spec)
@@ -241,6 +268,7 @@ def test_spec_from_scenario_reads_every_key():
         assert getattr(spec.model, key) == w[key], key
     for key in ("training", "fusion", "tile_tokens", "parallelism", "microbatches", "prefetch"):
         assert getattr(spec, key) == w[key], key
+    assert spec.layers_per_stage == tuple(w["layers_per_stage"]) == ()
     assert (spec.model.hidden_size, spec.fusion, spec.buffer_tiles, spec.pcus) == (1024, "o3", 3, 640)
 
 

@@ -218,3 +218,16 @@ def test_a_program_that_cannot_move_is_reported_not_looped():
     prog.instance[0, 0, K.IN_DEP_INST] = 0
     with pytest.raises(RuntimeError, match="stuck"):
         RduSim(prog).run()
+
+
+def test_an_uneven_pipeline_split_moves_the_chips_balance_and_the_step(tmp_path):
+    """workload.layers_per_stage is a lever the summary answers to: [2, 2] is the even split itself,
+    [1, 3] loads the second stage three times the first."""
+    out = {}
+    for split in ([], [2, 2], [1, 3]):
+        sc = scenario(n_layers=4, parallelism="T1P2D1", microbatches=2, layers_per_stage=split)
+        out[str(split)] = run_scenario(sc, tmp_path / f"{len(out)}.h5", progress=False).summary
+    even, same, uneven = out["[]"], out["[2, 2]"], out["[1, 3]"]
+    assert same["cycles"] == even["cycles"] and same["chip_li"] == even["chip_li"] == 1.0
+    assert uneven["chip_li"] == pytest.approx(2 / 3, rel=1e-3) and uneven["cycles"] > even["cycles"]
+    assert uneven["pipeline_bubble_fraction"] > even["pipeline_bubble_fraction"]

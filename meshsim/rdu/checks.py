@@ -55,6 +55,13 @@ def _check_transformer(ok, get, add, shown) -> None:
                        "holds whole heads)")
     if ok(layers) and p > get(layers):
         add(par, [layers], f"has pipeline degree {p} but {layers} = {shown(layers)}: at most one stage per layer")
+    lps = "workload.layers_per_stage"
+    if ok(lps, layers) and get(lps):
+        split = get(lps)
+        if len(split) != p:
+            add(lps, [par], f"has {len(split)} entries; must have one per pipeline stage: {p} ({par} = {shown(par)})")
+        elif sum(split) != get(layers):
+            add(lps, [layers], f"sums to {sum(split)} layers; must sum to {layers} = {shown(layers)}")
     if ok(batch, mb):
         if get(batch) % (d * get(mb)) != 0:
             add(batch, [mb, par], f"must be a multiple of data degree {d} x {mb} = {shown(mb)} "

@@ -55,6 +55,7 @@ class RduSpec:
     parallelism: str
     microbatches: int
     prefetch: bool
+    layers_per_stage: tuple = ()  # blocks per pipeline stage; () = as even as can be
 
     @property
     def degrees(self) -> tuple[int, int, int]:
@@ -85,14 +86,14 @@ MACHINE_KEYS = ("pcus", "pcu_lanes", "pcu_stages", "pmus", "pmu_kib", "pmu_bytes
                 "ddr_burst_kib", "clock_ghz", "section_switch_cycles", "buffer_tiles", "elastic_pmus",
                 "interconnect_gbps", "interconnect_latency_cycles")
 MODEL_KEYS = ("hidden_size", "n_layers", "n_heads", "seq_len", "batch", "ffn_multiplier", "precision")
-RUN_KEYS = ("training", "fusion", "tile_tokens", "parallelism", "microbatches", "prefetch")
+RUN_KEYS = ("training", "fusion", "tile_tokens", "parallelism", "microbatches", "prefetch", "layers_per_stage")
 
 
 def spec_from_scenario(sc) -> RduSpec:
     """The RduSpec of a validated rdu scenario."""
     m, w = sc.values["machine"], sc.values["workload"]
-    return RduSpec(**{k: m[k] for k in MACHINE_KEYS}, **{k: w[k] for k in RUN_KEYS},
-                   model=Model(**{k: w[k] for k in MODEL_KEYS}))
+    run = {k: tuple(w[k]) if isinstance(w[k], list) else w[k] for k in RUN_KEYS}
+    return RduSpec(**{k: m[k] for k in MACHINE_KEYS}, **run, model=Model(**{k: w[k] for k in MODEL_KEYS}))
 
 
 def compile_scenario(sc) -> RduProgram:
@@ -461,8 +462,15 @@ def _proportional(total: int, weights: list[int]) -> list[int]:
     return base
 
 
-def layer_groups(n_layers: int, p: int) -> list[range]:
-    """Contiguous layers per pipeline stage: the first n_layers mod p get one more."""
+def layer_groups(n_layers: int, p: int, split: tuple = ()) -> list[range]:
+    """Contiguous layers per pipeline stage: `split[i]` for stage i when given (one entry per stage,
+    summing to n_layers), else as even as can be (the first n_layers mod p get one more)."""
+    if split:
+        if len(split) != p or sum(split) != n_layers or min(split) < 1:
+            raise InputError(f"workload.layers_per_stage = {list(split)}: needs {p} entries of at least 1 "
+                             f"summing to {n_layers}")
+        starts = [sum(split[:i]) for i in range(p)]
+        return [range(a, a + n) for a, n in zip(starts, split, strict=True)]
     q, r = divmod(n_layers, p)
     out, start = [], 0
     for i in range(p):
@@ -488,7 +496,7 @@ def compile_program(spec: RduSpec) -> RduProgram:
     sections: list[Section] = []
     chip_fwd, chip_bwd = [], []
     chip_weights = []
-    for i, layers in enumerate(layer_groups(model.n_layers, p)):
+    for i, layers in enumerate(layer_groups(model.n_layers, p, tuple(spec.layers_per_stage))):
         per_phase = []
         for phase in ("forward", "backward") if spec.training else ("forward",):
             ops = chip_ops(spec, layers, phase)
