@@ -459,7 +459,8 @@ def roofline(path, out, fmt: str = "png") -> list[Path]:
                 label=f"{p.name} (ridge {p.ridge:.3g} FLOP/B)")
     for r in rows:
         y = r["attainable_flops"] / 1e12
-        ax.scatter([r["intensity"]], [y], s=28, zorder=3, color="#D55E00" if r["bound"] == "memory" else "#0072B2")
+        colour = {"memory": "#D55E00", "weights": "#009E73"}.get(r["bound"], "#0072B2")
+        ax.scatter([r["intensity"]], [y], s=28, zorder=3, color=colour)
         if not r["name"].endswith(".backward"):  # a backward kernel sits near its forward one
             ax.annotate(r["name"], (r["intensity"], y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
@@ -467,7 +468,8 @@ def roofline(path, out, fmt: str = "png") -> list[Path]:
     ax.set_xlabel("arithmetic intensity (FLOPs / byte)")
     ax.set_ylabel("attainable (TFLOP/s)")
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title(f"{title}: kernels of one layer on {plat.name} (orange: memory-bound)")
+    ax.set_title(f"{title}: kernels of one layer on {plat.name} (orange: memory-bound"
+                 + (", green: by the weights' stream)" if plat.weight_bandwidth else ")"))
     return [_save(fig, out, "roofline", fmt)]
 
 

@@ -44,6 +44,9 @@ class Platform:
     peak_flops: float
     bandwidth: float
     memory: str
+    #: bytes/s the weights stream in at when they are not resident (the mesh's weight streaming):
+    #: a second roof, for a kernel's weight bytes alone; None when the weights stay in memory
+    weight_bandwidth: float | None = None
 
     @property
     def ridge(self) -> float:
@@ -88,15 +91,22 @@ def model_of(values: dict) -> tuple[Model, bool] | None:
 
 def kernels(model: Model, training: bool, platform: Platform) -> list[dict]:
     """One row per operator of one layer (layer 0; every layer is the same): name, kind, FLOPs,
-    bytes moved, arithmetic intensity, the FLOP/s the roof allows and the verdict."""
+    bytes moved, arithmetic intensity, the FLOP/s the roof allows and the verdict: "compute",
+    "memory", or "weights" where the platform streams its weights in and their stream is the
+    lowest roof (FLOPs / weight bytes x the stream's bandwidth)."""
     rows = []
     for op in operators(model, training):
         if op.layer != 0:
             continue
         ai = op.arithmetic_intensity
+        attainable, bound = platform.attainable(ai), "memory" if ai < platform.ridge else "compute"
+        if platform.weight_bandwidth and op.weight_bytes:
+            # streamed weights: their bytes alone against the stream's bandwidth
+            streamed = op.flops / op.weight_bytes * platform.weight_bandwidth
+            if streamed < attainable:
+                attainable, bound = streamed, "weights"
         rows.append(dict(name=op.name.split(".", 1)[1], kind=op.kind, flops=op.flops, bytes=op.bytes_moved,
-                         intensity=ai, attainable_flops=platform.attainable(ai),
-                         bound="memory" if ai < platform.ridge else "compute"))
+                         intensity=ai, attainable_flops=attainable, bound=bound))
     return rows
 
 
@@ -123,7 +133,11 @@ def format_table(values: dict | None = None) -> str:
     if found is not None:
         plat = own
         model, training = found
-        lines += ["", f"kernels of one layer on {plat.name} (ridge {plat.ridge:.3g} FLOP/B)",
+        stream = ""
+        if plat.weight_bandwidth:
+            stream = (f"; weights streamed in at {plat.weight_bandwidth / 1e9:g} GB/s, ridge "
+                      f"{plat.peak_flops / plat.weight_bandwidth:.3g} FLOP per weight byte")
+        lines += ["", f"kernels of one layer on {plat.name} (ridge {plat.ridge:.3g} FLOP/B{stream})",
                   f"{'kernel':<32}{'kind':<12}{'GFLOP':>10}{'MB':>10}{'FLOP/B':>10}{'roof TFLOP/s':>14}  bound"]
         for k in kernels(model, training, plat):
             lines.append(f"{k['name']:<32}{k['kind']:<12}{k['flops'] / 1e9:>10,.2f}{k['bytes'] / 1e6:>10,.2f}"

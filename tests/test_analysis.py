@@ -277,3 +277,29 @@ def test_the_ipu_is_judged_on_its_stages_with_the_tiles_named_beside(tmp_path):
     d = a["diagnosis"]
     assert d["figure"] == "stage_li" and d["li"] == a["whole"]["stage_li"]
     assert d["others"]["li"] == a["whole"]["li"] and d["meets"] == (d["li"] >= 0.80)
+
+
+def test_streamed_weights_are_a_roof_of_their_own_which_the_runs_waits_bear_out():
+    """The 7B model streamed in at 150 GB/s: its matrix kernels are bound by the weights' stream (as
+    the run, waiting on weights most of the time, shows), not by compute; resident weights on the
+    same wafer leave them compute-bound."""
+    from meshsim.roofline import format_table, model_of
+    from meshsim.scenario import load_scenario
+    from meshsim.transformer import operators
+
+    root = Path(__file__).resolve().parents[1] / "scenarios"
+    streamed = load_scenario(root / "wse2_llm_7b.toml").values
+    plat = platform_of(streamed)
+    assert plat.weight_bandwidth == 150e9
+    model, training = model_of(streamed)
+    weights = {op.name.split(".", 1)[1]: op.weight_bytes for op in operators(model, training) if op.layer == 0}
+    rows = {r["name"]: r for r in kernels(model, training, plat)}
+    for gemm in ("qkv_proj", "out_proj", "ffn_up", "ffn_down"):
+        r = rows[gemm]
+        assert r["bound"] == "weights"
+        assert r["attainable_flops"] == pytest.approx(r["flops"] / weights[gemm] * 150e9)
+        assert r["attainable_flops"] < 0.1 * plat.peak_flops
+    assert "weights streamed in at 150 GB/s" in format_table(streamed)
+    resident = load_scenario(root / "wse2_gpt2_small.toml").values
+    assert platform_of(resident).weight_bandwidth is None
+    assert all(r["bound"] != "weights" for r in kernels(*model_of(resident), platform_of(resident)))

@@ -65,10 +65,13 @@ class MeshMachine(Machine):
         from ..roofline import WSE2_PES, WSE2_SRAM_BYTES_PER_SECOND, Platform
 
         # the PEs at pe_flops_per_cycle and clock_ghz, with the WSE-2's SRAM bandwidth per PE
-        m = values["machine"]
+        # with weight streaming, the weights come in at workload.weight_bandwidth_gbps: a second roof
+        m, w = values["machine"], values["workload"]
         n = m["rows"] * m["cols"]
+        streamed = w.get("type") == "layer_pipeline" and w.get("weight_streaming")
         return Platform(f"mesh {m['rows']} x {m['cols']}", n * m["pe_flops_per_cycle"] * m["clock_ghz"] * 1e9,
-                        n * WSE2_SRAM_BYTES_PER_SECOND / WSE2_PES, "SRAM")
+                        n * WSE2_SRAM_BYTES_PER_SECOND / WSE2_PES, "SRAM",
+                        weight_bandwidth=w["weight_bandwidth_gbps"] * 1e9 if streamed else None)
 
     def judged(self, analysis: dict) -> dict:
         # a layer pipeline is judged in its steady state, over the PEs its regions hold; the fill
