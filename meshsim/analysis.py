@@ -46,7 +46,7 @@ def analyse(path, window: int | None = None, target: float | None = None) -> dic
     """The figures of a result file, recomputed from its datasets, and the diagnosis against the
     target LI (default: its machine's target_li, meshsim.machine.Machine). `window`: the window
     length in cycles (mesh: a multiple of the run's window_cycles; rdu: any), default the run's."""
-    root, _ = read_summary(path)  # a meshsim result with a summary, or InputError
+    root, summary = read_summary(path)  # a meshsim result with a summary, or InputError
     machine = root.get("machine")
     m = machines.get(machine)
     values = values_of_file(path)
@@ -59,7 +59,6 @@ def analyse(path, window: int | None = None, target: float | None = None) -> dic
                    complete=bool(root.get("complete")), cycles=int(root.get("cycles_done", 0)))
         own = m.analyse(f, values, out["cycles"], window, path)
         out.update(busy_only(f, m.busy_dataset, out["cycles"], path) if own is None else own)
-    _, summary = read_summary(path)
     out["model"] = {k: summary[k] for k in MODEL_FIGURES if k in summary}
     goal = m.target_li if target is None else target
     if not (0 < goal <= 1):

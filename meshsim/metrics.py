@@ -131,3 +131,11 @@ def latency_stats(histogram, count: int, total: int, total_sq: int, maximum: int
         else:
             out[name] = i
     return out
+
+
+def latency_figures(stats: dict) -> dict:
+    """The summary's latency names (docs/design.md, "Metrics") of `latency_stats` or
+    `sample_latency_stats` figures, in the order every machine's summary lists them."""
+    return {"latency_mean_cycles": stats["mean"], "latency_var_cycles2": stats["var"],
+            "latency_p50_cycles": stats["p50"], "latency_p90_cycles": stats["p90"],
+            "latency_p99_cycles": stats["p99"], "latency_max_cycles": stats["max"]}

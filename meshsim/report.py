@@ -112,10 +112,9 @@ def generic_lines(s: dict) -> list:
 
 def read_regions(path) -> dict | None:
     """Per-region whole-run figures of a result file (name -> array), or None if its machine keeps
-    none (meshsim.machine.Machine.read_regions)."""
-    root, _ = read_summary(path)
-    name = root.get("machine")
+    none (meshsim.machine.Machine.read_regions). For a file `read_summary` has accepted."""
     with open_result_file(path) as f:
+        name = _plain(f.attrs.get("machine", ""))
         return machines.get(name).read_regions(f, path) if name else None
 
 
