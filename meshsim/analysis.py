@@ -36,7 +36,7 @@ MODEL_FIGURES = ("samples_per_second", "samples_per_second_steady", "time_per_sa
                  "flop_utilization", "pcu_utilization")
 
 #: The load balances a file can show, named as in an analysis's "whole" (docs/design.md, "Metrics").
-LI_FIGURES = ("li", "li_active", "li_active_steady", "li_fill", "stage_li")
+LI_FIGURES = ("li", "li_occupied", "li_active", "li_active_steady", "li_fill", "stage_li")
 
 _WHOLE = ("li", "percent_imbalance", "jain_index", "cv", "busy_min_cycles", "busy_max_cycles", "busy_mean_cycles",
           "compute_time_spread", "active_units", "utilization")
@@ -60,6 +60,8 @@ def analyse(path, window: int | None = None, target: float | None = None) -> dic
         own = m.analyse(f, values, out["cycles"], window, path)
         out.update(busy_only(f, m.busy_dataset, out["cycles"], path) if own is None else own)
     out["model"] = {k: summary[k] for k in MODEL_FIGURES if k in summary}
+    out["settings"] = {f"{sec}.{k}": v for sec, table in values.items() if isinstance(table, dict)
+                       for k, v in table.items() if not isinstance(v, dict)}
     goal = m.target_li if target is None else target
     if not (0 < goal <= 1):
         raise InputError(f"--target {goal}: must be a number in (0, 1] (an LI)")
@@ -229,12 +231,43 @@ def format_comparison(items: list[dict]) -> str:
     lines.append(f"{'judged LI':<28}" + "".join(f"{a['diagnosis']['figure']:>{width}}" for a in items))
     lines.append(f"{'':<28}" + "".join(f"{_fmt(a['diagnosis']['li']):>{width}}" for a in items))
     lines.append(f"{'meets target LI':<28}" + "".join(f"{v:>{width}}" for v in verdicts))
+    lines.extend(lever_notes(items))
     model_keys = [k for k in MODEL_FIGURES if any(k in a.get("model", {}) for a in items)]
     if model_keys:
         lines.append("as the runs reported:")
         for k in model_keys:
             lines.append(f"{k:<28}" + "".join(f"{_fmt(a.get('model', {}).get(k, math.nan)):>{width}}" for a in items))
     return "\n".join(lines)
+
+
+#: An LI that moves by no more than this across runs has not moved (report's lever notes).
+LEVER_LI_TOLERANCE = 0.001
+
+#: Settings that name a run, not a lever of the machine.
+_NOT_LEVERS = ("run.", "output.", "machine.type", "workload.type")
+
+
+def lever_notes(items: list[dict]) -> list[str]:
+    """Lines for the settings that differ across the compared runs while the LI they are judged on
+    does not move (by at most LEVER_LI_TOLERANCE): a user who varied a lever looks at a figure it
+    cannot move, and the machine says which it does (meshsim.machine.Machine.lever_note)."""
+    if len(items) < 2 or len({a["machine"] for a in items}) > 1 or len({a["diagnosis"]["figure"] for a in items}) > 1:
+        return []
+    figure = items[0]["diagnosis"]["figure"]
+    vals = [a["diagnosis"]["li"] for a in items]
+    if any(math.isnan(v) for v in vals) or max(vals) - min(vals) > LEVER_LI_TOLERANCE:
+        return []
+    settings = [a.get("settings", {}) for a in items]
+    keys = sorted({k for s in settings for k in s if not k.startswith(_NOT_LEVERS)})
+    differ = [k for k in keys if len({repr(s.get(k)) for s in settings}) > 1]
+    m = machines.get(items[0]["machine"])
+    out = []
+    for k in differ:
+        shown = " / ".join(_fmt(s.get(k, "(unset)")) for s in settings)
+        why = m.lever_note(k, figure)
+        out.append(f"note: {k} differs ({shown}) but {figure} moves by {max(vals) - min(vals):.2g} at most"
+                   + (f"; {why}" if why else ""))
+    return out
 
 
 def _fmt(v) -> str:

@@ -157,6 +157,11 @@ class Machine(ABC):
         unit, the whole run."""
         return dict(figure="li", what=f"busy-time LI over all {self.unit_label}, the whole run")
 
+    def lever_note(self, key: str, figure: str) -> str | None:
+        """Why the scenario key `key` (as "section.key") does not move `figure`, the LI `report`
+        judges, when runs that differ in it show the same figure; None: nothing to say beyond that."""
+        return None
+
     def findings(self, analysis: dict, add) -> None:
         """Machine-specific findings of report's diagnosis, each through `add(text, evidence)`."""
         return None

@@ -205,6 +205,10 @@ PARAMS: tuple[Param, ...] = (
     Param("machine", "elastic_pmus", "bool", "", True,
           "Give the PMUs a section leaves over to its GEMMs, in proportion to their FLOPs, for PMU "
           "bandwidth.", None, _RDU),
+    Param("machine", "placement", "str", "", "spread",
+          "Where a section's operators sit on the PCUs: spread, the PCUs a section leaves free shared "
+          "out as equal gaps before, between and after its operators; packed, every operator after the "
+          "one before from PCU 0 (docs/rdu.md, \"Allocation\").", ("spread", "packed"), _RDU),
     Param("machine", "interconnect_gbps", "float", "GB/s", 100.0,
           "Chip-to-chip bandwidth per chip for collectives and pipeline transfers (an assumption).",
           (0.001, 1e6), _RDU),

@@ -109,6 +109,16 @@ def test_rdu_figures_from_the_file_match_the_run(rdu_file):
                 "latency_mean_cycles", "latency_p99_cycles", "ddr_effective_gbps"):
         assert w[key] == pytest.approx(s[key]), key
     assert [r["li"] for r in a["sections"]] == pytest.approx(stored.tolist())
+    with h5py.File(rdu_file) as f:
+        occ = f["sections/li_occupied"][()]
+        span = (f["sections/end_cycle"][()] - f["sections/start_cycle"][()] + 1).astype(float)
+        held = f["sections/pcus"][()].astype(float)
+    assert [r["li_occupied"] for r in a["sections"]] == pytest.approx(occ.tolist(), nan_ok=True)
+    ok = held > 0
+    assert w["li_occupied"] == pytest.approx(np.average(occ[ok], weights=span[ok])) == pytest.approx(s["li_occupied"])
+    assert w["pcu_alloc_mean"] == pytest.approx((span * held).sum() / (b.shape[1] * span.sum()))
+    assert w["pcu_alloc_mean"] == pytest.approx(s["pcu_alloc_mean"])
+    assert w["pcu_alloc_max"] == pytest.approx(s["pcu_alloc_max"]) == pytest.approx(held.max() / b.shape[1])
     rows = a["windows"]["rows"]
     util, span = [r["utilization"] for r in rows], [r["end"] - r["start"] for r in rows]
     assert len(util) == 10 and sum(span) == s["cycles"]
@@ -126,6 +136,29 @@ def test_report_compares_files_side_by_side(mesh_file, rdu_file, capsys):
     table = format_comparison([analyse(mesh_file), analyse(rdu_file)])
     cycles = next(line for line in table.splitlines() if line.startswith("cycles"))
     assert cycles.split()[1:] == ["400", f"{analyse(rdu_file)['cycles']:,}"]
+
+
+def test_report_says_when_a_lever_cannot_move_the_judged_li(tmp_path, capsys):
+    """Runs that differ in the batch (64 tiles or more a pass: fill and drain weigh little) or the
+    placement show the same li_occupied; the comparison says which figures those levers move
+    (docs/rdu.md, "Which lever moves which figure"); a lever that moves it (fusion) gets no note."""
+    def run(name, **workload):
+        sc = scenario_from_dict({"machine": {"type": "rdu", "preset": "sn10", **workload.pop("machine", {})},
+                                 "workload": {"type": "transformer", "hidden_size": 256, "n_heads": 4, "n_layers": 1,
+                                              "seq_len": 1024, "batch": 4, "fusion": "o1", **workload}})
+        return str(run_scenario(sc, tmp_path / name, progress=False).path)
+
+    a, b = run("a.h5"), run("b.h5", batch=8)
+    c, d = run("c.h5", machine={"placement": "packed"}), run("d.h5", fusion="o3")
+    assert main(["report", a, b, c]) == 0
+    out = capsys.readouterr().out
+    notes = [line for line in out.splitlines() if line.startswith("note:")]
+    assert len(notes) == 2
+    assert "workload.batch differs (4 / 8 / 4) but li_occupied" in notes[1] and "step_seconds" in notes[1]
+    assert "machine.placement differs (spread / spread / packed)" in notes[0] and "moves li:" in notes[0]
+    assert analyse(a)["whole"]["li"] != analyse(c)["whole"]["li"]  # placement moves the whole chip's LI
+    assert main(["report", a, d]) == 0
+    assert "note:" not in capsys.readouterr().out
 
 
 def test_report_json_holds_the_analysis(mesh_file, capsys):
@@ -186,7 +219,7 @@ def test_the_diagnosis_names_idle_units_ddr_waits_and_memory_bound_kernels(tmp_p
     rdu = run_scenario(scenario_from_dict({
         "machine": {"type": "rdu", "preset": "sn10", "pmus": 8, "pmu_kib": 64, "ddr_bandwidth_gbps": 5.0},
         "workload": {"type": "transformer", "hidden_size": 256, "n_heads": 4, "n_layers": 1, "seq_len": 128,
-                     "batch": 2, "fusion": "o0"}}), tmp_path / "r.h5", progress=False).path
+                     "batch": 2, "fusion": "o1"}}), tmp_path / "r.h5", progress=False).path
     found = analyse(rdu)["diagnosis"]["findings"]
     figures = " ".join(x["figure"] for x in found)
     assert "series/ddr_wait" in figures and "sections/spilled_bytes" in figures and "roofline" in figures

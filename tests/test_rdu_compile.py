@@ -135,21 +135,27 @@ def test_o3_packs_sections_within_the_chip():
         assert sec.spilled_bytes == 0 and sec.pmus <= spec.pmus
 
 
+@pytest.mark.parametrize("placement", ["packed", "spread"])
 @pytest.mark.parametrize("fusion, hidden, heads", [("o0", 256, 4), ("o1", 256, 4), ("o3", 256, 4), ("o3", 2048, 1)])
-def test_pcus_go_by_flops_within_each_operators_column_groups(fusion, hidden, heads):
+def test_pcus_go_by_flops_within_each_operators_column_groups(fusion, hidden, heads, placement):
     # o3 with hidden 2,048 and one head packs many operators whose FLOP shares round up: the
     # one-PCU floor must come out of the chip's PCUs, not on top of them
-    spec = spec_for("sn10", fusion=fusion, hidden_size=hidden, n_heads=heads, n_layers=4)
+    spec = spec_for("sn10", fusion=fusion, hidden_size=hidden, n_heads=heads, n_layers=4, placement=placement)
     for sec in compile_program(spec).sections:
         compute = [s for s in sec.stages if s.op.kind != "collective"]
-        assert sum(s.pcus for s in compute) <= spec.pcus
+        used = sum(s.pcus for s in compute)
+        assert used <= spec.pcus
         p0 = 0
-        for s in compute:
+        for j, s in enumerate(compute):
             assert 1 <= s.pcus <= s.groups == math.ceil(s.op.width / spec.pcu_lanes)
             q = s.groups // s.pcus
             assert s.n_hi * (q + (1 if s.n_lo else 0)) + s.n_lo * q == s.groups
-            assert s.pcu0 == p0
+            # packed from PCU 0; spread with the free PCUs as k + 1 equal gaps (docs/rdu.md)
+            gap = (j + 1) * (spec.pcus - used) // (len(compute) + 1) if placement == "spread" else 0
+            assert s.pcu0 == p0 + gap
             p0 += s.pcus
+        held = [p for s in compute for p in range(s.pcu0, s.pcu0 + s.pcus)]
+        assert len(set(held)) == used and max(held, default=0) < spec.pcus  # no PCU twice, none off the chip
         # every PCU is used unless every operator is at its cap
         if sum(s.pcus for s in compute) < spec.pcus:
             assert all(s.pcus == s.groups for s in compute)

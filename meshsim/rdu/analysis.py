@@ -61,16 +61,27 @@ def analyse(f, values, cycles, window, path) -> dict:
         rows = []
         for r, name in enumerate(names):
             per = np.zeros(pcus, np.int64)
+            held = np.zeros(pcus, bool)
             for j in np.flatnonzero(srow == r):
                 p0, nh, nl = cols["pcu0"][j], cols["pcus_hi"][j], cols["pcus_lo"][j]
                 per[p0:p0 + nh] += cols["busy_hi"][j]
                 per[p0 + nh:p0 + nh + nl] += cols["busy_lo"][j]
+                held[p0:p0 + nh + nl] = True
             span = int(s["end_cycle"][r]) - int(s["start_cycle"][r]) + 1
             rows.append(dict(name=name, chip=int(s["chip"][r]), start=int(s["start_cycle"][r]),
                              end=int(s["end_cycle"][r]), li=metrics.load_balance(per)["li"],
-                             utilization=metrics.utilization(int(per.sum()), pcus, span),
+                             li_occupied=metrics.load_balance(per[held])["li"] if held.any() else math.nan,
+                             pcus=int(held.sum()), utilization=metrics.utilization(int(per.sum()), pcus, span),
                              spilled_bytes=int(s["spilled_bytes"][r])))
         out["sections"] = rows
+        # the allocation (each template's PCUs, from its first instance) and the balance within it
+        first = {}
+        for r, t in enumerate(s["template"][()]):
+            first.setdefault(int(t), rows[r]["pcus"])
+        whole.update(metrics.weighted_allocation(max(first.values(), default=0) / pcus,
+                                         np.array([x["end"] - x["start"] + 1 for x in rows], np.int64),
+                                         np.array([x["pcus"] for x in rows], np.int64),
+                                         np.array([x["li_occupied"] for x in rows], np.float64), pcus))
         op_li = o["li"][()]
         out["operators_li_min"] = float(np.nanmin(op_li)) if np.isfinite(op_li).any() else math.nan
         out["operators_below_0_9"] = int((op_li < 0.9).sum())

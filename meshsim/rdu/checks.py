@@ -94,3 +94,42 @@ def _parallelism_meant(text: str) -> str | None:
     if min(t, p, d) < 1:
         return None
     return f"T{t}P{p}D{d}"
+
+
+#: What each lever of an rdu scenario moves, and why it leaves the rest (docs/rdu.md, "Which lever
+#: moves which figure"): key -> (the figures it moves, why it leaves the others where they are).
+LEVERS = {
+    "workload.batch": (("step_seconds", "samples_per_second", "tiles"),
+                       "more sequences stream more tiles through the same sections: the step grows in proportion, "
+                       "the allocation stays, and so does the balance within each section once it streams many "
+                       "tiles (a pass of a few tiles is mostly fill and drain)"),
+    "workload.n_layers": (("step_seconds", "samples_per_second", "sections"),
+                          "more layers add sections of the same shapes: the step grows, the balance stays"),
+    "workload.tile_tokens": (("latency_mean_cycles", "ddr_wait_fraction"),
+                             "a tile of another length changes the fill of each stage and the DDR bursts a little, "
+                             "not which PCUs work or how long each works per token"),
+    "workload.microbatches": (("pipeline_bubble_fraction", "ddr_bytes"),
+                              "microbatches fill a pipeline (parallelism P > 1); on one chip they only cut each "
+                              "section's pass into smaller ones"),
+    "workload.prefetch": (("step_seconds", "ddr_wait_fraction"),
+                          "prefetching hides the next section's weight load behind the running one: time, not "
+                          "which PCUs work"),
+    "machine.placement": (("li",),
+                          "placement moves which PCUs a section holds, not how many or how busy: it moves the LI over "
+                          "all the chip's PCUs alone, never li_occupied or the allocation"),
+    "machine.elastic_pmus": (("step_seconds", "pmu_utilization"),
+                             "free PMUs help only a GEMM limited by its PMU bandwidth"),
+    "machine.section_switch_cycles": (("step_seconds",), "reconfiguration is time between sections, when no PCU works"),
+    "workload.layers_per_stage": (("chip_li", "pipeline_bubble_fraction"),
+                                  "the split moves work between pipeline stages (chips), not within a section"),
+}
+
+
+def lever_note(key: str, figure: str) -> str | None:
+    """Why `key` leaves `figure` where it is on the rdu (LEVERS), or None when it should move it."""
+    if key not in LEVERS:
+        return None
+    moves, why = LEVERS[key]
+    if figure in moves:
+        return None
+    return f"on the rdu {key} moves {', '.join(moves)}: {why}"

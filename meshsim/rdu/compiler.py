@@ -56,6 +56,7 @@ class RduSpec:
     microbatches: int
     prefetch: bool
     layers_per_stage: tuple = ()  # blocks per pipeline stage; () = as even as can be
+    placement: str = "spread"  # where a section's operators sit on the PCUs: "spread" or "packed"
 
     @property
     def degrees(self) -> tuple[int, int, int]:
@@ -84,7 +85,7 @@ class RduSpec:
 
 MACHINE_KEYS = ("pcus", "pcu_lanes", "pcu_stages", "pmus", "pmu_kib", "pmu_bytes_per_cycle", "ddr_bandwidth_gbps",
                 "ddr_burst_kib", "clock_ghz", "section_switch_cycles", "buffer_tiles", "elastic_pmus",
-                "interconnect_gbps", "interconnect_latency_cycles")
+                "interconnect_gbps", "interconnect_latency_cycles", "placement")
 MODEL_KEYS = ("hidden_size", "n_layers", "n_heads", "seq_len", "batch", "ffn_multiplier", "precision")
 RUN_KEYS = ("training", "fusion", "tile_tokens", "parallelism", "microbatches", "prefetch", "layers_per_stage")
 
@@ -331,11 +332,15 @@ def _allocate_pcus(stages: list[Stage], spec: RduSpec, where: str) -> None:
             break
         best.pcus += 1
         left -= 1
+    # Placement: packed from PCU 0, or spread with the free PCUs as k + 1 equal gaps (floor of the
+    # running share), before, between and after the k operators.
+    free = spec.pcus - sum(s.pcus for s in compute)
+    gaps = len(compute) + 1 if spec.placement == "spread" else 0
     pcu0 = 0
-    for s in compute:
-        s.pcu0 = pcu0
+    for j, s in enumerate(compute):
+        s.pcu0 = pcu0 + ((j + 1) * free // gaps if gaps else 0)
         pcu0 += s.pcus
-    assert pcu0 <= spec.pcus, (where, pcu0, spec.pcus)
+    assert pcu0 + (len(compute) * free // gaps if gaps else 0) <= spec.pcus, (where, pcu0, spec.pcus)
 
 
 def _pcu_cycles(x: int, op: Op, spec: RduSpec, tokens: int) -> int:

@@ -49,6 +49,14 @@ class RduMachine(Machine):
 
         return report.summary_lines(summary, regions)
 
+    def judged(self, analysis: dict) -> dict:
+        # the PCUs a section leaves idle are the compiler's allocation, reported apart
+        return dict(figure="li_occupied", what="busy-time LI over the PCUs each section holds, weighted by its "
+                    "cycles (the allocation, pcu_alloc_mean and pcu_alloc_max, apart)")
+
+    def lever_note(self, key: str, figure: str) -> str | None:
+        return checks.lever_note(key, figure)
+
     def analyse(self, f, values: dict, cycles: int, window, path) -> dict:
         from . import analysis
 

@@ -46,6 +46,7 @@ SECTIONS = {
     "load_bytes_per_tile": (np.int64, "bytes", "DDR bytes loaded per tile (spilled weights included)"),
     "store_bytes_per_tile": (np.int64, "bytes", "DDR bytes stored per tile"),
     "li": (np.float64, "1", "LI (mean/max) of all the chip's PCUs' busy cycles over the instance"),
+    "li_occupied": (np.float64, "1", "LI (mean/max) of the busy cycles of the PCUs its operators hold"),
     "utilization": (np.float64, "1", "busy PCU-cycles / (PCUs x cycles of the instance)"),
 }
 

@@ -16,9 +16,12 @@ def summary_lines(s: dict, regions: dict | None = None) -> list:
         f"chips         {_f(s['chips'])} ({s['parallelism']}; {_f(s['chips_simulated'])} simulated); fusion "
         f"{s['fusion']}: {_f(s['sections'])} sections, {_f(s['section_instances'])} run, "
         f"{_f(s['sections_spilled'])} spill weights to DDR",
-        f"LI            {_f(s['li'])} over {_f(s['n_units'])} PCUs (mean/max busy; {_f(s['percent_imbalance'], 3)}% "
-        f"imbalance, Jain {_f(s['jain_index'])}, CV {_f(s['cv'])}); operators: min {_f(s['operator_li_min'])}, "
-        f"mean {_f(s['operator_li_mean'])}; chips {_f(s['chip_li'])}",
+        f"allocation    sections hold {_f(s.get('pcu_alloc_mean', math.nan))} of the PCUs on average (weighted by "
+        f"cycles), {_f(s.get('pcu_alloc_max', math.nan))} at most",
+        f"LI            {_f(s.get('li_occupied', math.nan))} over the PCUs each section holds; "
+        f"{_f(s['li'])} over all {_f(s['n_units'])} PCUs and the step (mean/max busy; "
+        f"{_f(s['percent_imbalance'], 3)}% imbalance, Jain {_f(s['jain_index'])}, CV {_f(s['cv'])}); operators: "
+        f"min {_f(s['operator_li_min'])}, mean {_f(s['operator_li_mean'])}; chips {_f(s['chip_li'])}",
         f"PCUs          busy {_f(s['utilization'])} of PCU-cycles; FLOP utilisation {_f(s['pcu_utilization'])}",
         f"PMUs          in use {_f(s['pmu_utilization'])} of PMU-cycles",
         f"DDR           {_f(s['ddr_bytes'] / 1e9)} GB moved, busy {_f(s['ddr_busy_fraction'], 3)}, effective "

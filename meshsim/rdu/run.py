@@ -16,6 +16,9 @@ from .compiler import RduProgram
 from .output import OPERATORS, SECTIONS, RduResultWriter
 from .sim import RduSim
 
+#: The allocation figures of a finished run (allocation_figures).
+ALLOCATION = ("pcu_alloc_max", "pcu_alloc_mean", "li_occupied")
+
 
 def pcu_busy_cycles(prog: RduProgram, sim: RduSim) -> np.ndarray:
     """Busy cycles of every PCU so far, int64[chips, P], from the kernel's per-(chip, instance,
@@ -36,6 +39,28 @@ def _add_instance(prog, busy, c, k, row) -> None:
         row[p0 + nh:p0 + nh + nl] += busy[c, k, j, 1]
 
 
+def occupied(stages, pcus: int) -> np.ndarray:
+    """bool[pcus]: the PCUs a section's operators hold (docs/rdu.md, "Allocation")."""
+    held = np.zeros(pcus, bool)
+    for s in stages:
+        held[s.pcu0:s.pcu0 + s.pcus] = True
+    return held
+
+
+def allocation_figures(prog: RduProgram, secs: dict) -> dict:
+    """The allocation a compiler reports and the balance within it (docs/rdu.md, "Metrics"):
+    pcu_alloc_max, the largest share of the chip's PCUs a section template holds;
+    pcu_alloc_mean, the share the instances run held, weighted by their cycles; li_occupied, the
+    busy-time LI over the PCUs each instance holds, weighted by its cycles (instances that hold no
+    PCU, a gradient all-reduce, left out)."""
+    p = prog.spec.pcus
+    alloc_max = max((sum(s.pcus for s in sec.stages) / p for sec in prog.sections), default=float("nan"))
+    span = np.asarray(secs["end_cycle"], np.int64) - np.asarray(secs["start_cycle"], np.int64) + 1
+    held = np.asarray(secs["pcus"], np.int64)
+    li = np.asarray(secs["li_occupied"], np.float64)
+    return metrics.weighted_allocation(alloc_max, span, held, li, p)
+
+
 def tables(prog: RduProgram, sim: RduSim) -> tuple[dict, dict]:
     """The sections and operators tables of the result (meshsim.rdu.output SECTIONS, OPERATORS) for
     every instance that has finished."""
@@ -53,6 +78,8 @@ def tables(prog: RduProgram, sim: RduSim) -> tuple[dict, dict]:
             _add_instance(prog, sim.busy, c, k, row)
             span = end - start + 1
             lb = metrics.load_balance(row)
+            held = occupied(sec.stages, prog.spec.pcus)
+            li_held = metrics.load_balance(row[held])["li"] if held.any() else float("nan")
             secs["name"].append(sec.name)
             for key, v in (("chip", c), ("instance", k), ("template", x),
                            ("microbatch", int(prog.instance_microbatch[c, k])), ("start_cycle", start),
@@ -60,7 +87,8 @@ def tables(prog: RduProgram, sim: RduSim) -> tuple[dict, dict]:
                            ("pcus", sum(s.pcus for s in sec.stages)), ("pmus", sec.pmus), ("flops", sec.flops),
                            ("weight_bytes", sec.weight_bytes), ("spilled_bytes", sec.spilled_bytes),
                            ("load_bytes_per_tile", sec.load_bytes), ("store_bytes_per_tile", sec.store_bytes),
-                           ("li", lb["li"]), ("utilization", metrics.utilization(int(row.sum()), row.size, span))):
+                           ("li", lb["li"]), ("li_occupied", li_held),
+                           ("utilization", metrics.utilization(int(row.sum()), row.size, span))):
                 secs[key].append(v)
             for j, s in enumerate(sec.stages):
                 bh, bl = int(sim.busy[c, k, j, 0]), int(sim.busy[c, k, j, 1])
@@ -126,7 +154,9 @@ def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_se
     eff_gbps = ddr_bytes / chips / seconds / 1e9 if cycles else float("nan")
     chip_cycles = cycles * chips
     _, _, d = spec.degrees
-    ops_li = [v for v in tables(prog, sim)[1]["li"] if not np.isnan(v)] if sim.finished else []
+    secs, ops = tables(prog, sim) if sim.finished else ({}, {"li": []})
+    ops_li = [v for v in ops["li"] if not np.isnan(v)]
+    alloc = allocation_figures(prog, secs) if sim.finished else dict.fromkeys(ALLOCATION, float("nan"))
     la = metrics.sample_latency_stats(lat[lat >= 0])
     return {
         "cycles": cycles,
@@ -150,6 +180,7 @@ def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_se
         "operator_li_min": float(min(ops_li)) if ops_li else float("nan"),
         "operator_li_mean": float(np.mean(ops_li)) if ops_li else float("nan"),
         "chip_li": chip_lb["li"],
+        **alloc,
         "flops": flops,
         "clock_ghz": spec.clock_ghz,
         "simulated_seconds": seconds,
