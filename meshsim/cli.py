@@ -186,6 +186,33 @@ def _cmd_sweep(args) -> int:
     return 0
 
 
+def _cmd_accuracy(args) -> int:
+    import json
+
+    from .accuracy import SHIPPED, envelope, evaluate, format_rows, read_table
+
+    tables = ([] if args.no_shipped else [SHIPPED]) + [p for p in args.table or []]
+    if not tables:
+        raise InputError("--no-shipped without --table: no cases to run")
+    cases = [c for t in tables for c in read_table(t)]
+    if args.only:
+        cases = [c for c in cases if args.only.lower() in c.case.lower()]
+        if not cases:
+            raise InputError(f"--only {args.only!r}: no case's name contains it")
+
+    def progress(done, total, label):
+        if not args.json and not args.quiet:
+            print(f"  [{done}/{total}] {label}", file=sys.stderr, flush=True)
+
+    rows = evaluate(cases, progress)
+    if args.json:
+        print(json.dumps(dict(cases=rows, envelope=envelope(rows)), indent=1, default=str))
+    else:
+        print(format_rows(rows))
+    e = envelope(rows)
+    return 1 if args.check and e["within"] < e["with_tolerance"] else 0
+
+
 def _cmd_bench(args) -> int:
     from .bench import run_bench
 
@@ -303,6 +330,17 @@ def build_parser() -> argparse.ArgumentParser:
                     "scheduler's port can then run code as you")
     sw.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no closing summary")
     sw.set_defaults(func=_cmd_sweep)
+
+    ac = sub.add_parser("accuracy", help="the model's figures against reference values (analytic results, "
+                        "published measurements, a CSV of your own), each with its error")
+    ac.add_argument("--table", action="append", metavar="CSV", help="a reference table of your own (columns "
+                    "scenario, overrides, figure, reference, source; docs/design.md, \"Accuracy\"); repeatable")
+    ac.add_argument("--no-shipped", action="store_true", help="leave out the shipped cases")
+    ac.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
+    ac.add_argument("--json", action="store_true", help="print the cases and the envelope as JSON")
+    ac.add_argument("--check", action="store_true", help="exit 1 when a case lies outside its tolerance")
+    ac.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    ac.set_defaults(func=_cmd_accuracy)
 
     b = sub.add_parser("bench", help="measure simulation speed, compile time, memory and output overhead")
     b.add_argument("--json", action="store_true", help="print the figures as JSON")

@@ -1,0 +1,104 @@
+"""`meshsim accuracy`: reference tables read with clear errors, cases run and their errors printed
+(docs/design.md, "Accuracy")."""
+
+import csv
+import math
+
+import pytest
+
+from meshsim.accuracy import SHIPPED, envelope, evaluate, format_rows, read_table
+from meshsim.cli import main
+from meshsim.errors import InputError
+from meshsim.mesh.noc import xy_loads
+from meshsim.report import read_summary
+from meshsim.run import run_scenario
+from meshsim.scenario import scenario_from_dict
+
+RDU = ("machine.type=rdu machine.preset=sn10 workload.type=transformer workload.hidden_size=256 workload.n_heads=4 "
+       "workload.n_layers=1 workload.seq_len=256 workload.batch=2 workload.fusion=o3")
+
+
+def write(path, rows, header=("case", "scenario", "overrides", "figure", "reference", "source", "baseline",
+                               "tolerance")):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def test_a_table_with_a_missing_column_or_a_bad_number_is_refused_by_line_and_column(tmp_path):
+    bad = write(tmp_path / "a.csv", [("x", "", RDU)], header=("case", "scenario", "overrides"))
+    with pytest.raises(InputError, match="lacks the column.*figure, reference, source"):
+        read_table(bad)
+    bad = write(tmp_path / "b.csv", [("x", "", RDU, "li", "abc", "me", "", ""),
+                                     ("y", "", RDU, "li", "0.5", "me", "", "-1"),
+                                     ("z", "", RDU, "", "0", "me", "", "")])
+    with pytest.raises(InputError) as e:
+        read_table(bad)
+    text = "\n".join(e.value.problems)
+    assert "b.csv:2: reference = 'abc': must be a number" in text
+    assert "b.csv:3: tolerance = '-1': must be a number > 0" in text
+    assert "b.csv:4: figure is empty" in text and "b.csv:4: reference = '0'" in text
+    assert main(["accuracy", "--no-shipped", "--table", str(bad)]) == 2
+
+
+def test_cases_run_once_each_and_a_baseline_makes_a_ratio(tmp_path):
+    table = write(tmp_path / "mine.csv", [
+        ("speed-up", "", RDU, "samples_per_second", "2.0", "a guess", "workload.fusion=o0", "0.5"),
+        ("sections", "", RDU, "sections", "3", "a guess", "", ""),
+    ])
+    cases = read_table(table)
+    rows = evaluate(cases)
+    o3 = read_summary(run_scenario(scenario_from_dict({}, overrides=RDU.split()), tmp_path / "o3.h5",
+                                   progress=False).path)[1]
+    o0 = read_summary(run_scenario(scenario_from_dict({}, overrides=RDU.split() + ["workload.fusion=o0"]),
+                                   tmp_path / "o0.h5", progress=False).path)[1]
+    ratio = o3["samples_per_second"] / o0["samples_per_second"]
+    assert rows[0]["model"] == pytest.approx(ratio, rel=1e-12)
+    assert rows[0]["error"] == pytest.approx(ratio / 2.0 - 1)
+    assert rows[0]["within"] == (abs(ratio / 2.0 - 1) <= 0.5)
+    assert rows[1]["model"] == o3["sections"] and rows[1]["within"] is None
+    e = envelope(rows)
+    assert e["cases"] == 2 and e["with_tolerance"] == 1
+    assert e["max_abs_error"] == pytest.approx(max(abs(r["error"]) for r in rows))
+    assert "envelope: largest error" in format_rows(rows)
+
+
+def test_a_figure_the_summary_lacks_is_named_with_the_nearest(tmp_path, capsys):
+    table = write(tmp_path / "t.csv", [("x", "", RDU, "samples_per_secnd", "1", "me", "", "")])
+    assert main(["accuracy", "--no-shipped", "--table", str(table), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "'samples_per_secnd' is not in the run's summary; did you mean samples_per_second" in err
+
+
+def test_the_shipped_analytic_references_are_the_formulas(tmp_path):
+    cases = {c.case: c for c in read_table(SHIPPED)}
+    assert xy_loads(8, 8, "uniform")[3] == pytest.approx(16 / 3)
+    assert cases["mesh 8x8 zero-load latency, hop 1"].reference == pytest.approx(16 / 3, rel=1e-6)
+    assert cases["mesh 8x8 zero-load latency, hop 2"].reference == pytest.approx(32 / 3, rel=1e-6)
+    # the transpose's diagonal PEs offer nothing: 56 of 64 PEs draw
+    assert cases["mesh 8x8 transpose at half saturation"].reference == pytest.approx(0.07 * 56 / 64)
+    assert "workload.injection_rate=0.07" in cases["mesh 8x8 transpose at half saturation"].overrides
+    sn30 = [c for c in cases.values() if c.case.startswith("SN30")]
+    assert len(sn30) == 12 and all("DABench" in c.source for c in sn30)
+
+
+def test_the_shipped_cases_print_their_errors_and_the_speedups_hold_their_tolerance(capsys):
+    assert main(["accuracy", "-q", "--json"]) == 0
+    import json
+
+    data = json.loads(capsys.readouterr().out)
+    rows = {r["case"]: r for r in data["cases"]}
+    assert len(rows) == 16 and data["envelope"]["cases"] == 16
+    for name, r in rows.items():
+        assert math.isfinite(r["model"]) and r["error"] == pytest.approx(r["model"] / r["reference"] - 1), name
+    for name in rows:
+        if name.startswith("mesh") or name.endswith("throughput"):
+            assert rows[name]["within"], (name, rows[name])
+    # --check fails when a case lies outside its tolerance
+    outside = [r for r in rows.values() if r["within"] is False]
+    assert main(["accuracy", "-q", "--check", "--only", "mesh 8x8 zero-load"]) == 0
+    assert "envelope" in capsys.readouterr().out
+    if outside:
+        assert main(["accuracy", "-q", "--check", "--only", outside[0]["case"]]) == 1
