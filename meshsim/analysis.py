@@ -19,7 +19,7 @@ from . import metrics
 from .errors import InputError
 from .output import open_result_file
 from .report import read_summary
-from .roofline import kernels, model_of, platform_of, values_of_file
+from .roofline import kernels_of, model_of, platform_of, values_of_file
 
 
 class MissingData(InputError):
@@ -153,10 +153,9 @@ def _findings(a: dict, values: dict, goal: float, machine, li: float, figure: st
         add(f"{a['operators_below_0_9']} operators spread unevenly over their PCUs (lanes wasted; LI down to "
             f"{a['operators_li_min']:.3g})", f"operators/li < 0.9 at {a['operators_below_0_9']}")
     machine.findings(a, add)
-    found = model_of(values)
-    plat = platform_of(values) if found is not None and waits else None
+    plat = platform_of(values) if model_of(values) is not None and waits else None
     if plat is not None:
-        mem = [k for k in kernels(*found, plat) if k["bound"] == "memory"]
+        mem = [k for k in kernels_of(values, plat) if k["bound"] == "memory"]
         if mem:
             names = ", ".join(k["name"] for k in mem[:4]) + (" ..." if len(mem) > 4 else "")
             add(f"{len(mem)} kernels per layer are memory-bound on {plat.name} (ridge {plat.ridge:.3g} FLOP/B), "

@@ -141,6 +141,12 @@ class Machine(ABC):
         (`Scenario.values`), or None if it has none."""
         return None
 
+    def roofline_kernels(self, values: dict, platform) -> list | None:
+        """The kernels of a resolved scenario on a roofline, as rows like meshsim.roofline.kernels'
+        (name, kind, flops, bytes, intensity, attainable_flops, bound), when this machine moves other
+        bytes than an operator's own (None: the transformer's operators, meshsim.roofline.kernels)."""
+        return None
+
     def read_regions(self, f, path) -> dict | None:
         """Per-region whole-run figures of an open result file (name -> array), or None."""
         return None

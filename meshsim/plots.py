@@ -10,6 +10,7 @@ frames, so a full-wafer, 10,000-cycle run draws in seconds.
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 
@@ -435,7 +436,7 @@ def gantt(path, out, fmt: str = "png") -> list[Path]:
 
 def roofline(path, out, fmt: str = "png") -> list[Path]:
     """The platforms' rooflines and the run's transformer kernels on its machine."""
-    from .roofline import kernels, model_of, platform_of, presets, values_of_file
+    from .roofline import kernels_of, model_of, platform_of, presets, values_of_file
 
     values = values_of_file(path)
     found = model_of(values)
@@ -444,7 +445,7 @@ def roofline(path, out, fmt: str = "png") -> list[Path]:
     plat = platform_of(values)
     if plat is None:
         raise InputError(f"{path}: its machine has no roofline: no kernels to place on one")
-    rows = kernels(*found, plat)
+    rows = kernels_of(values, plat)
     with open_result_file(path) as f:
         title = _title(f)
     fig = _figure(9, 6)
@@ -458,6 +459,8 @@ def roofline(path, out, fmt: str = "png") -> list[Path]:
                 lw=2.2 if mine else 1.2, color="black" if mine else greys[k % 4],
                 label=f"{p.name} (ridge {p.ridge:.3g} FLOP/B)")
     for r in rows:
+        if not math.isfinite(r["intensity"]):  # a section that moves nothing over DDR has no place on it
+            continue
         y = r["attainable_flops"] / 1e12
         colour = {"memory": "#D55E00", "weights": "#009E73"}.get(r["bound"], "#0072B2")
         ax.scatter([r["intensity"]], [y], s=28, zorder=3, color=colour)

@@ -17,7 +17,9 @@ Platform presets and their sources:
 For a result file or scenario, the platform is its own machine: a mesh of rows x cols PEs at
 `pe_flops_per_cycle` and `clock_ghz`, with the WSE-2's SRAM bandwidth per PE; an rdu chip from its
 keys. The kernels are the transformer's operators of one layer (`meshsim.transformer`), each with
-its FLOPs and bytes moved (weights, inputs and outputs).
+its FLOPs and bytes moved (weights, inputs and outputs), unless the machine places its own
+(`Machine.roofline_kernels`): the rdu's compiled sections with their DDR bytes (docs/rdu.md,
+"Roofline").
 """
 
 from __future__ import annotations
@@ -110,6 +112,17 @@ def kernels(model: Model, training: bool, platform: Platform) -> list[dict]:
     return rows
 
 
+def kernels_of(values: dict, platform: Platform) -> list[dict] | None:
+    """The kernels of a resolved scenario on its own platform, as its machine places them on a
+    roofline (meshsim.machine.Machine.roofline_kernels: the rdu's compiled sections against their
+    DDR and on-chip bytes), else `kernels` of its transformer; None without a transformer."""
+    found = model_of(values)
+    if found is None:
+        return None
+    own = machines.get(values["machine"]["type"]).roofline_kernels(values, platform)
+    return own if own is not None else kernels(*found, platform)
+
+
 def values_of_file(path) -> dict:
     """The resolved scenario stored in a result file, as `Scenario.values`."""
     from .output import open_result_file
@@ -129,17 +142,18 @@ def format_table(values: dict | None = None) -> str:
     for p in plats:
         lines.append(f"{p.name:<28}{p.peak_flops / 1e12:>14,.1f}{p.bandwidth / 1e12:>16,.3f}{p.ridge:>14,.3g}  "
                      f"{p.memory}")
-    found = model_of(values) if own is not None else None
-    if found is not None:
+    rows = kernels_of(values, own) if own is not None else None
+    if rows is not None:
         plat = own
-        model, training = found
         stream = ""
         if plat.weight_bandwidth:
             stream = (f"; weights streamed in at {plat.weight_bandwidth / 1e9:g} GB/s, ridge "
                       f"{plat.peak_flops / plat.weight_bandwidth:.3g} FLOP per weight byte")
-        lines += ["", f"kernels of one layer on {plat.name} (ridge {plat.ridge:.3g} FLOP/B{stream})",
-                  f"{'kernel':<32}{'kind':<12}{'GFLOP':>10}{'MB':>10}{'FLOP/B':>10}{'roof TFLOP/s':>14}  bound"]
-        for k in kernels(model, training, plat):
-            lines.append(f"{k['name']:<32}{k['kind']:<12}{k['flops'] / 1e9:>10,.2f}{k['bytes'] / 1e6:>10,.2f}"
+        what = "sections holding layer 0, as compiled" if rows and rows[0]["kind"] == "section" else \
+            "kernels of one layer"
+        lines += ["", f"{what} on {plat.name} (ridge {plat.ridge:.3g} FLOP/B{stream})",
+                  f"{'kernel':<40}{'kind':<12}{'GFLOP':>10}{'MB':>10}{'FLOP/B':>10}{'roof TFLOP/s':>14}  bound"]
+        for k in rows:
+            lines.append(f"{k['name'][:39]:<40}{k['kind']:<12}{k['flops'] / 1e9:>10,.2f}{k['bytes'] / 1e6:>10,.2f}"
                          f"{k['intensity']:>10,.3g}{k['attainable_flops'] / 1e12:>14,.1f}  {k['bound']}")
     return "\n".join(lines)

@@ -204,7 +204,11 @@ def test_roofline_command_prints_platforms_and_kernels(rdu_file, capsys):
     assert "WSE-2" in out and "GC200" in out and "ridge" in out
     assert main(["roofline", str(rdu_file)]) == 0
     out = capsys.readouterr().out
-    assert "kernels of one layer" in out and "ffn_up" in out and ("memory" in out or "compute" in out)
+    # the rdu's kernels are its compiled sections, on their DDR bytes (docs/rdu.md, "Roofline")
+    assert "sections holding layer 0, as compiled" in out and "ffn_up" in out and " section " in out
+    assert {line.split()[-1] for line in out.splitlines() if " section " in line} <= {"memory", "compute", "on-chip"}
+    assert main(["roofline", str(Path(__file__).resolve().parent.parent / "scenarios" / "wse2_gpt2_small.toml")]) == 0
+    assert "kernels of one layer" in capsys.readouterr().out
 
 
 def test_the_diagnosis_names_idle_units_ddr_waits_and_memory_bound_kernels(tmp_path):

@@ -587,3 +587,29 @@ def compile_program(spec: RduSpec) -> RduProgram:
         chips_total=t * p * d,
     )
 
+
+def roofline_rows(values: dict, platform) -> list[dict]:
+    """The sections of chip 0 that hold an operator of layer 0, each on its own roofline (docs/rdu.md,
+    "Roofline"): the FLOPs of one pass over a microbatch against the bytes it moves over DDR (its
+    resident weights once, every tile's loads and stores, spilled weights included). Its
+    compute roof is what its slowest stage allows, FLOPs over tiles x that stage's cycles per tile;
+    the stage is bound by its PCUs ("compute") or by its PMUs' bandwidth ("on-chip"); the DDR roof
+    is intensity x bandwidth ("memory"). The lower roof is the bound, as in the run."""
+    from types import SimpleNamespace
+
+    prog = compile_scenario(SimpleNamespace(values=values, path=None))
+    clock = prog.spec.clock_ghz * 1e9
+    chip0 = {int(prog.instance[0, k, K.IN_SECTION]) for k in range(int(prog.n_instances[0]))}
+    rows = []
+    for x, sec in enumerate(prog.sections):
+        if x not in chip0 or not any(s.op.layer == 0 for s in sec.stages) or not sec.flops:
+            continue
+        ddr = sec.resident_bytes + sec.tiles * (sec.load_bytes + sec.store_bytes)
+        slow = max(sec.stages, key=lambda s: s.dur)
+        stage_roof = sec.flops / (sec.tiles * slow.dur / clock)
+        ddr_roof = sec.flops / ddr * platform.bandwidth if ddr else math.inf
+        bound = "memory" if ddr_roof < stage_roof else ("on-chip" if slow.dur > slow.c_hi else "compute")
+        rows.append(dict(name=sec.name.split(":", 1)[1], kind="section", flops=sec.flops, bytes=ddr,
+                         intensity=sec.flops / ddr if ddr else math.inf, attainable_flops=min(stage_roof, ddr_roof),
+                         bound=bound, slowest_stage=slow.op.name, pcus=sum(s.pcus for s in sec.stages)))
+    return rows

@@ -44,6 +44,11 @@ class RduMachine(Machine):
         m = values["machine"]
         return rdu_platform(f"rdu {m['preset']} ({m['pcus']} PCUs)", m)
 
+    def roofline_kernels(self, values: dict, platform) -> list:
+        from .compiler import roofline_rows
+
+        return roofline_rows(values, platform)
+
     def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
         from . import report
 
