@@ -87,26 +87,28 @@ _RDU_IPU = ("machine.type", ("rdu", "ipu"))
 
 #: RDU presets (docs/rdu.md, "Presets and their sources"): the values machine.preset gives the keys a
 #: scenario does not set. clock_ghz is not published: it makes PCUs x lanes x stages x 2 FLOPs per
-#: cycle equal the published peak BF16 rate (SN10 320 TFLOP/s, SN30 688 TFLOP/s).
+#: cycle equal the published peak BF16 rate (SN10 320 TFLOP/s, SN30 688 TFLOP/s). fp32_rate is not
+#: published: an assumption, the WSE-2's ratio.
 RDU_PRESETS = {
     "sn10": dict(pcus=640, pcu_lanes=16, pcu_stages=6, pmus=640, pmu_kib=512, pmu_bytes_per_cycle=90,
-                 ddr_bandwidth_gbps=100.0, clock_ghz=round(320e12 / (640 * 16 * 6 * 2) / 1e9, 3)),
+                 ddr_bandwidth_gbps=100.0, clock_ghz=round(320e12 / (640 * 16 * 6 * 2) / 1e9, 3), fp32_rate=0.5),
     "sn30": dict(pcus=1280, pcu_lanes=16, pcu_stages=6, pmus=1280, pmu_kib=512, pmu_bytes_per_cycle=90,
-                 ddr_bandwidth_gbps=200.0, clock_ghz=round(688e12 / (1280 * 16 * 6 * 2) / 1e9, 3)),
+                 ddr_bandwidth_gbps=200.0, clock_ghz=round(688e12 / (1280 * 16 * 6 * 2) / 1e9, 3), fp32_rate=0.5),
 }
 
 # The rdu keys' defaults are the default preset's (sn30).
 _SN30 = RDU_PRESETS["sn30"]
 
 #: IPU presets (docs/ipu.md, "Presets and their sources"). macs_per_cycle makes tiles x MACs x 2 x
-#: clock the published 16-bit peak (GC200 250, Bow 350, GC2 124.5 TFLOP/s).
+#: clock the published 16-bit peak (GC200 250, Bow 350, GC2 124.5 TFLOP/s); fp32_rate the published
+#: fp32 peak over it (62.5 of 250, 87.5 of 350, 31.1 of 124.5).
 IPU_PRESETS = {
     "gc200": dict(tiles=1472, tile_sram_kib=624, clock_ghz=1.33, macs_per_cycle=64, worker_threads=6,
-                  exchange_bytes_per_cycle=4, ipu_link_gbps=320.0, streaming_memory_gbps=20.0),
+                  exchange_bytes_per_cycle=4, ipu_link_gbps=320.0, streaming_memory_gbps=20.0, fp32_rate=0.25),
     "bow": dict(tiles=1472, tile_sram_kib=624, clock_ghz=1.85, macs_per_cycle=64, worker_threads=6,
-                exchange_bytes_per_cycle=4, ipu_link_gbps=320.0, streaming_memory_gbps=20.0),
+                exchange_bytes_per_cycle=4, ipu_link_gbps=320.0, streaming_memory_gbps=20.0, fp32_rate=0.25),
     "gc2": dict(tiles=1216, tile_sram_kib=256, clock_ghz=1.6, macs_per_cycle=32, worker_threads=6,
-                exchange_bytes_per_cycle=4, ipu_link_gbps=320.0, streaming_memory_gbps=20.0),
+                exchange_bytes_per_cycle=4, ipu_link_gbps=320.0, streaming_memory_gbps=20.0, fp32_rate=0.25),
 }
 
 #: The preset a machine type uses when the scenario names none.
@@ -172,6 +174,11 @@ PARAMS: tuple[Param, ...] = (
     Param("machine", "pe_flops_per_cycle", "float", "FLOPs/cycle", WSE2_PE_FLOPS_PER_CYCLE,
           "Peak FLOPs of one PE per cycle (WSE-2: about 7.5 PFLOP/s over 850,000 PEs at 1.1 GHz).",
           (0.001, 1e6), _PIPELINE),
+    Param("machine", "fp32_rate", "float", "", 0.5,
+          "Compute rate at fp32, and at tf32 (which none of these machines has units for, so it computes "
+          "as fp32), as a fraction of the 16-bit peak (WSE-2: 2 fp32 FMACs per PE-cycle against 4 at fp16, "
+          "0.5; presets: SN10 and SN30 0.5, an assumption; GC200, Bow and GC2 0.25, their published fp32 "
+          "peaks). fp8 computes at the 16-bit rate.", (0.001, 1.0), _MODEL),
     Param("machine", "sram_kib", "int", "KiB", 48,
           "SRAM of each PE, which must hold the weights of its region's kernel (48 KiB on the WSE-2).",
           (1, 1_048_576), _PIPELINE),
@@ -317,7 +324,9 @@ PARAMS: tuple[Param, ...] = (
     Param("workload", "ffn_multiplier", "int", "", 4,
           "Feed-forward width as a multiple of the hidden size.", (1, 64), _MODEL),
     Param("workload", "precision", "str", "", "bf16",
-          "Element type of weights and activations.", ("fp32", "tf32", "bf16", "fp16", "fp8"), _MODEL),
+          "Element type of weights and activations, and the compute rate: fp32 and tf32 (a 4-byte fp32 "
+          "value these machines compute as fp32) at machine.fp32_rate of the 16-bit peak, bf16, fp16 and "
+          "fp8 at the peak.", ("fp32", "tf32", "bf16", "fp16", "fp8"), _MODEL),
     Param("workload", "training", "bool", "", False,
           "Add the backward kernels (a training step) after the forward ones.", None, _MODEL),
     Param("workload", "replicas", "int", "copies", 1,

@@ -60,9 +60,10 @@ class Platform:
         return min(self.peak_flops, intensity * self.bandwidth)
 
 
-def rdu_platform(name: str, keys: dict) -> Platform:
-    """An rdu chip's roofline from its keys: peak = PCUs x lanes x stages x 2 x clock; DDR bandwidth."""
-    peak = keys["pcus"] * keys["pcu_lanes"] * keys["pcu_stages"] * 2 * keys["clock_ghz"] * 1e9
+def rdu_platform(name: str, keys: dict, rate=1) -> Platform:
+    """An rdu chip's roofline from its keys: peak = PCUs x lanes x stages x 2 x clock x rate (the
+    compute rate at the precision, meshsim.transformer.compute_rate); DDR bandwidth."""
+    peak = keys["pcus"] * keys["pcu_lanes"] * keys["pcu_stages"] * 2 * keys["clock_ghz"] * 1e9 * float(rate)
     return Platform(name, peak, keys["ddr_bandwidth_gbps"] * 1e9, "DDR")
 
 

@@ -20,6 +20,11 @@ from .errors import InputError
 PRECISION_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 """Bytes per element of activations and weights, by precision name."""
 
+#: Precisions that compute at the machine's fp32 rate (`machine.fp32_rate` of the 16-bit peak): fp32,
+#: and tf32, a 4-byte fp32 value that only tensor cores these machines lack compute faster. 16- and
+#: 8-bit precisions compute at the 16-bit peak (none of the machines has fp8 units).
+FP32_COMPUTE = ("fp32", "tf32")
+
 OPERATOR_KINDS = ("gemm", "attention", "elementwise", "norm")
 PHASES = ("forward", "backward")
 
@@ -308,3 +313,11 @@ def mesh_weight_fit(model: Model, n_pes: int, sram_kib: int) -> tuple[bool, str]
         f"{head}: does not fit; use weight streaming (hold the weights off-chip and stream them in "
         f"layer by layer, {per_layer:,} bytes per layer)"
     )
+
+
+def compute_rate(precision: str, fp32_rate: float):
+    """The compute rate at `precision` as an exact fraction of the machine's 16-bit peak:
+    Fraction(str(fp32_rate)) for fp32 and tf32 (FP32_COMPUTE), 1 otherwise."""
+    from fractions import Fraction
+
+    return Fraction(str(fp32_rate)) if precision in FP32_COMPUTE else Fraction(1)

@@ -45,6 +45,7 @@ Choices made where docs/ipu.md is ambiguous or silent (each is also noted at its
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 # docs/ipu.md "The transformer's operators": bytes per element by precision, and backward FLOPs as a
 # multiple of forward FLOPs by operator kind.
@@ -122,6 +123,13 @@ def simulate(values: dict) -> dict:
     batch = int(wl["batch"])
     precision = wl["precision"]
     e = ELEMENT_BYTES[precision]
+    # M at the precision (docs/ipu.md, "Names"): macs_per_cycle x fp32_rate at fp32 and tf32, as the
+    # exact fraction M_num / M_den with fp32_rate = p / q read from its decimal digits; else M.
+    if precision in ("fp32", "tf32"):
+        p_q = Fraction(str(mach["fp32_rate"]))
+        M_num, M_den = M * p_q.numerator, p_q.denominator
+    else:
+        M_num, M_den = M, 1
     training = bool(wl["training"])
     # Choice 10: recomputation is "training only"; without training it is ignored.
     recompute = bool(wl["recompute"]) and training
@@ -200,9 +208,9 @@ def simulate(values: dict) -> dict:
                     r = min(b, T - tb * b)
                     for cb in range(_ceil_div(C, b)):
                         q = min(b, C - cb * b)
-                        c_f = _ceil_div(r * q * K, M)
+                        c_f = _ceil_div(r * q * K * M_den, M_num)
                         F_u = 2 * r * q * K
-                        c_b = _ceil_div(BACKWARD_FLOPS_FACTOR["gemm"] * F_u, 2 * M)
+                        c_b = _ceil_div(BACKWARD_FLOPS_FACTOR["gemm"] * F_u * M_den, 2 * M_num)
                         units.append([c_f, c_b, r * q * e, r * K * e])
             elif kind == "attention":
                 D = B_m * A * S
@@ -211,9 +219,9 @@ def simulate(values: dict) -> dict:
                     for _head in range(A):
                         for blk in range(nblk):
                             r = (S - b * (nblk - 1)) if blk == nblk - 1 else b
-                            c_f = _ceil_div(fo["F"] * r, 2 * M * D)
+                            c_f = _ceil_div(fo["F"] * r * M_den, 2 * M_num * D)
                             # F_u = F(o) r / D; backward ceil(2 F_u / (2 M)), kept as one exact ratio.
-                            c_b = _ceil_div(BACKWARD_FLOPS_FACTOR["attention"] * fo["F"] * r, 2 * M * D)
+                            c_b = _ceil_div(BACKWARD_FLOPS_FACTOR["attention"] * fo["F"] * r * M_den, 2 * M_num * D)
                             units.append([c_f, c_b, _exact_div(fo["O"] * r, D), _exact_div(fo["I"] * r, D)])
             elif kind in ("elementwise", "norm", "embedding"):
                 if kind == "embedding":

@@ -16,7 +16,7 @@ import numpy as np
 from kernels import ipu as K
 
 from ..errors import InputError
-from ..transformer import Model, Operator, backward_of, operators
+from ..transformer import Model, Operator, backward_of, compute_rate, operators
 
 #: Template kinds (docs/ipu.md, "Result file": templates/kind).
 KINDS = ("gemm", "attention", "elementwise", "norm", "embedding")
@@ -43,6 +43,7 @@ class IpuSpec:
     gemm_block: int
     code_kib_per_tile: int
     preset: str
+    fp32_rate: float
     model: Model  # batch = the whole step's sequences over every replica
     micro: Model  # batch = one micro-batch's sequences
     layers_per_ipu: tuple[int, ...]
@@ -58,9 +59,14 @@ class IpuSpec:
         return len(self.layers_per_ipu)
 
     @property
-    def peak_flops_per_cycle(self) -> int:
-        """FLOPs one IPU can do per cycle: tiles x MACs x 2."""
-        return self.tiles * self.macs_per_cycle * 2
+    def rate(self):
+        """The MACs' rate at the model's precision as an exact fraction of the 16-bit rate."""
+        return compute_rate(self.model.precision, self.fp32_rate)
+
+    @property
+    def peak_flops_per_cycle(self) -> float:
+        """FLOPs one IPU can do per cycle at the model's precision: tiles x MACs x 2 x rate."""
+        return float(self.tiles * self.macs_per_cycle * 2 * self.rate)
 
 
 def spec_of(values: dict) -> IpuSpec:
@@ -74,7 +80,7 @@ def spec_of(values: dict) -> IpuSpec:
     split = tuple(w["layers_per_ipu"]) or (w["n_layers"],)
     keys = ("tiles", "tile_sram_kib", "clock_ghz", "macs_per_cycle", "worker_threads", "exchange_bytes_per_cycle",
             "ipu_link_gbps", "streaming_memory_gbps", "sync_cycles", "ipu_sync_cycles", "exchange_latency_cycles",
-            "vector_flops_per_cycle", "gemm_block", "code_kib_per_tile", "preset")
+            "vector_flops_per_cycle", "gemm_block", "code_kib_per_tile", "preset", "fp32_rate")
     return IpuSpec(**{k: m[k] for k in keys}, model=model, micro=micro, layers_per_ipu=split,
                    replicas=w["replicas"], microbatches=mb, vocab_size=w["vocab_size"], training=w["training"],
                    recompute=w["recompute"] and w["training"], steps=values["run"]["steps"])
@@ -109,14 +115,16 @@ def _ceil_div(a, b):
 def _units(op: Operator, kind: str, spec: IpuSpec) -> tuple:
     """(cost, cost_backward, out_bytes, in_bytes) int64 arrays of one forward operator's units."""
     mdl, e, n = spec.micro, spec.micro.element_bytes, spec.tiles
-    t_tokens, b, mac = mdl.tokens, spec.gemm_block, spec.macs_per_cycle
+    t_tokens, b = mdl.tokens, spec.gemm_block
+    # M at the precision, M x rate = mac / den exactly: fp32 and tf32 at fp32_rate of the 16-bit MACs
+    mac, den = spec.macs_per_cycle * spec.rate.numerator, spec.rate.denominator
     if kind == "gemm":
         k_in, c_out = op.input_bytes // (t_tokens * e), op.output_bytes // (t_tokens * e)
         rows = np.array([min(b, t_tokens - i) for i in range(0, t_tokens, b)], np.int64)
         cols = np.array([min(b, c_out - j) for j in range(0, c_out, b)], np.int64)
         rq = np.outer(rows, cols).ravel()
-        cost = _ceil_div(rq * k_in, mac)
-        back = _ceil_div(2 * rq * k_in, mac)  # ceil(2 x 2 r q K / 2M)
+        cost = _ceil_div(rq * k_in * den, mac)
+        back = _ceil_div(2 * rq * k_in * den, mac)  # ceil(2 x 2 r q K / 2M)
         out = rq * e
         inp = np.repeat(rows * k_in * e, len(cols))
         return cost, back, out, inp
@@ -128,8 +136,8 @@ def _units(op: Operator, kind: str, spec: IpuSpec) -> tuple:
         # F(o) / D, O(o) / D and I(o) / D are whole numbers for attention (docs/ipu.md), so dividing
         # first keeps the products small
         f_u = (op.flops // d) * r
-        cost = _ceil_div(f_u, 2 * mac)
-        back = _ceil_div(2 * f_u, 2 * mac)
+        cost = _ceil_div(f_u * den, 2 * mac)
+        back = _ceil_div(2 * f_u * den, 2 * mac)
         return cost, back, (op.output_bytes // d) * r, (op.input_bytes // d) * r
     # elementwise, norm, embedding: n slices
     elements = op.output_bytes // e

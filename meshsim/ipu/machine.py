@@ -43,11 +43,14 @@ class IpuMachine(Machine):
         from ..roofline import GC200_SRAM_BYTES_PER_SECOND, Platform
 
         # the GC200's SRAM bandwidth per tile-cycle, on this scenario's tiles and clock
-        m = values["machine"]
+        from ..transformer import compute_rate
+
+        m, precision = values["machine"], values.get("workload", {}).get("precision", "bf16")
         per_tile_cycle = GC200_SRAM_BYTES_PER_SECOND / (1472 * 1.33e9)
         hz = m["clock_ghz"] * 1e9
-        return Platform(f"ipu {m['preset']} ({m['tiles']} tiles)", m["tiles"] * m["macs_per_cycle"] * 2 * hz,
-                        m["tiles"] * per_tile_cycle * hz, "SRAM")
+        rate = float(compute_rate(precision, m["fp32_rate"]))
+        return Platform(f"ipu {m['preset']} ({m['tiles']} tiles, {precision})",
+                        m["tiles"] * m["macs_per_cycle"] * 2 * hz * rate, m["tiles"] * per_tile_cycle * hz, "SRAM")
 
     def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
         from . import report

@@ -66,10 +66,13 @@ class MeshMachine(Machine):
 
         # the PEs at pe_flops_per_cycle and clock_ghz, with the WSE-2's SRAM bandwidth per PE
         # with weight streaming, the weights come in at workload.weight_bandwidth_gbps: a second roof
+        from ..transformer import compute_rate
+
         m, w = values["machine"], values["workload"]
         n = m["rows"] * m["cols"]
         streamed = w.get("type") == "layer_pipeline" and w.get("weight_streaming")
-        return Platform(f"mesh {m['rows']} x {m['cols']}", n * m["pe_flops_per_cycle"] * m["clock_ghz"] * 1e9,
+        rate = float(compute_rate(w["precision"], m["fp32_rate"])) if "precision" in w else 1.0
+        return Platform(f"mesh {m['rows']} x {m['cols']}", n * m["pe_flops_per_cycle"] * rate * m["clock_ghz"] * 1e9,
                         n * WSE2_SRAM_BYTES_PER_SECOND / WSE2_PES, "SRAM",
                         weight_bandwidth=w["weight_bandwidth_gbps"] * 1e9 if streamed else None)
 

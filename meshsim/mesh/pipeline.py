@@ -8,10 +8,11 @@ projection that produces their input); without it every operator is a kernel of 
 kernel gets a rectangle of PEs in proportion to its FLOPs (`meshsim.mesh.placement`), and a PE's task
 for one chunk of `tokens_per_chunk` tokens takes
 
-    work_g = ceil(FLOPs_g x tokens_per_chunk / (batch x seq_len) / (n_g x pe_flops_per_cycle))
+    work_g = ceil(FLOPs_g x tokens_per_chunk / (batch x seq_len) / (n_g x pe_flops_per_cycle x r))
 
-cycles (FLOPs_g counts the whole batch; computed in double precision). The weights of a kernel
-must fit the SRAM of its region's PEs.
+cycles (FLOPs_g counts the whole batch; computed in double precision), with r = 1 at 16 and 8
+bits and r = machine.fp32_rate at fp32 and tf32 (`meshsim.transformer.compute_rate`). The weights
+of a kernel must fit the SRAM of its region's PEs.
 
 With weight streaming the regions are one layer's kernels over the whole grid, and each pass of
 the chunks through them runs the next layer; a layer's weights take
@@ -31,7 +32,7 @@ import numpy as np
 from kernels import mesh as K
 
 from ..errors import InputError
-from ..transformer import Model, operators
+from ..transformer import Model, compute_rate, operators
 from .placement import place, weight_overflows
 
 # Where each elementwise or norm operator goes when fused: the matrix operator of its layer it
@@ -145,7 +146,8 @@ def build(sc) -> Pipeline:
     n_reg = len(regions)
     tpc = wl["tokens_per_chunk"]
     chunk_share = tpc / (model.batch * model.seq_len)
-    rate = float(m["pe_flops_per_cycle"])
+    # the PEs' FLOPs per cycle at the model's precision (fp32 and tf32 at machine.fp32_rate of the peak)
+    rate = float(m["pe_flops_per_cycle"] * compute_rate(wl["precision"], m["fp32_rate"]))
     table = np.zeros((n_reg, K.N_REG), np.int64)
     region_of = np.full((rows, cols), -1, np.int32)
     replica_ends = np.zeros((wl["replicas"], 2), np.int64)

@@ -119,6 +119,10 @@ LEVERS = {
                           "all the chip's PCUs alone, never li_occupied or the allocation"),
     "machine.elastic_pmus": (("step_seconds", "pmu_utilization"),
                              "free PMUs help only a GEMM limited by its PMU bandwidth"),
+    "workload.precision": (("step_seconds", "samples_per_second", "ddr_wait_fraction"),
+                           "fp32 slows every PCU alike (machine.fp32_rate) and a narrower type only shrinks the "
+                           "bytes: the time moves, the balance among the PCUs a section holds barely"),
+    "machine.fp32_rate": (("step_seconds", "samples_per_second"), "it slows every PCU alike at fp32"),
     "machine.section_switch_cycles": (("step_seconds",), "reconfiguration is time between sections, when no PCU works"),
     "workload.layers_per_stage": (("chip_li", "pipeline_bubble_fraction"),
                                   "the split moves work between pipeline stages (chips), not within a section"),

@@ -17,7 +17,7 @@ from kernels import rdu as K
 
 from ..errors import InputError
 from ..params import RDU_PRESETS, param
-from ..transformer import Model, backward_of, operators
+from ..transformer import Model, backward_of, compute_rate, operators
 from .checks import parse_parallelism
 
 ANCHOR_KINDS = ("gemm", "attention")
@@ -57,6 +57,7 @@ class RduSpec:
     prefetch: bool
     layers_per_stage: tuple = ()  # blocks per pipeline stage; () = as even as can be
     placement: str = "spread"  # where a section's operators sit on the PCUs: "spread" or "packed"
+    fp32_rate: float = 0.5  # compute rate at fp32 and tf32, a fraction of the 16-bit peak
 
     @property
     def degrees(self) -> tuple[int, int, int]:
@@ -78,14 +79,20 @@ class RduSpec:
         return self.pmu_kib * 1024
 
     @property
-    def peak_flops_per_cycle(self) -> int:
-        """Peak FLOPs of one chip per cycle: PCUs x lanes x stages x 2 (a multiply-add is 2)."""
-        return self.pcus * self.pcu_lanes * self.pcu_stages * 2
+    def rate(self):
+        """r, the compute rate at the model's precision as an exact fraction of the 16-bit peak."""
+        return compute_rate(self.model.precision, self.fp32_rate)
+
+    @property
+    def peak_flops_per_cycle(self) -> float:
+        """Peak FLOPs of one chip per cycle at the model's precision: PCUs x lanes x stages x 2 (a
+        multiply-add is 2) x r."""
+        return float(self.pcus * self.pcu_lanes * self.pcu_stages * 2 * self.rate)
 
 
 MACHINE_KEYS = ("pcus", "pcu_lanes", "pcu_stages", "pmus", "pmu_kib", "pmu_bytes_per_cycle", "ddr_bandwidth_gbps",
                 "ddr_burst_kib", "clock_ghz", "section_switch_cycles", "buffer_tiles", "elastic_pmus",
-                "interconnect_gbps", "interconnect_latency_cycles", "placement")
+                "interconnect_gbps", "interconnect_latency_cycles", "placement", "fp32_rate")
 MODEL_KEYS = ("hidden_size", "n_layers", "n_heads", "seq_len", "batch", "ffn_multiplier", "precision")
 RUN_KEYS = ("training", "fusion", "tile_tokens", "parallelism", "microbatches", "prefetch", "layers_per_stage")
 
@@ -347,8 +354,8 @@ def _pcu_cycles(x: int, op: Op, spec: RduSpec, tokens: int) -> int:
     """c(x) of docs/rdu.md: cycles per tile of a PCU holding x column groups."""
     if x == 0:
         return 0
-    d = spec.pcu_stages
-    return ceil_div(x * spec.tile_tokens * op.flops, tokens * op.width * 2 * d) + d
+    d, r = spec.pcu_stages, spec.rate
+    return ceil_div(x * spec.tile_tokens * op.flops * r.denominator, tokens * op.width * 2 * d * r.numerator) + d
 
 
 def lay_out_section(ops: list[Op], spec: RduSpec, name: str) -> Section:

@@ -40,9 +40,11 @@ class RduMachine(Machine):
 
     def platform(self, values: dict):
         from ..roofline import rdu_platform
+        from ..transformer import compute_rate
 
-        m = values["machine"]
-        return rdu_platform(f"rdu {m['preset']} ({m['pcus']} PCUs)", m)
+        m, precision = values["machine"], values.get("workload", {}).get("precision")
+        rate = compute_rate(precision, m["fp32_rate"]) if precision else 1  # the 16-bit peak without a model
+        return rdu_platform(f"rdu {m['preset']} ({m['pcus']} PCUs{', ' + precision if precision else ''})", m, rate)
 
     def roofline_kernels(self, values: dict, platform) -> list:
         from .compiler import roofline_rows

@@ -1,0 +1,83 @@
+"""Precision is compute as well as bytes, on every machine: fp32 runs at machine.fp32_rate of the
+16-bit peak, tf32 computes as fp32 (none of the machines has tensor cores for it), fp8 at the
+16-bit rate with half the bytes (docs/mesh.md via the README, docs/rdu.md, docs/ipu.md)."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from kernels import mesh as KM
+from meshsim.ipu.compiler import compile_program as ipu_compile
+from meshsim.ipu.compiler import spec_of
+from meshsim.mesh.pipeline import build
+from meshsim.rdu.compiler import compile_program, spec_for
+from meshsim.roofline import platform_of
+from meshsim.scenario import scenario_from_dict
+from meshsim.transformer import compute_rate
+
+
+def test_the_rate_is_the_fp32_rate_for_fp32_and_tf32_alone():
+    assert compute_rate("fp32", 0.25) == compute_rate("tf32", 0.25) == Fraction(1, 4)
+    assert compute_rate("bf16", 0.25) == compute_rate("fp16", 0.25) == compute_rate("fp8", 0.25) == 1
+    assert compute_rate("fp32", 0.3) == Fraction(3, 10)  # exact, from the decimal digits
+
+
+def _rdu_stages(**kw):
+    spec = spec_for("sn30", hidden_size=1024, n_heads=16, n_layers=1, seq_len=256, batch=2, fusion="o0",
+                    elastic_pmus=False, **kw)
+    prog = compile_program(spec)
+    return spec, {s.op.name: s for sec in prog.sections for s in sec.stages}
+
+
+def test_rdu_fp32_halves_the_pcus_rate_and_tf32_is_fp32():
+    spec16, bf16 = _rdu_stages(precision="bf16")
+    spec32, fp32 = _rdu_stages(precision="fp32")
+    _, tf32 = _rdu_stages(precision="tf32")
+    _, fp8 = _rdu_stages(precision="fp8")
+    d = spec16.pcu_stages
+    for name, s in bf16.items():
+        if s.op.kind == "collective" or not s.c_hi:
+            continue
+        # c(x) - D: the compute part doubles (to within the ceiling)
+        assert fp32[name].c_hi - d in (2 * (s.c_hi - d) - 1, 2 * (s.c_hi - d)), name
+        assert (tf32[name].c_hi, tf32[name].c_lo, tf32[name].dur) == (fp32[name].c_hi, fp32[name].c_lo,
+                                                                       fp32[name].dur)
+        assert fp8[name].c_hi == s.c_hi  # no fp8 units: the 16-bit rate
+    assert spec32.peak_flops_per_cycle == spec16.peak_flops_per_cycle / 2
+    _, slower = _rdu_stages(precision="fp32", fp32_rate=0.25)
+    gemm = next(n for n, s in bf16.items() if s.op.kind == "gemm")
+    assert slower[gemm].c_hi > fp32[gemm].c_hi
+
+
+def test_ipu_fp32_runs_its_gemms_at_a_quarter_of_the_16_bit_rate():
+    def values(precision):
+        sc = scenario_from_dict({"machine": {"type": "ipu", "preset": "gc200", "gemm_block": 32},
+                                 "workload": {"type": "transformer", "hidden_size": 256, "n_layers": 1,
+                                              "n_heads": 4, "seq_len": 128, "batch": 2, "precision": precision}})
+        return sc.values
+
+    progs = {p: ipu_compile(spec_of(values(p))) for p in ("bf16", "fp32", "tf32")}
+    names = [t.name for t in progs["bf16"].templates]
+    for i, name in enumerate(names):
+        a, b, c = (progs[p].templates[i] for p in ("bf16", "fp32", "tf32"))
+        assert b.compute == c.compute  # tf32 computes as fp32
+        if "qkv_proj" in name or "ffn_up" in name:
+            assert 3.9 * a.compute <= b.compute <= 4 * a.compute + 64, name
+    assert platform_of(values("fp32")).peak_flops == pytest.approx(platform_of(values("bf16")).peak_flops / 4)
+
+
+def test_mesh_fp32_doubles_a_pes_work_per_task():
+    def table(precision, **machine):
+        sc = scenario_from_dict({"run": {"cycles": 100}, "machine": {"rows": 20, "cols": 20, **machine},
+                                 "migration": {"policy": "none"},
+                                 "workload": {"type": "layer_pipeline", "hidden_size": 64, "n_layers": 1,
+                                              "n_heads": 2, "seq_len": 16, "batch": 1, "tokens_per_chunk": 4,
+                                              "precision": precision}})
+        return build(sc).table[:, KM.REG_WORK]
+
+    bf16, fp32, tf32 = table("bf16"), table("fp32"), table("tf32")
+    assert np.array_equal(fp32, tf32)
+    assert np.all(fp32 >= 2 * bf16 - 1) and np.all(fp32 <= 2 * bf16)
+    assert np.array_equal(table("fp8"), bf16)
+    assert np.all(table("fp32", fp32_rate=1.0) == bf16)
