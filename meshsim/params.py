@@ -217,10 +217,18 @@ PARAMS: tuple[Param, ...] = (
           "out as equal gaps before, between and after its operators; packed, every operator after the "
           "one before from PCU 0 (docs/rdu.md, \"Allocation\").", ("spread", "packed"), _RDU),
     Param("machine", "interconnect_gbps", "float", "GB/s", 100.0,
-          "Chip-to-chip bandwidth per chip for collectives and pipeline transfers (an assumption).",
-          (0.001, 1e6), _RDU),
+          "Chip-to-chip bandwidth per chip within a node, for collectives and pipeline transfers (an "
+          "assumption).", (0.001, 1e6), _RDU),
     Param("machine", "interconnect_latency_cycles", "int", "cycles", 2000,
-          "Latency of one chip-to-chip transfer step (an assumption).", (0, 1_000_000_000), _RDU),
+          "Latency of one chip-to-chip transfer step within a node (an assumption).", (0, 1_000_000_000), _RDU),
+    Param("machine", "chips_per_node", "int", "chips", 8,
+          "Chips in one node (an SN30 DataScale node holds 8); the chips of workload.parallelism are "
+          "numbered tensor first, then pipeline, then data, and fill the nodes in order.", (1, 4096), _RDU),
+    Param("machine", "node_interconnect_gbps", "float", "GB/s", 25.0,
+          "Bandwidth per chip between nodes (an assumption: 200 Gb/s of network per chip), for any "
+          "collective or transfer whose chips are not all in one node.", (0.001, 1e6), _RDU),
+    Param("machine", "node_interconnect_latency_cycles", "int", "cycles", 20000,
+          "Latency of one transfer step between nodes (an assumption, about 7 us).", (0, 1_000_000_000), _RDU),
     Param("machine", "tiles", "int", "tiles", _GC200["tiles"],
           "Tiles per IPU (preset: GC200 and Bow 1,472, GC2 1,216).", (1, 1_000_000), _IPU),
     Param("machine", "tile_sram_kib", "int", "KiB", _GC200["tile_sram_kib"],

@@ -10,6 +10,7 @@ from meshsim.params import RDU_PRESETS
 from meshsim.rdu.compiler import (
     MACHINE_KEYS,
     MODEL_KEYS,
+    _cycles_for,
     build_section,
     chip_ops,
     compile_program,
@@ -341,3 +342,40 @@ def test_saved_activations_count_partial_sums_once():
     assert names == ["layer0.out_proj", "layer0.out_proj.allreduce", "layer0.residual1"]
     o = [s.op.output_bytes for s in sec.stages]
     assert sec.store_bytes == math.ceil((o[1] + o[2]) / sec.tiles)
+
+
+def _collective_durs(prog):
+    return [s.dur for sec in prog.sections for s in sec.stages if s.op.kind == "collective"]
+
+
+def test_chips_fill_nodes_tensor_first_and_a_group_across_nodes_takes_the_slower_link():
+    """docs/rdu.md, "Topology": chip (ti, pi, di) is number (di p + pi) t + ti; a tensor group inside a
+    node all-reduces over the node's links, one split over two nodes over the links between nodes."""
+    kw = dict(hidden_size=256, n_heads=8, n_layers=2, seq_len=128, batch=4, training=True)
+    spec = spec_for("sn30", parallelism="T2P2D2", chips_per_node=4, **kw)
+    assert [spec.chip_index(ti, pi, di) for di in range(2) for pi in range(2) for ti in range(2)] == list(range(8))
+    intra = (spec.interconnect_gbps, spec.interconnect_latency_cycles)
+    inter = (spec.node_interconnect_gbps, spec.node_interconnect_latency_cycles)
+    # T2 groups and the P2 hand-over stay in a node of 4; the D2 replicas are 4 chips apart
+    assert spec.tensor_link(0) == spec.tensor_link(1) == spec.pipeline_link(0) == intra
+    assert spec.data_link(0) == spec.data_link(1) == inter
+    assert spec_for("sn30", parallelism="T2P2D2", chips_per_node=8, **kw).data_link(0) == intra
+    # a tensor group of 8 split over two nodes of 4: every all-reduce slows down
+    wide, narrow = (compile_program(spec_for("sn30", parallelism="T8P1D1", chips_per_node=n, **kw)) for n in (4, 8))
+    assert all(a > b for a, b in zip(_collective_durs(wide), _collective_durs(narrow), strict=True))
+    g = (wide.chips_total - 1) * 2  # 2 (t - 1) steps of the ring
+    tb = wide.spec.tile_tokens * 256 * 2
+    assert _collective_durs(wide)[0] == g * (inter[1] + _cycles_for(-(-tb // 8), inter[0], wide.spec.clock_ghz))
+
+
+def test_a_pipeline_split_over_two_nodes_waits_longer_at_the_node_boundary():
+    kw = dict(hidden_size=256, n_heads=8, n_layers=4, seq_len=128, batch=4, training=False, microbatches=2)
+    spec = spec_for("sn30", parallelism="T2P4D1", chips_per_node=4, **kw)
+    # stages 0, 1 on node 0 and 2, 3 on node 1: only the hand-over from stage 1 to 2 crosses nodes
+    links = [spec.pipeline_link(i) for i in range(3)]
+    assert links[0] == links[2] == (spec.interconnect_gbps, spec.interconnect_latency_cycles)
+    assert links[1] == (spec.node_interconnect_gbps, spec.node_interconnect_latency_cycles)
+    prog = compile_program(spec)
+    delays = {int(prog.instance[c, k, K.IN_DEP_CHIP]): int(prog.instance[c, k, K.IN_DELAY])
+              for c in range(4) for k in range(int(prog.n_instances[c])) if prog.instance[c, k, K.IN_DEP_CHIP] >= 0}
+    assert delays[1] > delays[0] == delays[2]

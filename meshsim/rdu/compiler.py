@@ -58,10 +58,43 @@ class RduSpec:
     layers_per_stage: tuple = ()  # blocks per pipeline stage; () = as even as can be
     placement: str = "spread"  # where a section's operators sit on the PCUs: "spread" or "packed"
     fp32_rate: float = 0.5  # compute rate at fp32 and tf32, a fraction of the 16-bit peak
+    chips_per_node: int = 8
+    node_interconnect_gbps: float = 25.0
+    node_interconnect_latency_cycles: int = 20000
 
     @property
     def degrees(self) -> tuple[int, int, int]:
         return parse_parallelism(self.parallelism)
+
+    def chip_index(self, ti: int, pi: int, di: int) -> int:
+        """The number of chip (tensor ti, pipeline stage pi, data replica di): tensor first, then
+        pipeline, then data (docs/rdu.md, "Topology")."""
+        t, p, _ = self.degrees
+        return (di * p + pi) * t + ti
+
+    def link(self, groups) -> tuple[float, int]:
+        """(GB/s, latency cycles) of a collective or transfer run by every group of chips in `groups`
+        at once: the node's links when each group lies in one node, else the links between nodes
+        (a ring is as fast as its slowest hop, and the step waits for the slowest group)."""
+        if all(len({c // self.chips_per_node for c in g}) <= 1 for g in groups):
+            return self.interconnect_gbps, self.interconnect_latency_cycles
+        return self.node_interconnect_gbps, self.node_interconnect_latency_cycles
+
+    def tensor_link(self, pi: int) -> tuple[float, int]:
+        """The link of stage pi's tensor all-reduces, over its data-parallel copies."""
+        t, _, d = self.degrees
+        return self.link([[self.chip_index(ti, pi, di) for ti in range(t)] for di in range(d)])
+
+    def pipeline_link(self, pi: int) -> tuple[float, int]:
+        """The link from stage pi to stage pi + 1, over the chips that hand over."""
+        t, _, d = self.degrees
+        return self.link([[self.chip_index(ti, pi, di), self.chip_index(ti, pi + 1, di)]
+                          for ti in range(t) for di in range(d)])
+
+    def data_link(self, pi: int) -> tuple[float, int]:
+        """The link of stage pi's gradient all-reduce over the data-parallel replicas."""
+        t, _, d = self.degrees
+        return self.link([[self.chip_index(ti, pi, di) for di in range(d)] for ti in range(t)])
 
     @property
     def tokens(self) -> int:
@@ -92,7 +125,8 @@ class RduSpec:
 
 MACHINE_KEYS = ("pcus", "pcu_lanes", "pcu_stages", "pmus", "pmu_kib", "pmu_bytes_per_cycle", "ddr_bandwidth_gbps",
                 "ddr_burst_kib", "clock_ghz", "section_switch_cycles", "buffer_tiles", "elastic_pmus",
-                "interconnect_gbps", "interconnect_latency_cycles", "placement", "fp32_rate")
+                "interconnect_gbps", "interconnect_latency_cycles", "placement", "fp32_rate", "chips_per_node",
+                "node_interconnect_gbps", "node_interconnect_latency_cycles")
 MODEL_KEYS = ("hidden_size", "n_layers", "n_heads", "seq_len", "batch", "ffn_multiplier", "precision")
 RUN_KEYS = ("training", "fusion", "tile_tokens", "parallelism", "microbatches", "prefetch", "layers_per_stage")
 
@@ -234,9 +268,9 @@ def _cycles_for(nbytes: int, gbps: float, clock_ghz: float) -> int:
     return math.ceil(Fraction(nbytes) * Fraction(str(clock_ghz)) / Fraction(str(gbps)))
 
 
-def chip_ops(spec: RduSpec, layers: range, phase: str) -> list[Op]:
-    """The operators of `layers` in one phase as one chip runs them for one microbatch, with the
-    tensor-parallel split and all-reduce stages (docs/rdu.md, "Operators")."""
+def chip_ops(spec: RduSpec, layers: range, phase: str, stage: int = 0) -> list[Op]:
+    """The operators of `layers` in one phase as the chips of pipeline stage `stage` run them for one
+    microbatch, with the tensor-parallel split and all-reduce stages (docs/rdu.md, "Operators")."""
     t, p, d = spec.degrees
     model = spec.model
     b = model.batch // (d * spec.microbatches)  # sequences per microbatch
@@ -270,8 +304,8 @@ def chip_ops(spec: RduSpec, layers: range, phase: str) -> list[Op]:
                       out_act=-1 if phase == "forward" else f.input_bytes))
         if t > 1 and (short, op.phase) in ALLREDUCE_AFTER:
             tb = spec.tile_tokens * model.hidden_size * e
-            cyc = 2 * (t - 1) * (spec.interconnect_latency_cycles
-                                 + _cycles_for(ceil_div(tb, t), spec.interconnect_gbps, spec.clock_ghz))
+            gbps, lat = spec.tensor_link(stage)
+            cyc = 2 * (t - 1) * (lat + _cycles_for(ceil_div(tb, t), gbps, spec.clock_ghz))
             out.append(Op(f"{op.name}.allreduce", "collective", op.phase, op.layer, 0, 0, act, act,
                           model.hidden_size, cyc))
     return out
@@ -511,7 +545,7 @@ def compile_program(spec: RduSpec) -> RduProgram:
     for i, layers in enumerate(layer_groups(model.n_layers, p, tuple(spec.layers_per_stage))):
         per_phase = []
         for phase in ("forward", "backward") if spec.training else ("forward",):
-            ops = chip_ops(spec, layers, phase)
+            ops = chip_ops(spec, layers, phase, i)
             if phase == "forward":
                 chip_weights.append(sum(op.weight_bytes for op in ops))
             idx = []
@@ -528,8 +562,10 @@ def compile_program(spec: RduSpec) -> RduProgram:
             per_phase.append(idx)
         chip_fwd.append(per_phase[0])
         chip_bwd.append(per_phase[1] if spec.training else [])
-    lat = spec.interconnect_latency_cycles
-    delay = lat + _cycles_for(tokens * model.hidden_size * e, spec.interconnect_gbps, spec.clock_ghz)
+    def delay(i: int) -> int:  # a microbatch's activations (or gradients) between stages i and i + 1
+        gbps, lat = spec.pipeline_link(i)
+        return lat + _cycles_for(tokens * model.hidden_size * e, gbps, spec.clock_ghz)
+
     programs = []
     for i in range(p):
         prog = []  # (template, microbatch, phase "f", "b" or "g", position in the phase)
@@ -540,8 +576,8 @@ def compile_program(spec: RduSpec) -> RduProgram:
             for n, x in enumerate(chip_bwd[i]):
                 prog.append((x, j, "b", n))
         if spec.training and d > 1:
-            cyc = 2 * (d - 1) * (lat + _cycles_for(ceil_div(chip_weights[i], d), spec.interconnect_gbps,
-                                                    spec.clock_ghz))
+            gbps, lat = spec.data_link(i)
+            cyc = 2 * (d - 1) * (lat + _cycles_for(ceil_div(chip_weights[i], d), gbps, spec.clock_ghz))
             op = Op(f"chip{i}:gradient.allreduce", "collective", "backward", -1, 0, 0, 0, 0, 1, cyc)
             st = Stage(op, dur=cyc)
             sec = Section(name=op.name, phase="backward", stages=[st], tiles=1,
@@ -558,9 +594,9 @@ def compile_program(spec: RduSpec) -> RduProgram:
         for x, mb, ph, n in prog:
             dep = (-1, -1, 0)
             if ph == "f" and n == 0 and i > 0 and chip_fwd[i - 1]:
-                dep = (i - 1, where[i - 1][(mb, "f", len(chip_fwd[i - 1]) - 1)], delay)
+                dep = (i - 1, where[i - 1][(mb, "f", len(chip_fwd[i - 1]) - 1)], delay(i - 1))
             if ph == "b" and n == 0 and i < p - 1 and chip_bwd[i + 1]:
-                dep = (i + 1, where[i + 1][(mb, "b", len(chip_bwd[i + 1]) - 1)], delay)
+                dep = (i + 1, where[i + 1][(mb, "b", len(chip_bwd[i + 1]) - 1)], delay(i))
             out.append((x, *dep, mb))
         rows.append(out)
     n_inst = np.array([len(r) for r in rows], np.int64)
