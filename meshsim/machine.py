@@ -97,6 +97,8 @@ class Machine(ABC):
     target_li: float = 0.9
     #: the workload types (workload.type) it runs
     workloads: tuple = ()
+    #: what its levers move (lever_note): "section.key" -> (figures it moves, why it leaves the rest)
+    levers: dict = {}
 
     @abstractmethod
     def compile_scenario(self, scenario):
@@ -165,8 +167,14 @@ class Machine(ABC):
 
     def lever_note(self, key: str, figure: str) -> str | None:
         """Why the scenario key `key` (as "section.key") does not move `figure`, the LI `report`
-        judges, when runs that differ in it show the same figure; None: nothing to say beyond that."""
-        return None
+        judges, when runs that differ in it show the same figure; None: nothing to say beyond that.
+        By default from `levers`: key -> (the figures it moves, why it leaves the others)."""
+        if key not in self.levers:
+            return None
+        moves, why = self.levers[key]
+        if figure in moves:
+            return None
+        return f"on the {self.name} {key} moves {', '.join(moves)}: {why}"
 
     def findings(self, analysis: dict, add) -> None:
         """Machine-specific findings of report's diagnosis, each through `add(text, evidence)`."""

@@ -379,6 +379,10 @@ PARAMS: tuple[Param, ...] = (
           "Transformer blocks each IPU of a replica holds, in order (one entry per pipeline stage; they sum "
           "to n_layers; only the first may be 0, putting the embedding alone on IPU 0); empty means one "
           "IPU holding every block.", (0, 1024), _IPU),
+    Param("workload", "tensor_parallel", "int", "IPUs", 1,
+          "IPUs that hold each pipeline stage together, Megatron style (the matrix operators and "
+          "attention split over them, an all-reduce after out_proj and ffn_down); must divide n_heads "
+          "(docs/ipu.md, \"Tensor parallelism\").", (1, 1024), _IPU),
     Param("workload", "gradient_accumulation", "int", "micro-batches", 1,
           "Micro-batches per step of each replica; they flow through the pipeline stages one after "
           "another (batch / (replicas x gradient_accumulation) sequences each).", (1, 1_048_576), _IPU),

@@ -161,6 +161,20 @@ def test_report_says_when_a_lever_cannot_move_the_judged_li(tmp_path, capsys):
     assert "note:" not in capsys.readouterr().out
 
 
+def test_report_says_why_tensor_parallelism_leaves_the_ipus_stage_li(tmp_path, capsys):
+    def run(name, t):
+        sc = scenario_from_dict({"machine": {"type": "ipu", "tiles": 16, "gemm_block": 16, "tile_sram_kib": 4096},
+                                 "workload": {"type": "transformer", "hidden_size": 64, "n_layers": 2, "n_heads": 4,
+                                              "seq_len": 32, "batch": 4, "vocab_size": 0, "layers_per_ipu": [1, 1],
+                                              "tensor_parallel": t}})
+        return str(run_scenario(sc, tmp_path / name, progress=False).path)
+
+    assert main(["report", run("a.h5", 1), run("b.h5", 2)]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "workload.tensor_parallel differs (1 / 2) but stage_li" in notes[0]
+    assert "on the ipu workload.tensor_parallel moves samples_per_second" in notes[0]
+
+
 def test_report_json_holds_the_analysis(mesh_file, capsys):
     assert main(["report", str(mesh_file), "--json", "--window", "100"]) == 0
     data = json.loads(capsys.readouterr().out)

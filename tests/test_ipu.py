@@ -4,6 +4,7 @@ model must show, presets, validation, the memory check, the result file and repo
 from __future__ import annotations
 
 import itertools
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,36 @@ def test_kernel_matches_reference_superstep_by_superstep(w):
     assert_matches_reference(scenario(w))
 
 
+TP_CASES = [dict(tensor_parallel=t, layers_per_ipu=lpi, n_layers=sum(lpi) or 2, training=tr, recompute=rc, replicas=r,
+                 batch=8, gradient_accumulation=g)
+            for t, lpi, tr, rc, r, g in itertools.product((2, 4), ([], [0, 1, 1]), (False, True), (False, True), (1, 2),
+                                                          (1, 2))
+            if tr or not rc]
+
+
+@pytest.mark.parametrize("w", TP_CASES, ids=lambda w: "-".join(f"{k[:3]}{v}" for k, v in w.items()))
+def test_kernel_matches_reference_with_tensor_parallelism(w):
+    """docs/ipu.md, "Tensor parallelism": the split operators, fewer attention units, the all-reduces
+    in the exchange phases and the split weights of the gradient all-reduce."""
+    assert_matches_reference(scenario(w))
+
+
+def test_tensor_parallelism_splits_the_work_and_all_reduces_in_the_exchange():
+    one, two = (compile_scenario(scenario(dict(tensor_parallel=t, training=True))) for t in (1, 2))
+    a, b = ({t.name: t for t in p.templates} for p in (one, two))
+    assert b["layer0.qkv_proj"].units * 2 == a["layer0.qkv_proj"].units
+    assert b["layer0.attn_v"].units * 2 == a["layer0.attn_v"].units
+    assert b["layer0.ln1"].units == a["layer0.ln1"].units  # replicated
+    assert b["layer0.qkv_proj"].flops * 2 == a["layer0.qkv_proj"].flops
+    spec = two.spec
+    e, th = spec.micro.element_bytes, spec.micro.tokens * spec.micro.hidden_size
+    ring = spec.ipu_sync_cycles + math.ceil(-(-2 * th * e // 2) * spec.clock_ghz / spec.ipu_link_gbps)
+    for name in ("layer0.out_proj", "layer0.ffn_down", "layer0.qkv_proj.backward", "layer0.ffn_up.backward"):
+        assert b[name].exchange >= ring, name
+    assert b["layer0.qkv_proj"].exchange < ring and b["layer0.out_proj.backward"].exchange < ring
+    assert int(two.memory.max()) < int(one.memory.max())  # each IPU holds half the matrices
+
+
 @pytest.mark.parametrize("machine,workload", [
     (dict(tiles=5000, gemm_block=8, worker_threads=3), dict(vocab_size=0, training=True, batch=2)),  # E < N
     (dict(tiles=7, gemm_block=24, worker_threads=1, exchange_bytes_per_cycle=3, macs_per_cycle=5,
@@ -100,10 +131,11 @@ def test_kernel_matches_reference_at_the_edges(machine, workload):
        seq=st.integers(1, 40), sequences=st.integers(1, 3), micro=st.integers(1, 3), replicas=st.integers(1, 2),
        training=st.booleans(), recompute=st.booleans(), alone=st.booleans(), stages=st.integers(1, 3),
        tiles=st.integers(1, 40), threads=st.integers(1, 6), block=st.integers(1, 20), vocab=st.sampled_from([0, 7]),
-       precision=st.sampled_from(["fp8", "bf16", "fp32"]), xbytes=st.integers(1, 9))
+       precision=st.sampled_from(["fp8", "bf16", "fp32", "tf32"]), xbytes=st.integers(1, 9),
+       tp=st.sampled_from([1, 2, 4]), fp32_rate=st.sampled_from([0.25, 0.5, 0.3, 1.0]))
 def test_kernel_matches_reference_on_random_models(heads, head_dim, layers, seq, sequences, micro, replicas, training,
                                                    recompute, alone, stages, tiles, threads, block, vocab, precision,
-                                                   xbytes):
+                                                   xbytes, tp, fp32_rate):
     stages = min(stages, layers)
     split = [layers // stages + (1 if s < layers % stages else 0) for s in range(stages)]
     if alone and vocab:
@@ -111,9 +143,9 @@ def test_kernel_matches_reference_on_random_models(heads, head_dim, layers, seq,
     w = dict(hidden_size=heads * head_dim, n_heads=heads, n_layers=layers, seq_len=seq,
              batch=sequences * micro * replicas, gradient_accumulation=micro, replicas=replicas, training=training,
              recompute=recompute and training, layers_per_ipu=split if len(split) > 1 else [], vocab_size=vocab,
-             precision=precision)
+             precision=precision, tensor_parallel=tp if heads % tp == 0 else 1)
     m = dict(tiles=tiles, worker_threads=threads, gemm_block=block, exchange_bytes_per_cycle=xbytes,
-             tile_sram_kib=1_048_576)
+             tile_sram_kib=1_048_576, fp32_rate=fp32_rate)
     assert_matches_reference(scenario(w, m))
 
 

@@ -40,6 +40,24 @@ Choices made where docs/ipu.md is ambiguous or silent (each is also noted at its
 10. `recompute` without `training` is ignored (recomputation is "training only").
 11. The memory error names, for every stage with a tile over its SRAM, the lowest such tile.
 12. `bytes_cycles(y, g)` is `ceil((float(y) * float(f_c)) / float(g))`, multiplying first.
+13. Tensor parallelism: `t` is `values["workload"]["tensor_parallel"]`; a missing key (or a value of
+    None) means 1.  The oracle does not check that `t` divides `n_heads`; the exact divisions of the
+    doc (F(o) / t, I(o) / t, O(o) / t, A / t) are asserted instead.
+14. The split is applied to an operator's bytes (and FLOPs) as the doc writes it: `ceil(Wb(o) / t)`
+    on the weight *bytes* (not elements), `I(o) / t` and `O(o) / t` on bytes.  Everything that the
+    doc states in terms of F(o), Wb(o), I(o), O(o) then uses the per-IPU values: units and their
+    costs and bytes, memory (weights and activations), exchange bytes, template FLOPs forward and
+    backward (`BACKWARD_FLOPS_FACTOR x` the per-IPU F(o)).
+15. Quantities the doc writes directly in T, H, e are not split: the recompute memory term
+    `m x ceil(T H e / N)` (a block's input, whole on every IPU of the stage), the IPU-Link transfer
+    between stages `bytes_cycles(T H e, ...)` and the token ids `4 T`.
+16. The tensor-parallel all-reduce's cycles are part of the superstep's exchange phase: they are in
+    the template's and the superstep row's `exchange_cycles`, hence in the stage's time and in the
+    *exchange* share (not the *transfer* share, which names the gradient all-reduce); they do not
+    change `sent_max_bytes` / `received_max_bytes` (tile-to-tile bytes only).  They are added to
+    the forward (direction 0) `out_proj` / `ffn_down` templates and the backward (direction 1)
+    `qkv_proj` / `ffn_up` templates, never to a recompute template (direction 2) nor to any other.
+17. The memory error's "IPU s" names the stage `s` (its simulated IPU), as with `t = 1`.
 """
 
 from __future__ import annotations
@@ -59,6 +77,24 @@ DIR_BACKWARD = 1
 DIR_RECOMPUTE = 2
 DIR_ALLREDUCE = 2  # pipeline rows only
 
+# docs/ipu.md "Tensor parallelism": how each block operator is split over the t IPUs of a stage, as
+# (input split, output split).  qkv_proj and ffn_up are column-parallel (whole input, split output),
+# out_proj and ffn_down row-parallel (split input, whole output), the attentions and gelu split in
+# and out; an operator not listed (ln1, ln2, residual1, residual2, the embedding) is replicated.
+TP_SPLIT = {
+    "qkv_proj": (False, True),
+    "attn_scores_softmax": (True, True),
+    "attn_v": (True, True),
+    "out_proj": (True, False),
+    "ffn_up": (False, True),
+    "gelu": (True, True),
+    "ffn_down": (True, False),
+}
+# The supersteps whose exchange phase also all-reduces a T H e-byte output over the t IPUs (t > 1):
+# forward out_proj and ffn_down, backward qkv_proj and ffn_up (the input gradient).
+TP_ALLREDUCE_FORWARD = ("out_proj", "ffn_down")
+TP_ALLREDUCE_BACKWARD = ("qkv_proj", "ffn_up")
+
 
 def _ceil_div(a, c):
     """ceil(a / c) for non-negative integers, exactly."""
@@ -73,9 +109,10 @@ def _exact_div(a, c):
 
 def _block_operators(layer, T, B, S, H, A, F):
     """The forward operators of transformer block `layer`, in execution order, as the table of
-    docs/ipu.md "The transformer's operators" gives them: (name, kind, FLOPs, weight elements,
-    input elements, output elements) for T tokens of B sequences of S tokens, hidden size H, A heads
-    and feed-forward width F."""
+    docs/ipu.md "The transformer's operators" gives them: (name, op, kind, FLOPs, weight elements,
+    input elements, output elements), `op` being the name without its "layer<i>." prefix, for T
+    tokens of B sequences of S tokens, hidden size H, A heads (all of them: the tensor-parallel split
+    is applied by the caller) and feed-forward width F."""
     table = [
         ("ln1", "norm", 8 * T * H, 2 * H, T * H, T * H),
         ("qkv_proj", "gemm", 2 * T * H * 3 * H, 3 * H * H + 3 * H, T * H, 3 * T * H),
@@ -89,7 +126,7 @@ def _block_operators(layer, T, B, S, H, A, F):
         ("ffn_down", "gemm", 2 * T * F * H, F * H + H, T * F, T * H),
         ("residual2", "elementwise", T * H, 0, 2 * T * H, T * H),
     ]
-    return [("layer%d.%s" % (layer, op), kind, fl, w, i, o) for op, kind, fl, w, i, o in table]
+    return [("layer%d.%s" % (layer, op), op, kind, fl, w, i, o) for op, kind, fl, w, i, o in table]
 
 
 def simulate(values: dict) -> dict:
@@ -140,6 +177,11 @@ def simulate(values: dict) -> dict:
     if len(layers_per_ipu) == 0:
         layers_per_ipu = [n_layers]
     n = len(layers_per_ipu)
+    # Choice 13: the tensor-parallel degree t, 1 when the key is missing.
+    tp = wl.get("tensor_parallel")
+    tp = 1 if tp is None else int(tp)
+    # The simulated IPU of a stage holds A' = A / t heads (docs/ipu.md, "Work units").
+    A_ipu = _exact_div(A, tp)
 
     def bytes_cycles(y, g):
         # docs/ipu.md: ceil(y x f_c / g), double precision, 0 for 0 bytes.  Choice 12: y x f_c first.
@@ -152,6 +194,13 @@ def simulate(values: dict) -> dict:
     T = B_m * S
     F_width = int(wl["ffn_multiplier"]) * H  # F of the operator table
 
+    # docs/ipu.md "Tensor parallelism": with t > 1 the exchange phase of the listed supersteps adds a
+    # ring all-reduce of the operator's T H e-byte output over the stage's t IPUs; 0 with t = 1.
+    if tp > 1:
+        tp_allreduce = ipu_sync_cycles + bytes_cycles(_ceil_div(2 * (tp - 1) * T * H * e, tp), ipu_link_gbps)
+    else:
+        tp_allreduce = 0
+
     # ---- Stages: which blocks each IPU holds.
     stage_layers = []
     first = 0
@@ -161,9 +210,10 @@ def simulate(values: dict) -> dict:
     has_embedding = vocab > 0
 
     # ---- Forward operators of each stage, with their units, dealt to tiles.
-    # An "fop" is a dict: name, kind, block (layer index or -1 for the embedding), F, Wb, I, O,
-    # backward_name, backward_flops, units (list in dealing order of dicts: tile, thread, c_f,
-    # c_b, u_out, u_in).
+    # An "fop" is a dict: name, op (the operator's name inside its block, "embedding" for the
+    # embedding), kind, block (layer index or -1 for the embedding), F, Wb, I, O (the simulated
+    # IPU's values, split by tensor parallelism), backward_name, backward_flops, units (list in
+    # dealing order of dicts: tile, thread, c_f, c_b, u_out, u_in).
     stage_fops = []
     for s in range(n):
         fops = []
@@ -171,6 +221,7 @@ def simulate(values: dict) -> dict:
             fops.append(
                 dict(
                     name="embedding",
+                    op="embedding",
                     kind="embedding",
                     block=-1,
                     F=T * H,  # one FLOP per gathered element
@@ -182,16 +233,29 @@ def simulate(values: dict) -> dict:
                 )
             )
         for layer in stage_layers[s]:
-            for name, kind, flops, w_el, i_el, o_el in _block_operators(layer, T, B_m, S, H, A, F_width):
+            for name, op, kind, flops, w_el, i_el, o_el in _block_operators(layer, T, B_m, S, H, A, F_width):
+                Wb, I_b, O_b = w_el * e, i_el * e, o_el * e
+                if op in TP_SPLIT:
+                    # docs/ipu.md "Tensor parallelism": F(o) / t FLOPs, ceil(Wb(o) / t) weight bytes,
+                    # a split input or output I(o) / t or O(o) / t bytes (exact divisions).  Choice 14:
+                    # on bytes; every use of F, Wb, I, O below is then the per-IPU value.
+                    split_in, split_out = TP_SPLIT[op]
+                    flops = _exact_div(flops, tp)
+                    Wb = _ceil_div(Wb, tp)
+                    if split_in:
+                        I_b = _exact_div(I_b, tp)
+                    if split_out:
+                        O_b = _exact_div(O_b, tp)
                 fops.append(
                     dict(
                         name=name,
+                        op=op,
                         kind=kind,
                         block=layer,
                         F=flops,
-                        Wb=w_el * e,
-                        I=i_el * e,
-                        O=o_el * e,
+                        Wb=Wb,
+                        I=I_b,
+                        O=O_b,
                         backward_name=name + ".backward",
                         backward_flops=BACKWARD_FLOPS_FACTOR[kind] * flops,
                     )
@@ -213,10 +277,11 @@ def simulate(values: dict) -> dict:
                         c_b = _ceil_div(BACKWARD_FLOPS_FACTOR["gemm"] * F_u * M_den, 2 * M_num)
                         units.append([c_f, c_b, r * q * e, r * K * e])
             elif kind == "attention":
-                D = B_m * A * S
+                # The IPU's A' = A / t heads: D = B_m A' S.
+                D = B_m * A_ipu * S
                 nblk = _ceil_div(S, b)
                 for _seq in range(B_m):
-                    for _head in range(A):
+                    for _head in range(A_ipu):
                         for blk in range(nblk):
                             r = (S - b * (nblk - 1)) if blk == nblk - 1 else b
                             c_f = _ceil_div(fo["F"] * r * M_den, 2 * M_num * D)
@@ -298,6 +363,7 @@ def simulate(values: dict) -> dict:
                 groups = {}
                 for i, fo in enumerate(fops):
                     groups[fo["block"]] = groups.get(fo["block"], 0) + outs[i][t]
+                # Choice 15: a micro-batch's input T H e is whole on every IPU of the stage.
                 act = (
                     m * _ceil_div(T * H * e, N)
                     + max(list(groups.values()) + [0])
@@ -308,7 +374,8 @@ def simulate(values: dict) -> dict:
         memory.append(mem)
         for t in range(N):
             if mem[t] > sram_bytes:
-                # Choice 11: the lowest tile over its SRAM, one line per stage.
+                # Choice 11: the lowest tile over its SRAM, one line per stage.  Choice 17: "IPU s" is
+                # the stage (its simulated IPU), whatever t.
                 lay = stage_layers[s]
                 if len(lay) == 1:
                     held = "layer %d" % lay[0]
@@ -372,6 +439,12 @@ def simulate(values: dict) -> dict:
                 peak = max(max(sent[t], received[t]) for t in range(N))
                 # Choice 3: the latency is paid even with 0 bytes.
                 exchange = exchange_latency + _ceil_div(peak, X)
+                # docs/ipu.md "Tensor parallelism" (Choice 16): forward out_proj / ffn_down and backward
+                # qkv_proj / ffn_up also all-reduce over the stage's t IPUs; recompute never does.
+                if (d == DIR_FORWARD and fo["op"] in TP_ALLREDUCE_FORWARD) or (
+                    d == DIR_BACKWARD and fo["op"] in TP_ALLREDUCE_BACKWARD
+                ):
+                    exchange += tp_allreduce
                 ids.append(len(templates))
                 templates.append(
                     dict(
@@ -407,11 +480,13 @@ def simulate(values: dict) -> dict:
             stage_time[s][0] += stream_cycles
         stage_time[s][1] = sum(superstep_length(x) for x in stage_bwd_ids[s])
 
-    # Choice 4: every pipeline step has the transfer when n > 1.
+    # Choice 4: every pipeline step has the transfer when n > 1.  Choice 15: T H e, not split.
     link_transfer = (ipu_sync_cycles + bytes_cycles(T * H * e, ipu_link_gbps)) if n > 1 else 0
     allreduce = None
     if r_replicas > 1 and training:
-        # Choice 8: Wst is the sum of Wb(o) over the largest stage's forward operators.
+        # Choice 8: Wst is the sum of Wb(o) over the largest stage's forward operators.  With
+        # tensor parallelism these are the simulated IPU's per-IPU (split) Wb(o) (docs/ipu.md "The
+        # pipeline": Wst is the simulated IPU's share).
         wst = max(sum(fo["Wb"] for fo in stage_fops[s]) for s in range(n))
         allreduce = ipu_sync_cycles + bytes_cycles(_ceil_div(2 * (r_replicas - 1) * wst, r_replicas), ipu_link_gbps)
 

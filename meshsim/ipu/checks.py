@@ -35,12 +35,39 @@ def _check_transformer(ok, get, add, shown) -> None:
                                               "IPU 0 would hold nothing")
         elif sum(split) != get(layers):
             add(lpi, [layers], f"sums to {sum(split)} layers; must sum to {layers} = {shown(layers)}")
-        if ok(reps) and len(split) * get(reps) > 4096:
-            add(lpi, [reps], f"{len(split)} IPUs x {reps} = {get(reps)} asks for {len(split) * get(reps)} IPUs; "
-                             "at most 4096")
+        tp = get("workload.tensor_parallel") if ok("workload.tensor_parallel") else 1
+        if ok(reps) and len(split) * get(reps) * tp > 4096:
+            add(lpi, [reps, "workload.tensor_parallel"], f"{len(split)} stages x {reps} = {get(reps)} x "
+                f"workload.tensor_parallel = {tp} asks for {len(split) * get(reps) * tp} IPUs; at most 4096")
     if ok(batch, reps, ga) and get(batch) % (get(reps) * get(ga)) != 0:
         add(batch, [reps, ga], f"must be a multiple of {reps} x {ga} = {get(reps)} x {get(ga)} = "
                                f"{get(reps) * get(ga)} (each micro-batch holds whole sequences)")
+    tp = "workload.tensor_parallel"
+    if ok(tp, nh) and get(nh) % get(tp) != 0:
+        add(tp, [nh], f"must divide {nh} = {shown(nh)} (each IPU of a stage holds whole heads)")
     if ok(tr, rc) and get(rc) and not get(tr):
         add(rc, [tr], f"applies only with training ({tr} = {shown(tr)}): inference keeps no activations to "
                       "recompute")
+
+
+#: What each lever of an ipu scenario moves, and why it leaves the rest (docs/ipu.md, "Which lever
+#: moves which figure"): key -> (the figures it moves, why it leaves the others where they are).
+LEVERS = {
+    "workload.tensor_parallel": (("samples_per_second", "li", "exchange_fraction"),
+                                 "every stage splits over its IPUs alike, so the stages' balance stays; the "
+                                 "tiles' balance and the time move"),
+    "workload.batch": (("samples_per_second", "pipeline_bubble_fraction"),
+                       "every stage's time per micro-batch grows alike"),
+    "workload.gradient_accumulation": (("pipeline_bubble_fraction", "samples_per_second"),
+                                       "more micro-batches fill the pipeline; each stage's time per micro-batch "
+                                       "shrinks alike"),
+    "workload.replicas": (("samples_per_second",), "replicas run the same stages side by side"),
+    "workload.precision": (("samples_per_second", "compute_fraction"),
+                           "fp32 slows every tile's MACs alike (machine.fp32_rate)"),
+    "machine.fp32_rate": (("samples_per_second", "compute_fraction"), "it slows every tile's MACs alike at fp32"),
+    "machine.exchange_bytes_per_cycle": (("exchange_fraction", "samples_per_second"),
+                                         "every stage exchanges at the same rate"),
+    "machine.gemm_block": (("li", "memory_max_bytes"), "it moves how a stage's work spreads over its tiles"),
+    "workload.recompute": (("compute_fraction", "memory_max_bytes"),
+                           "every stage recomputes its own blocks"),
+}

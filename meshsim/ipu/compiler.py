@@ -8,6 +8,7 @@ pipeline's transfer costs. `kernels.ipu.run_steps` then runs the schedule.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -53,6 +54,7 @@ class IpuSpec:
     training: bool
     recompute: bool
     steps: int
+    tensor_parallel: int = 1
 
     @property
     def stages(self) -> int:
@@ -83,7 +85,8 @@ def spec_of(values: dict) -> IpuSpec:
             "vector_flops_per_cycle", "gemm_block", "code_kib_per_tile", "preset", "fp32_rate")
     return IpuSpec(**{k: m[k] for k in keys}, model=model, micro=micro, layers_per_ipu=split,
                    replicas=w["replicas"], microbatches=mb, vocab_size=w["vocab_size"], training=w["training"],
-                   recompute=w["recompute"] and w["training"], steps=values["run"]["steps"])
+                   recompute=w["recompute"] and w["training"], steps=values["run"]["steps"],
+                   tensor_parallel=w.get("tensor_parallel", 1))
 
 
 def bytes_cycles(nbytes: int, gbps: float, clock_ghz: float) -> int:
@@ -129,7 +132,7 @@ def _units(op: Operator, kind: str, spec: IpuSpec) -> tuple:
         inp = np.repeat(rows * k_in * e, len(cols))
         return cost, back, out, inp
     if kind == "attention":
-        s_len, heads, bm = mdl.seq_len, mdl.n_heads, mdl.batch
+        s_len, heads, bm = mdl.seq_len, mdl.n_heads // spec.tensor_parallel, mdl.batch
         d = bm * heads * s_len
         blocks = np.array([min(b, s_len - i) for i in range(0, s_len, b)], np.int64)
         r = np.tile(blocks, bm * heads)
@@ -215,8 +218,28 @@ class IpuProgram:
         return (m + n - 1) * (2 if self.spec.training else 1) + (1 if self.allreduce >= 0 else 0)
 
 
+# Tensor parallelism (docs/ipu.md, "Tensor parallelism"): the operators split over the t IPUs of a
+# stage, each with whether its input and its output are split (as the rdu's, Megatron style).
+TP_SPLIT = {"qkv_proj": (False, True), "attn_scores_softmax": (True, True), "attn_v": (True, True),
+            "out_proj": (True, False), "ffn_up": (False, True), "gelu": (True, True), "ffn_down": (True, False)}
+# Supersteps whose exchange also all-reduces the operator's output over the stage's t IPUs:
+# (operator, direction) with direction 0 forward, 1 backward.
+ALLREDUCE_AFTER = {("out_proj", 0), ("ffn_down", 0), ("qkv_proj", 1), ("ffn_up", 1)}
+
+
+def _split(op: Operator, t: int) -> Operator:
+    """An operator as one of the t IPUs of a stage runs it (docs/ipu.md, "Tensor parallelism")."""
+    short = op.name.split(".")[1] if "." in op.name else op.name
+    if t == 1 or short not in TP_SPLIT:
+        return op
+    split_in, split_out = TP_SPLIT[short]
+    return dataclasses.replace(op, flops=op.flops // t, weight_bytes=_ceil_div(op.weight_bytes, t),
+                               input_bytes=op.input_bytes // t if split_in else op.input_bytes,
+                               output_bytes=op.output_bytes // t if split_out else op.output_bytes)
+
+
 def _stage_ops(spec: IpuSpec) -> list[list[tuple[Operator, str]]]:
-    ops = operators(spec.micro, training=False)
+    ops = [_split(op, spec.tensor_parallel) for op in operators(spec.micro, training=False)]
     out, first = [], 0
     for s, count in enumerate(spec.layers_per_ipu):
         layers = range(first, first + count)
@@ -246,7 +269,7 @@ def _unit_count(op: Operator, kind: str, spec: IpuSpec) -> int:
     if kind == "gemm":
         return _ceil_div(m.tokens, b) * _ceil_div(op.output_bytes // (m.tokens * m.element_bytes), b)
     if kind == "attention":
-        return m.batch * m.n_heads * _ceil_div(m.seq_len, b)
+        return m.batch * (m.n_heads // spec.tensor_parallel) * _ceil_div(m.seq_len, b)
     return spec.tiles
 
 
@@ -290,6 +313,10 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
     acts = np.zeros((spec.stages, n_tiles), np.int64)
     code = spec.code_kib_per_tile * 1024
     e, th = spec.micro.element_bytes, spec.micro.tokens * spec.micro.hidden_size
+    tp = spec.tensor_parallel
+    # a ring all-reduce of one operator's T H e output over the stage's t IPUs (docs/ipu.md)
+    tp_allreduce = (spec.ipu_sync_cycles + bytes_cycles(_ceil_div(2 * (tp - 1) * th * e, tp), spec.ipu_link_gbps,
+                                                        spec.clock_ghz)) if tp > 1 else 0
     stage_layers = []
     first_layer = 0
     for s, items in enumerate(stage_ops):
@@ -339,6 +366,8 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
                     received = np.zeros(n_tiles, np.int64)
                 top = int(max(sent.max(), received.max()))
                 exch = spec.exchange_latency_cycles + _ceil_div(top, spec.exchange_bytes_per_cycle)
+                if spec.tensor_parallel > 1 and (u.op.name.split(".")[-1], d) in ALLREDUCE_AFTER:
+                    exch += tp_allreduce
                 comp = int(busy.max())
                 op = u.op
                 if u.kind == "embedding":

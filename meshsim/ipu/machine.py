@@ -16,6 +16,7 @@ class IpuMachine(Machine):
     busy_dataset = "units/tile_busy_cycles"
     target_li = 0.80
     workloads = ("transformer",)
+    levers = checks.LEVERS
 
     def compile_scenario(self, scenario):
         from .compiler import compile_scenario
@@ -35,7 +36,9 @@ class IpuMachine(Machine):
 
     def describe(self, label: str, scenario, inputs) -> str:
         m = scenario.values["machine"]
-        return (f"{label}: valid (ipu {m['preset']}, {inputs.stages} stage(s) x {inputs.spec.replicas} replica(s), "
+        tp = inputs.spec.tensor_parallel
+        return (f"{label}: valid (ipu {m['preset']}, {inputs.stages} stage(s) x "
+                + (f"{tp} tensor-parallel x " if tp > 1 else "") + f"{inputs.spec.replicas} replica(s), "
                 f"{len(inputs.templates)} superstep templates; fullest tile {int(inputs.memory.max()):,} of "
                 f"{m['tile_sram_kib'] * 1024:,} bytes)")
 

@@ -11,7 +11,8 @@ def summary_lines(s: dict, regions: dict | None = None) -> list:
         f"steps         {_f(s['steps'])} of {_f(s['step_seconds'] * 1e3)} ms ({_f(s['cycles'])} cycles at "
         f"{_f(s['clock_ghz'])} GHz); {_f(s['samples_per_second'])} samples/s, "
         f"{_f(s['time_per_sample_seconds'] * 1e3)} ms per sample; {_f(s['achieved_tflops'])} TFLOP/s per IPU",
-        f"IPUs          {_f(s['ipus'])} ({s['preset']}): {_f(s['stages'])} pipeline stages x {_f(s['replicas'])} "
+        f"IPUs          {_f(s['ipus'])} ({s['preset']}): {_f(s['stages'])} pipeline stages x "
+        f"{_f(s.get('tensor_parallel', 1))} tensor-parallel x {_f(s['replicas'])} "
         f"replica(s); {_f(s['microbatches'])} micro-batches of {_f(s['microbatch_sequences'])} sequence(s) per step",
         f"time          compute {_f(s['compute_fraction'], 3)}, sync {_f(s['sync_fraction'], 3)}, exchange "
         f"{_f(s['exchange_fraction'], 3)}, transfer {_f(s['transfer_fraction'], 3)}; pipeline bubble "

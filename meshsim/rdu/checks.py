@@ -127,13 +127,3 @@ LEVERS = {
     "workload.layers_per_stage": (("chip_li", "pipeline_bubble_fraction"),
                                   "the split moves work between pipeline stages (chips), not within a section"),
 }
-
-
-def lever_note(key: str, figure: str) -> str | None:
-    """Why `key` leaves `figure` where it is on the rdu (LEVERS), or None when it should move it."""
-    if key not in LEVERS:
-        return None
-    moves, why = LEVERS[key]
-    if figure in moves:
-        return None
-    return f"on the rdu {key} moves {', '.join(moves)}: {why}"

@@ -16,6 +16,7 @@ class RduMachine(Machine):
     busy_dataset = "units/pcu_busy_cycles"
     target_li = 0.85
     workloads = ("transformer",)
+    levers = checks.LEVERS
 
     def compile_scenario(self, scenario):
         from .compiler import compile_scenario
@@ -60,9 +61,6 @@ class RduMachine(Machine):
         # the PCUs a section leaves idle are the compiler's allocation, reported apart
         return dict(figure="li_occupied", what="busy-time LI over the PCUs each section holds, weighted by its "
                     "cycles (the allocation, pcu_alloc_mean and pcu_alloc_max, apart)")
-
-    def lever_note(self, key: str, figure: str) -> str | None:
-        return checks.lever_note(key, figure)
 
     def analyse(self, f, values: dict, cycles: int, window, path) -> dict:
         from . import analysis
