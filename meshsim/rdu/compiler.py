@@ -562,6 +562,7 @@ def compile_program(spec: RduSpec) -> RduProgram:
             per_phase.append(idx)
         chip_fwd.append(per_phase[0])
         chip_bwd.append(per_phase[1] if spec.training else [])
+
     def delay(i: int) -> int:  # a microbatch's activations (or gradients) between stages i and i + 1
         gbps, lat = spec.pipeline_link(i)
         return lat + _cycles_for(tokens * model.hidden_size * e, gbps, spec.clock_ghz)
