@@ -11,15 +11,16 @@ Platform presets and their sources:
 - SN10, SN30: the rdu presets (`meshsim.params.RDU_PRESETS`): peak = PCUs x lanes x stages x 2 x
   clock, bandwidth = the DDR bandwidth sections stream from.
 - GC200: 250 TFLOP/s (16-bit) and 47.5 TB/s of in-processor memory bandwidth (Graphcore IPU-M2000
-  and GC200 product brief, 2020); an ipu scenario's platform is its tiles x MACs x 2 x clock, with
-  the GC200's SRAM bandwidth per tile-cycle on its tiles and clock.
+  and GC200 product brief, 2020); an ipu scenario's platform is its tiles x MACs x 2 x clock with
+  its exchange, tiles x exchange_bytes_per_cycle x clock, as the roof (the model moves a
+  superstep's data over the exchange; docs/ipu.md, "Roofline").
 
 For a result file or scenario, the platform is its own machine: a mesh of rows x cols PEs at
 `pe_flops_per_cycle` and `clock_ghz`, with the WSE-2's SRAM bandwidth per PE; an rdu chip from its
 keys. The kernels are the transformer's operators of one layer (`meshsim.transformer`), each with
 its FLOPs and bytes moved (weights, inputs and outputs), unless the machine places its own
 (`Machine.roofline_kernels`): the rdu's compiled sections with their DDR bytes (docs/rdu.md,
-"Roofline").
+"Roofline"), the ipu's compiled supersteps with their exchange bytes (docs/ipu.md, "Roofline").
 """
 
 from __future__ import annotations
@@ -150,8 +151,9 @@ def format_table(values: dict | None = None) -> str:
         if plat.weight_bandwidth:
             stream = (f"; weights streamed in at {plat.weight_bandwidth / 1e9:g} GB/s, ridge "
                       f"{plat.peak_flops / plat.weight_bandwidth:.3g} FLOP per weight byte")
-        what = "sections holding layer 0, as compiled" if rows and rows[0]["kind"] == "section" else \
-            "kernels of one layer"
+        what = ("sections holding layer 0, as compiled" if rows and rows[0]["kind"] == "section" else
+                "supersteps of layer 0 for one micro-batch, as compiled" if rows and "stage" in rows[0] else
+                "kernels of one layer")
         lines += ["", f"{what} on {plat.name} (ridge {plat.ridge:.3g} FLOP/B{stream})",
                   f"{'kernel':<40}{'kind':<12}{'GFLOP':>10}{'MB':>10}{'FLOP/B':>10}{'roof TFLOP/s':>14}  bound"]
         for k in rows:

@@ -573,3 +573,31 @@ def test_validate_compiles_and_checks_memory():
     r = subprocess.run([sys.executable, "-m", "meshsim", "validate", str(ROOT / "scenarios/ipu_gpt2_4stage.toml"),
                         "machine.gemm_block=64"], capture_output=True, text=True)
     assert r.returncode == 2 and "does not fit" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_roofline_places_the_compiled_supersteps_on_the_exchange():
+    """docs/ipu.md, "Roofline": the platform's roof is the exchange, the kernels are layer 0's
+    supersteps, each attaining its FLOPs over its three phases and bound by the longest."""
+    from meshsim.ipu.compiler import compile_program, roofline_rows, spec_of
+    from meshsim.roofline import platform_of
+
+    sc = scenario(dict(training=True, layers_per_ipu=[1, 1]))
+    plat = platform_of(sc.values)
+    m = sc.values["machine"]
+    assert plat.bandwidth == pytest.approx(m["tiles"] * m["exchange_bytes_per_cycle"] * m["clock_ghz"] * 1e9)
+    rows = roofline_rows(sc.values, plat)
+    prog = compile_program(spec_of(sc.values))
+    layer0 = [t for t in prog.templates if t.layer == 0 and t.direction != 2 and t.flops]
+    assert [r["name"] for r in rows] == [t.name.split(".", 1)[1] for t in layer0]
+    for r, t in zip(rows, layer0, strict=True):
+        cycles = t.compute + t.sync + t.exchange
+        assert r["attainable_flops"] == pytest.approx(t.flops * m["clock_ghz"] * 1e9 / cycles)
+        assert r["attainable_flops"] <= plat.peak_flops
+        longest = max(("compute", t.compute), ("sync", t.sync), ("exchange", t.exchange), key=lambda x: x[1])[0]
+        assert r["bound"] == longest
+    # GPT-2 small on four GC200s: its matrix supersteps are bound by compute, its elementwise and
+    # norm ones by their exchange
+    gpt2 = load_scenario(ROOT / "scenarios" / "ipu_gpt2_even.toml")
+    big = roofline_rows(gpt2.values, platform_of(gpt2.values))
+    assert {r["bound"] for r in big if r["kind"] in ("gemm", "attention")} == {"compute"}
+    assert {r["bound"] for r in big if r["kind"] in ("elementwise", "norm")} == {"exchange"}

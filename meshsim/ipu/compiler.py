@@ -496,3 +496,25 @@ def compile_scenario(scenario) -> IpuProgram:
     except InputError as e:
         where = scenario.path or "<scenario>"
         raise InputError([f"{where}: {p}" for p in e.problems]) from None
+
+
+def roofline_rows(values: dict, platform) -> list[dict]:
+    """The supersteps of layer 0 (forward, and backward with training) as compiled, each on the
+    IPU's exchange roofline (docs/ipu.md, "Roofline"): its FLOPs over the bytes its exchange phase
+    moves at the pace of its busiest tile (tiles x the larger of the most any tile sends or
+    receives), and what it attains in the run, FLOPs over its compute, sync and exchange cycles
+    (a superstep's phases run one after another); its bound is its longest phase."""
+    spec = spec_of(values)
+    prog = compile_program(spec)
+    hz = spec.clock_ghz * 1e9
+    rows = []
+    for t in prog.templates:
+        if t.layer != 0 or t.direction == 2 or not t.flops:
+            continue
+        moved = spec.tiles * max(t.sent_max, t.received_max)
+        phases = {"compute": t.compute, "sync": t.sync, "exchange": t.exchange}
+        rows.append(dict(name=t.name.split(".", 1)[1], kind=KINDS[t.kind], flops=t.flops, bytes=moved,
+                         intensity=t.flops / moved if moved else math.inf,
+                         attainable_flops=t.flops * hz / sum(phases.values()), bound=max(phases, key=phases.get),
+                         stage=t.stage))
+    return rows

@@ -42,18 +42,23 @@ class IpuMachine(Machine):
                 f"{len(inputs.templates)} superstep templates; fullest tile {int(inputs.memory.max()):,} of "
                 f"{m['tile_sram_kib'] * 1024:,} bytes)")
 
-    def platform(self, values: dict):
-        from ..roofline import GC200_SRAM_BYTES_PER_SECOND, Platform
+    def roofline_kernels(self, values: dict, platform) -> list:
+        from .compiler import roofline_rows
 
-        # the GC200's SRAM bandwidth per tile-cycle, on this scenario's tiles and clock
+        return roofline_rows(values, platform)
+
+    def platform(self, values: dict):
+        from ..roofline import Platform
         from ..transformer import compute_rate
 
+        # the peak at the precision, and the exchange: every tile sends (and receives) its
+        # exchange_bytes_per_cycle, the bandwidth a superstep's data moves at (docs/ipu.md, "Roofline")
         m, precision = values["machine"], values.get("workload", {}).get("precision", "bf16")
-        per_tile_cycle = GC200_SRAM_BYTES_PER_SECOND / (1472 * 1.33e9)
         hz = m["clock_ghz"] * 1e9
         rate = float(compute_rate(precision, m["fp32_rate"]))
         return Platform(f"ipu {m['preset']} ({m['tiles']} tiles, {precision})",
-                        m["tiles"] * m["macs_per_cycle"] * 2 * hz * rate, m["tiles"] * per_tile_cycle * hz, "SRAM")
+                        m["tiles"] * m["macs_per_cycle"] * 2 * hz * rate,
+                        m["tiles"] * m["exchange_bytes_per_cycle"] * hz, "exchange")
 
     def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
         from . import report
