@@ -436,7 +436,7 @@ def gantt(path, out, fmt: str = "png") -> list[Path]:
 
 def roofline(path, out, fmt: str = "png") -> list[Path]:
     """The platforms' rooflines and the run's transformer kernels on its machine."""
-    from .roofline import kernels_of, model_of, platform_of, presets, values_of_file
+    from .roofline import kernels_of, kernels_title, model_of, platform_of, presets, values_of_file
 
     values = values_of_file(path)
     found = model_of(values)
@@ -464,14 +464,15 @@ def roofline(path, out, fmt: str = "png") -> list[Path]:
         y = r["attainable_flops"] / 1e12
         colour = {"memory": "#D55E00", "weights": "#009E73"}.get(r["bound"], "#0072B2")
         ax.scatter([r["intensity"]], [y], s=28, zorder=3, color=colour)
-        if not r["name"].endswith(".backward"):  # a backward kernel sits near its forward one
-            ax.annotate(r["name"], (r["intensity"], y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        if ".backward" not in r["name"]:  # a backward kernel sits near its forward one
+            label = r["name"].replace("layer0.", "").replace(".allreduce", "")  # every kernel is layer 0's
+            ax.annotate(label, (r["intensity"], y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs / byte)")
     ax.set_ylabel("attainable (TFLOP/s)")
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title(f"{title}: kernels of one layer on {plat.name} (orange: memory-bound"
+    ax.set_title(f"{title}: {kernels_title(rows)}\non {plat.name} (orange: memory-bound"
                  + (", green: by the weights' stream)" if plat.weight_bandwidth else ")"))
     return [_save(fig, out, "roofline", fmt)]
 

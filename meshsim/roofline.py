@@ -125,6 +125,15 @@ def kernels_of(values: dict, platform: Platform) -> list[dict] | None:
     return own if own is not None else kernels(*found, platform)
 
 
+def kernels_title(rows: list[dict]) -> str:
+    """What the rows of `kernels_of` are, for a table's or a figure's title."""
+    if rows and rows[0]["kind"] == "section":
+        return "sections holding layer 0, as compiled"
+    if rows and "stage" in rows[0]:
+        return "supersteps of layer 0 for one micro-batch, as compiled"
+    return "kernels of one layer"
+
+
 def values_of_file(path) -> dict:
     """The resolved scenario stored in a result file, as `Scenario.values`."""
     from .output import open_result_file
@@ -151,9 +160,7 @@ def format_table(values: dict | None = None) -> str:
         if plat.weight_bandwidth:
             stream = (f"; weights streamed in at {plat.weight_bandwidth / 1e9:g} GB/s, ridge "
                       f"{plat.peak_flops / plat.weight_bandwidth:.3g} FLOP per weight byte")
-        what = ("sections holding layer 0, as compiled" if rows and rows[0]["kind"] == "section" else
-                "supersteps of layer 0 for one micro-batch, as compiled" if rows and "stage" in rows[0] else
-                "kernels of one layer")
+        what = kernels_title(rows)
         lines += ["", f"{what} on {plat.name} (ridge {plat.ridge:.3g} FLOP/B{stream})",
                   f"{'kernel':<40}{'kind':<12}{'GFLOP':>10}{'MB':>10}{'FLOP/B':>10}{'roof TFLOP/s':>14}  bound"]
         for k in rows:
