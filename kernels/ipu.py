@@ -27,7 +27,7 @@ N_SS = 10
 
 # Columns of a pipeline row (pipeline/).
 PL_STEP = 0
-PL_DIRECTION = 1  # 0 forward, 1 backward, 2 the all-reduce
+PL_DIRECTION = 1  # 0 forward, 1 backward, 2 the end row (all-reduce and update)
 PL_INDEX = 2
 PL_START = 3
 PL_CYCLES = 4
@@ -152,11 +152,13 @@ def _direction(step, d, start, n, m, ptr, idx, t_comp, t_sync, t_exch, extra0, t
 
 @njit(**JIT)
 def run_steps(first_step, n_steps, start, n, m, training, fwd_ptr, fwd_idx, bwd_ptr, bwd_idx, t_comp, t_sync,
-              t_exch, io0, transfer, allreduce, count, out_ss, out_pl, out_lat, shares):
+              t_exch, io0, transfer, allreduce, update, count, out_ss, out_pl, out_lat, shares):
     """Run steps first_step .. first_step + n_steps - 1 from cycle `start` (docs/ipu.md, "The
     pipeline"). Writes their superstep rows to out_ss, pipeline rows to out_pl and micro-batch
     latencies to out_lat (m per step), adds to `count` (instances per template) and `shares`;
-    returns the cycle where the last step ends."""
+    returns the cycle where the last step ends. allreduce: the gradient all-reduce's cycles (-1:
+    none); update: the optimiser update's (0: none); with either, a training step ends with a row
+    of their sum."""
     r = 0
     q = 0
     mb_start = np.zeros(m, np.int64)
@@ -168,11 +170,12 @@ def run_steps(first_step, n_steps, start, n, m, training, fwd_ptr, fwd_idx, bwd_
         if training:
             start, r, q = _direction(step, 1, start, n, m, bwd_ptr, bwd_idx, t_comp, t_sync, t_exch, 0, transfer,
                                      count, out_ss, r, out_pl, q, shares, mb_start, mb_end, training)
-            if allreduce >= 0:  # -1: no all-reduce (one replica, or inference)
-                _pipeline_row(out_pl, q, step, 2, 0, start, allreduce, -1, allreduce)
-                shares[SH_TRANSFER] += allreduce
+            if allreduce >= 0 or update > 0:  # the end row: all-reduce (-1: none) and update (0: none)
+                reduce = max(allreduce, 0)
+                _pipeline_row(out_pl, q, step, 2, 0, start, reduce + update, -1, reduce)
+                shares[SH_TRANSFER] += reduce + update
                 q += 1
-                start += allreduce
+                start += reduce + update
         for b in range(m):
             out_lat[k * m + b] = mb_end[b] - mb_start[b]
     return start

@@ -337,6 +337,14 @@ PARAMS: tuple[Param, ...] = (
           "fp8 at the peak.", ("fp32", "tf32", "bf16", "fp16", "fp8"), _MODEL),
     Param("workload", "training", "bool", "", False,
           "Add the backward kernels (a training step) after the forward ones.", None, _MODEL),
+    Param("workload", "optimizer", "str", "", "none",
+          "Training: the update at the end of a step (none: not modelled; sgd: 2 FLOPs a parameter; adam: "
+          "12, and two fp32 moments of state); its bytes and time per machine: docs/rdu.md, docs/ipu.md, "
+          "docs/mesh.md.", ("none", "sgd", "adam"), _MODEL),
+    Param("workload", "master_weights", "str", "", "same",
+          "Training with an optimizer: \"fp32\" keeps fp32 master weights beside the weights computed with "
+          "(mixed precision: 16-bit compute, fp32 update), \"same\" updates the weights in their own "
+          "precision.", ("same", "fp32"), _MODEL),
     Param("workload", "replicas", "int", "copies", 1,
           "Copies of the pipeline side by side: data parallel on one wafer (mesh, at most 64), or on "
           "more IPUs (ipu; the batch is split between them).", (1, 1024),

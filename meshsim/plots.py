@@ -411,9 +411,10 @@ def gantt(path, out, fmt: str = "png") -> list[Path]:
         axes = fig.subplots(4, 1, sharex=True, height_ratios=(chips, 1, 1, 1))
         _rdu_use(axes[1:], f, ic)
     colours = {"forward": "#0072B2", "backward": "#E69F00", "gradient all-reduce": "#009E73",
-               "switching or waiting": "#BBBBBB"}
+               "optimiser update": "#CC79A7", "switching or waiting": "#BBBBBB"}
     for i, (c, s0, e0, name) in enumerate(zip(chip, start, end, names, strict=True)):
-        kind = "gradient all-reduce" if mb[i] < 0 else ("backward" if ".backward" in name else "forward")
+        kind = (("optimiser update" if name.endswith(":optimizer") else "gradient all-reduce") if mb[i] < 0
+                else ("backward" if ".backward" in name else "forward"))
         axes[0].broken_barh([(s0, e0 - s0 + 1)], (c - 0.4, 0.8), facecolors=colours[kind], edgecolor="white",
                             linewidth=0.2)
     # the cycles a chip spent reconfiguring or waiting for another chip, over its sections' bars

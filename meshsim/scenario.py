@@ -526,6 +526,15 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
             add(meas, [warm, cyc], f"{warm} + {meas} = {get(warm) + get(meas)} must be at most {cyc} = {shown(cyc)}, "
                                    "so that the measurement window ends inside the run")
 
+    opt, master, tr, prec = "workload.optimizer", "workload.master_weights", "workload.training", "workload.precision"
+    if ok(opt, tr) and get(opt) != "none" and not get(tr):
+        add(opt, [tr], f"applies only with training ({tr} = {shown(tr)}): inference updates no weights")
+    if ok(master, opt) and get(master) == "fp32" and get(opt) == "none":
+        add(master, [opt], f"needs an optimizer to update them ({opt} = {shown(opt)}): \"sgd\" or \"adam\"")
+    if ok(master, prec) and get(master) == "fp32" and PRECISION_BYTES.get(get(prec), 0) >= 4:
+        add(master, [prec], f"keeps an fp32 copy beside a narrower type, but {prec} = {shown(prec)} is 4 bytes "
+                            "already: use \"same\", or a 16-bit precision")
+
     mtype, reps = "machine.type", "workload.replicas"
     machine = machines.get(get(mtype)) if ok(mtype) else None
     if machine is not None:  # what only this machine asks of a scenario
@@ -587,16 +596,16 @@ _MIXED_MARKERS = ("mixed", "amp", "autocast")
 def _precision_hint(value: str) -> str | None:
     """What to write instead of a mixed precision (two types, or "mixed", "amp"), or None.
 
-    One precision per model sets the element size of every weight and activation; fp32 master
-    weights beside a narrower compute type are not modelled, so the compute type, the narrower
-    of those named, stands for the mix.
+    One precision per model sets the element size of every weight and activation it computes
+    with; fp32 master weights beside it are workload.master_weights, so the compute type, the
+    narrower of those named, is what workload.precision takes.
     """
     words = [w for w in re.split(r"[\s+/_,\-]+", value.lower()) if w]
     named = [_PRECISION_NAMES[w] for w in words if w in _PRECISION_NAMES]
     if not (any(w in _MIXED_MARKERS for w in words) or len(set(named)) >= 2):
         return None
-    said = ("mixed precision is not modelled (one type for every weight and activation, no fp32 master copy): "
-            "give the compute precision alone, ")
+    said = ("mixed precision is written as the compute precision here and workload.master_weights = \"fp32\" "
+            "with an optimizer (workload.optimizer): give the compute precision alone, ")
     if not named:
         return said + 'e.g. "bf16" (the default) or "fp16"'
     return said + f'"{min(named, key=lambda n: PRECISION_BYTES[n])}"'

@@ -315,6 +315,34 @@ def mesh_weight_fit(model: Model, n_pes: int, sram_kib: int) -> tuple[bool, str]
     )
 
 
+#: Optimisers of a training step: name -> (state bytes per parameter, FLOPs per parameter of the
+#: update). SGD keeps no state and does w -= lr g (2 FLOPs); Adam keeps two fp32 moments (8 bytes) and
+#: does m = b1 m + (1 - b1) g (3), v = b2 v + (1 - b2) g^2 (4), w -= lr m / (sqrt(v) + eps) (5): 12.
+OPTIMIZERS = {"none": (0, 0), "sgd": (0, 2), "adam": (8, 12)}
+
+
+def update_cost(precision: str, master_weights: str, optimizer: str) -> dict:
+    """Per parameter, what a training step's optimiser update holds and moves (docs/design.md,
+    "Metrics": precision and the update), with e the precision's bytes and w the master weights' (4 with
+    master_weights = "fp32", else e):
+
+    - held: bytes kept beyond the e-byte weights the model computes with: the fp32 master copy
+      (with master_weights = "fp32") and the optimiser's state;
+    - read: the gradient (e), the master weights (w) and the state;
+    - written: the master weights, the state, and with an fp32 master the e-byte copy computed with;
+    - flops: the update's FLOPs (OPTIMIZERS).
+
+    All zero with optimizer = "none" (no update modelled)."""
+    if optimizer == "none":
+        return dict(held=0, read=0, written=0, flops=0)
+    e = PRECISION_BYTES[precision]
+    fp32 = master_weights == "fp32"
+    w = 4 if fp32 else e
+    state, flops = OPTIMIZERS[optimizer]
+    return dict(held=(w if fp32 else 0) + state, read=e + w + state, written=w + state + (e if fp32 else 0),
+                flops=flops)
+
+
 def compute_rate(precision: str, fp32_rate: float):
     """The compute rate at `precision` as an exact fraction of the machine's 16-bit peak:
     Fraction(str(fp32_rate)) for fp32 and tf32 (FP32_COMPUTE), 1 otherwise."""

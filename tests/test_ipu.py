@@ -601,3 +601,36 @@ def test_the_roofline_places_the_compiled_supersteps_on_the_exchange():
     big = roofline_rows(gpt2.values, platform_of(gpt2.values))
     assert {r["bound"] for r in big if r["kind"] in ("gemm", "attention")} == {"compute"}
     assert {r["bound"] for r in big if r["kind"] in ("elementwise", "norm")} == {"exchange"}
+
+
+UPDATE_CASES = [dict(training=True, optimizer=o, master_weights=mw, layers_per_ipu=lpi, n_layers=sum(lpi) or 2,
+                     replicas=r, batch=4, tensor_parallel=t)
+                for o, mw, lpi, r, t in itertools.product(("sgd", "adam"), ("same", "fp32"), ([], [0, 1, 1]), (1, 2),
+                                                          (1, 2))]
+
+
+@pytest.mark.parametrize("w", UPDATE_CASES, ids=lambda w: "-".join(f"{k[:3]}{v}" for k, v in w.items()))
+def test_kernel_matches_reference_with_the_optimiser_update(w):
+    assert_matches_reference(scenario(w))
+
+
+@pytest.mark.parametrize("workload, end_row", [
+    # 16 tiles, one stage of 2 blocks (49,984 weights each) and the embedding (6,400): P = 106,368
+    # parameters at bf16; Adam moves 12 + 10 bytes of each over 20 GB/s of streaming memory:
+    # ceil(22 P x 1.33 / 20) = 155,617 cycles, against ceil(12 P / (16 x 16)) = 4,986 of vector work
+    (dict(optimizer="adam"), (155_617, 0)),
+    (dict(optimizer="adam", master_weights="fp32"), (198_058, 0)),  # 14 + 14 bytes
+    (dict(optimizer="sgd"), (42_441, 0)),  # 4 + 2 bytes
+    # two replicas: the gradient all-reduce, 5,000 + ceil(212,736 x 1.33 / 320) = 5,885, comes first
+    (dict(optimizer="adam", replicas=2), (161_502, 5_885)),
+])
+def test_the_end_row_of_a_step_holds_the_all_reduce_and_the_update_by_hand(workload, end_row):
+    prog, sim, ss, pl, lat = run_kernel(scenario(dict(training=True, **workload)))
+    ends = pl[pl[:, K.PL_DIRECTION] == 2]
+    assert len(ends) == 2  # one per step
+    assert all((int(r[K.PL_CYCLES]), int(r[K.PL_TRANSFER])) == end_row for r in ends)
+
+
+def test_a_streaming_memory_fast_enough_leaves_the_update_to_the_tiles_vector_work():
+    prog = compile_scenario(scenario(dict(training=True, optimizer="adam"), dict(streaming_memory_gbps=10000.0)))
+    assert prog.update == 4_986

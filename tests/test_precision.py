@@ -14,7 +14,7 @@ from meshsim.mesh.pipeline import build
 from meshsim.rdu.compiler import compile_program, spec_for
 from meshsim.roofline import platform_of
 from meshsim.scenario import scenario_from_dict
-from meshsim.transformer import compute_rate
+from meshsim.transformer import Model, compute_rate, operators
 
 
 def test_the_rate_is_the_fp32_rate_for_fp32_and_tf32_alone():
@@ -81,3 +81,74 @@ def test_mesh_fp32_doubles_a_pes_work_per_task():
     assert np.all(fp32 >= 2 * bf16 - 1) and np.all(fp32 <= 2 * bf16)
     assert np.array_equal(table("fp8"), bf16)
     assert np.all(table("fp32", fp32_rate=1.0) == bf16)
+
+
+# ---- mixed precision: fp32 master weights and the optimiser's update
+
+
+def test_the_update_holds_and_moves_what_its_optimiser_and_master_weights_need():
+    from meshsim.transformer import update_cost
+
+    # bf16 compute, fp32 master weights, Adam: 4 + 8 bytes held beside the 2-byte weights; the
+    # gradient (2), master (4) and moments (8) read; master, moments and the bf16 copy written
+    assert update_cost("bf16", "fp32", "adam") == dict(held=12, read=14, written=14, flops=12)
+    assert update_cost("bf16", "same", "adam") == dict(held=8, read=12, written=10, flops=12)
+    assert update_cost("bf16", "same", "sgd") == dict(held=0, read=4, written=2, flops=2)
+    assert update_cost("fp32", "same", "sgd") == dict(held=0, read=8, written=4, flops=2)
+    assert update_cost("bf16", "fp32", "none") == dict(held=0, read=0, written=0, flops=0)
+
+
+@pytest.mark.parametrize("workload, says", [
+    (dict(optimizer="adam"), "workload.optimizer = \"adam\": applies only with training"),
+    (dict(training=True, master_weights="fp32"), "workload.master_weights = \"fp32\": needs an optimizer"),
+    (dict(training=True, optimizer="adam", master_weights="fp32", precision="fp32"), "is 4 bytes already"),
+    (dict(precision="bf16-mixed"), "workload.master_weights = \"fp32\" with an optimizer"),
+])
+def test_a_mixed_precision_setting_that_cannot_be_is_refused_by_name(workload, says):
+    from meshsim.errors import InputError
+
+    with pytest.raises(InputError) as e:
+        scenario_from_dict({"machine": {"type": "rdu"}, "workload": {"type": "transformer", **workload}})
+    assert says in "\n".join(e.value.problems)
+
+
+def test_the_rdu_ends_a_training_step_with_the_update_streamed_through_ddr():
+    """docs/rdu.md, "The chip programs": one update section per chip, its tiles' bytes and PCU cycles
+    by hand; fp32 master weights move more bytes and compute at the fp32 rate."""
+    from meshsim.rdu.sim import RduSim
+
+    kw = dict(hidden_size=256, n_heads=4, n_layers=2, seq_len=128, batch=2, training=True, fusion="o1")
+    runs = {}
+    for opt, master in (("none", "same"), ("adam", "same"), ("adam", "fp32")):
+        spec = spec_for("sn10", optimizer=opt, master_weights=master, **kw)
+        prog = compile_program(spec)
+        sim = RduSim(prog)
+        sim.run()
+        runs[opt, master] = (spec, prog, sim.cycle)
+    spec, prog, _ = runs["adam", "fp32"]
+    sec = prog.sections[-1]
+    assert sec.name == "chip0:optimizer" and prog.instance[0, prog.n_instances[0] - 1, 0] == len(prog.sections) - 1
+    weights = sum(op.weight_bytes for op in operators(Model(256, 2, 4, 128, 2), training=False))
+    params = -(-weights // 2)
+    tiles = -(-params // (spec.tile_tokens * 256))
+    per = -(-params // tiles)
+    assert (sec.tiles, sec.load_bytes, sec.store_bytes) == (tiles, -(-14 * params // tiles), -(-14 * params // tiles))
+    d, p = spec.pcu_stages, spec.pcus
+    # fp32 arithmetic at fp32_rate = 1/2 of the PCUs' 16-bit rate
+    assert sec.stages[0].c_hi == -(-12 * per * 2 // (p * spec.pcu_lanes * 2 * d)) + d
+    assert runs["none", "same"][2] < runs["adam", "same"][2] < runs["adam", "fp32"][2]
+
+
+def test_the_wafer_keeps_the_master_weights_and_state_in_the_pes_sram():
+    from meshsim.errors import InputError
+
+    def sc(**w):
+        return scenario_from_dict({"run": {"cycles": 100}, "machine": {"rows": 60, "cols": 60},
+                                   "migration": {"policy": "none"},
+                                   "workload": {"type": "layer_pipeline", "hidden_size": 768, "n_layers": 2,
+                                                "n_heads": 4, "seq_len": 64, "batch": 1, "training": True, **w}})
+
+    build(sc())
+    build(sc(optimizer="sgd"))  # no state, no master copy: as without an update
+    with pytest.raises(InputError, match="12 bytes a parameter of master weights and state"):
+        build(sc(optimizer="adam", master_weights="fp32"))

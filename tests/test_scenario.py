@@ -362,8 +362,8 @@ def test_parallelism_with_no_sure_reading_gets_the_form_and_an_example(written):
 def test_mixed_precision_is_refused_with_the_single_type_that_stands_for_it(written, compute):
     assert only_problem(RDU + f'precision = "{written}"\n') == (
         f's.toml: workload.precision = "{written}": must be one of "fp32", "tf32", "bf16", "fp16", "fp8"; '
-        "mixed precision is not modelled (one type for every weight and activation, no fp32 master copy): "
-        f"give the compute precision alone, {compute}"
+        'mixed precision is written as the compute precision here and workload.master_weights = "fp32" with an '
+        f"optimizer (workload.optimizer): give the compute precision alone, {compute}"
     )
 
 

@@ -58,6 +58,32 @@ Choices made where docs/ipu.md is ambiguous or silent (each is also noted at its
     the forward (direction 0) `out_proj` / `ffn_down` templates and the backward (direction 1)
     `qkv_proj` / `ffn_up` templates, never to a recompute template (direction 2) nor to any other.
 17. The memory error's "IPU s" names the stage `s` (its simulated IPU), as with `t = 1`.
+18. The optimiser update ("The pipeline"): `optimizer` and `master_weights` are
+    `values["workload"]["optimizer"]` / `["master_weights"]`; a missing key (or None) means "none" /
+    "same".  The update applies only with training; without it the optimiser is ignored.  The
+    per-parameter figures of `meshsim.transformer.update_cost` are rewritten here from the doc's
+    words: `e` the element bytes, `w` = 4 with `master_weights = "fp32"` else `e`; state bytes and
+    FLOPs per parameter: sgd (0, 2), adam (8, 12); `read = e + w + state`, `written = w + state + (e
+    if master_weights = "fp32" else 0)`, `phi` the FLOPs; "none" is all 0 (no update).  Any other
+    optimiser name is an error (AssertionError): the scenario is taken as checked.
+19. `W_s` of the update is the same per-stage sum as the gradient all-reduce's (Choice 8): the sum
+    of the simulated IPU's per-IPU (tensor-parallel split, `ceil(Wb(o) / t)`) weight bytes over the
+    stage's forward operators, the embedding table included, not rounded per tile nor doubled;
+    `P_s = ceil(W_s / e)` exactly (W_s need not be a multiple of e after the split).  A stage with no
+    weights (stage 0 holding 0 blocks and no embedding) has `P_s = 0` and `U_s = 0`.
+20. `U_s = max(bytes_cycles((read + written) P_s, streaming_memory_gbps), ceil(phi P_s / (N V)))`:
+    the byte count `(read + written) P_s` is an exact integer handed to bytes_cycles (Choice 12);
+    the FLOP term is an exact integer ceil with `N` the tiles of one IPU and `V` the vector FLOPs
+    per cycle, the same at every precision (also with fp32 master weights).
+21. The end row exists when (training and (the all-reduce exists or `U > 0`)).  With training and an
+    optimiser other than "none" `U > 0` always holds in a valid scenario (some stage has weights), so
+    this equals the doc's "exists when either does".  Its `cycles` = (all-reduce or 0) + `U`, its
+    `transfer_cycles` = the all-reduce's cycles (0 without one), `index` 0, `slowest_stage` -1, and
+    it starts where the step's last backward pipeline step ends; the step (and the run's `cycles`)
+    advances by its whole `cycles`, and the whole of it counts as *transfer* in the shares.
+22. The update is not a superstep: it adds no superstep row or template, no tile busy cycles (its
+    vector work is not in `tile_busy`), no memory (its state lives in streaming memory), and it
+    does not change the micro-batch latencies (which end with a micro-batch's last superstep).
 """
 
 from __future__ import annotations
@@ -75,7 +101,12 @@ KIND_CODE = {"gemm": 0, "attention": 1, "elementwise": 2, "norm": 3, "embedding"
 DIR_FORWARD = 0
 DIR_BACKWARD = 1
 DIR_RECOMPUTE = 2
-DIR_ALLREDUCE = 2  # pipeline rows only
+DIR_ALLREDUCE = 2  # pipeline rows only: the end row (the gradient all-reduce and the optimiser update)
+DIR_END = DIR_ALLREDUCE
+
+# docs/ipu.md "The pipeline" (Choice 18): per optimiser, the state bytes and the FLOPs per parameter of
+# its update (SGD: no state, 2 FLOPs; Adam: two fp32 moments of 4 bytes, 12 FLOPs).  "none" has none.
+OPTIMIZER_STATE_FLOPS = {"sgd": (0, 2), "adam": (8, 12)}
 
 # docs/ipu.md "Tensor parallelism": how each block operator is split over the t IPUs of a stage, as
 # (input split, output split).  qkv_proj and ffn_up are column-parallel (whole input, split output),
@@ -105,6 +136,22 @@ def _exact_div(a, c):
     """a / c where the doc says the division is exact; checked."""
     assert a % c == 0, (a, c)
     return a // c
+
+
+def _update_cost(optimizer, master_weights, e):
+    """(read, written, phi): the optimiser update's bytes read, bytes written and FLOPs per parameter
+    (docs/ipu.md "The pipeline", meshsim.transformer.update_cost restated; Choice 18).  Read: the
+    gradient (e), the master weights (w) and the state; written: the master weights, the state and,
+    with fp32 master weights, the e-byte copy computed with.  All 0 for "none"."""
+    if optimizer == "none":
+        return 0, 0, 0
+    assert optimizer in OPTIMIZER_STATE_FLOPS, optimizer
+    state, phi = OPTIMIZER_STATE_FLOPS[optimizer]
+    fp32_master = master_weights == "fp32"
+    w = 4 if fp32_master else e
+    read = e + w + state
+    written = w + state + (e if fp32_master else 0)
+    return read, written, phi
 
 
 def _block_operators(layer, T, B, S, H, A, F):
@@ -180,6 +227,11 @@ def simulate(values: dict) -> dict:
     # Choice 13: the tensor-parallel degree t, 1 when the key is missing.
     tp = wl.get("tensor_parallel")
     tp = 1 if tp is None else int(tp)
+    # Choice 18: the optimiser and the master weights, "none" and "same" when the key is missing.
+    optimizer = wl.get("optimizer")
+    optimizer = "none" if optimizer is None else str(optimizer)
+    master_weights = wl.get("master_weights")
+    master_weights = "same" if master_weights is None else str(master_weights)
     # The simulated IPU of a stage holds A' = A / t heads (docs/ipu.md, "Work units").
     A_ipu = _exact_div(A, tp)
 
@@ -482,13 +534,31 @@ def simulate(values: dict) -> dict:
 
     # Choice 4: every pipeline step has the transfer when n > 1.  Choice 15: T H e, not split.
     link_transfer = (ipu_sync_cycles + bytes_cycles(T * H * e, ipu_link_gbps)) if n > 1 else 0
+    # W_s: the sum of Wb(o) over stage s's forward operators, the embedding table included.  With
+    # tensor parallelism these are the simulated IPU's per-IPU (split) Wb(o) (docs/ipu.md "The
+    # pipeline": Wst is the simulated IPU's share; Choice 19: W_s of the update likewise).
+    stage_weight_bytes = [sum(fo["Wb"] for fo in stage_fops[s]) for s in range(n)]
     allreduce = None
     if r_replicas > 1 and training:
-        # Choice 8: Wst is the sum of Wb(o) over the largest stage's forward operators.  With
-        # tensor parallelism these are the simulated IPU's per-IPU (split) Wb(o) (docs/ipu.md "The
-        # pipeline": Wst is the simulated IPU's share).
-        wst = max(sum(fo["Wb"] for fo in stage_fops[s]) for s in range(n))
+        # Choice 8: Wst is the largest W_s, not doubled for training and not rounded per tile.
+        wst = max(stage_weight_bytes)
         allreduce = ipu_sync_cycles + bytes_cycles(_ceil_div(2 * (r_replicas - 1) * wst, r_replicas), ipu_link_gbps)
+    # docs/ipu.md "The pipeline": with training and an optimiser other than "none", the optimiser
+    # update: stage s streams (read + written) P_s bytes while its tiles do phi P_s FLOPs, overlapped;
+    # U is the slowest stage's (every stage updates at once).  Choices 18-20.
+    update = 0
+    if training:
+        read, written, phi = _update_cost(optimizer, master_weights, e)
+        for s in range(n):
+            P_s = _ceil_div(stage_weight_bytes[s], e)
+            U_s = max(bytes_cycles((read + written) * P_s, streaming_gbps), _ceil_div(phi * P_s, N * V))
+            update = max(update, U_s)
+    # Choice 21: the step's end row, when there is an all-reduce or an update: it lasts both, and its
+    # transfer_cycles are the all-reduce's alone.
+    end_row = None
+    if training and (allreduce is not None or update > 0):
+        allreduce_cycles = 0 if allreduce is None else allreduce
+        end_row = (allreduce_cycles + update, allreduce_cycles)
 
     # ---- Run: steps, pipeline steps, stages, supersteps.
     supersteps = []
@@ -545,10 +615,12 @@ def simulate(values: dict) -> dict:
                     shares["transfer"] += stream_cycles
                 shares["transfer"] += link_transfer
                 cycle = p_start + length
-        if allreduce is not None:
-            pipeline.append((step, DIR_ALLREDUCE, 0, cycle, allreduce, -1, allreduce))
-            shares["transfer"] += allreduce
-            cycle += allreduce
+        if end_row is not None:
+            # Choice 21: the end row (the all-reduce and the optimiser update) is transfer, whole.
+            end_cycles, end_transfer = end_row
+            pipeline.append((step, DIR_END, 0, cycle, end_cycles, -1, end_transfer))
+            shares["transfer"] += end_cycles
+            cycle += end_cycles
         for mb in range(m):
             latency.append(mb_end[mb] - mb_start[mb])
         assert step_start <= cycle

@@ -68,6 +68,10 @@ LEVERS = {
     "machine.exchange_bytes_per_cycle": (("exchange_fraction", "samples_per_second"),
                                          "every stage exchanges at the same rate"),
     "machine.gemm_block": (("li", "memory_max_bytes"), "it moves how a stage's work spreads over its tiles"),
+    "workload.optimizer": (("samples_per_second", "transfer_fraction"),
+                           "the update streams its state at the step's end, on every stage at once"),
+    "workload.master_weights": (("samples_per_second", "transfer_fraction"),
+                                "an fp32 master copy adds bytes to the update alone"),
     "workload.recompute": (("compute_fraction", "memory_max_bytes"),
                            "every stage recomputes its own blocks"),
 }

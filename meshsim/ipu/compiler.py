@@ -17,7 +17,7 @@ import numpy as np
 from kernels import ipu as K
 
 from ..errors import InputError
-from ..transformer import Model, Operator, backward_of, compute_rate, operators
+from ..transformer import Model, Operator, backward_of, compute_rate, operators, update_cost
 
 #: Template kinds (docs/ipu.md, "Result file": templates/kind).
 KINDS = ("gemm", "attention", "elementwise", "norm", "embedding")
@@ -55,6 +55,8 @@ class IpuSpec:
     recompute: bool
     steps: int
     tensor_parallel: int = 1
+    optimizer: str = "none"
+    master_weights: str = "same"
 
     @property
     def stages(self) -> int:
@@ -86,7 +88,8 @@ def spec_of(values: dict) -> IpuSpec:
     return IpuSpec(**{k: m[k] for k in keys}, model=model, micro=micro, layers_per_ipu=split,
                    replicas=w["replicas"], microbatches=mb, vocab_size=w["vocab_size"], training=w["training"],
                    recompute=w["recompute"] and w["training"], steps=values["run"]["steps"],
-                   tensor_parallel=w.get("tensor_parallel", 1))
+                   tensor_parallel=w.get("tensor_parallel", 1), optimizer=w.get("optimizer", "none"),
+                   master_weights=w.get("master_weights", "same"))
 
 
 def bytes_cycles(nbytes: int, gbps: float, clock_ghz: float) -> int:
@@ -195,6 +198,7 @@ class IpuProgram:
     memory: np.ndarray  # int64[stages, tiles]
     memory_parts: dict  # code, weights, activations: int64[stages, tiles] (code a scalar)
     stage_layers: list  # per stage, the block indices it holds
+    update: int = 0  # the optimiser update's cycles per step; 0 for none
 
     @property
     def stages(self) -> int:
@@ -215,7 +219,7 @@ class IpuProgram:
     @property
     def pipeline_rows_per_step(self) -> int:
         n, m = self.stages, self.spec.microbatches
-        return (m + n - 1) * (2 if self.spec.training else 1) + (1 if self.allreduce >= 0 else 0)
+        return (m + n - 1) * (2 if self.spec.training else 1) + (1 if self.allreduce >= 0 or self.update > 0 else 0)
 
 
 # Tensor parallelism (docs/ipu.md, "Tensor parallelism"): the operators split over the t IPUs of a
@@ -424,14 +428,22 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
         wst = max(sum(op.weight_bytes for op, _ in items) for items in stage_ops)
         allreduce = spec.ipu_sync_cycles + bytes_cycles(_ceil_div(2 * (r - 1) * wst, r), spec.ipu_link_gbps,
                                                         spec.clock_ghz)
+    update = 0  # the optimiser update that ends a training step (docs/ipu.md, "The pipeline")
+    cost = update_cost(spec.model.precision, spec.master_weights, spec.optimizer)
+    if spec.training and cost["flops"]:
+        for items in stage_ops:
+            params = _ceil_div(sum(op.weight_bytes for op, _ in items), e)
+            update = max(update, bytes_cycles((cost["read"] + cost["written"]) * params, spec.streaming_memory_gbps,
+                                              spec.clock_ghz),
+                         _ceil_div(cost["flops"] * params, n_tiles * spec.vector_flops_per_cycle))
     io0 = bytes_cycles(TOKEN_ID_BYTES * spec.micro.tokens, spec.streaming_memory_gbps, spec.clock_ghz)
     prog = IpuProgram(spec=spec, templates=templates, busy=np.array(busy_rows, np.int64).reshape(-1, n_tiles),
                       fwd_ptr=fwd_ptr, fwd_idx=fwd_idx, bwd_ptr=bwd_ptr, bwd_idx=bwd_idx,
                       t_comp=np.array([t.compute for t in templates], np.int64),
                       t_sync=np.array([t.sync for t in templates], np.int64),
                       t_exch=np.array([t.exchange for t in templates], np.int64), io0=io0, transfer=transfer,
-                      allreduce=allreduce, memory=mem, memory_parts=dict(code=code, weights=weights, activations=acts),
-                      stage_layers=stage_layers)
+                      allreduce=allreduce, update=update, memory=mem,
+                      memory_parts=dict(code=code, weights=weights, activations=acts), stage_layers=stage_layers)
     _check_cycles(prog)
     return prog
 
@@ -443,7 +455,7 @@ def _check_cycles(prog: IpuProgram) -> None:
     steps_per_dir = spec.microbatches + spec.stages - 1
     # Python ints: the bound itself may pass int64
     per_step = (steps_per_dir * (int(prog.stage_cycles(0).max()) + prog.io0 + prog.transfer)
-                + max(prog.allreduce, 0))
+                + max(prog.allreduce, 0) + prog.update)
     if spec.training:
         per_step += steps_per_dir * (int(prog.stage_cycles(1).max()) + prog.transfer)
     if per_step > MAX_CYCLES:

@@ -30,12 +30,13 @@ SUPERSTEPS = {
 #: name -> (column, units, description) of the pipeline/ table.
 PIPELINE = {
     "step": (K.PL_STEP, "1", "step"),
-    "direction": (K.PL_DIRECTION, "1", "0 forward, 1 backward pipeline step, 2 the gradient all-reduce"),
+    "direction": (K.PL_DIRECTION, "1", "0 forward, 1 backward pipeline step, 2 the end row (gradient all-reduce, "
+                  "optimiser update)"),
     "index": (K.PL_INDEX, "1", "pipeline step of its direction"),
     "start_cycle": (K.PL_START, "cycle", "first cycle"),
     "cycles": (K.PL_CYCLES, "cycles", "length: the slowest stage plus the transfer"),
-    "slowest_stage": (K.PL_SLOWEST, "1", "stage that set the length (-1 for the all-reduce)"),
-    "transfer_cycles": (K.PL_TRANSFER, "cycles", "IPU-Link transfer (or all-reduce) cycles in it"),
+    "slowest_stage": (K.PL_SLOWEST, "1", "stage that set the length (-1 for the end row)"),
+    "transfer_cycles": (K.PL_TRANSFER, "cycles", "IPU-Link transfer (or gradient all-reduce) cycles in it"),
 }
 
 #: name -> (dtype, units, description) of the templates/ table.
@@ -82,7 +83,8 @@ class IpuResultWriter(ResultFile):
             ds.dims[0].attach_scale(self.ss_row)
             self.ss[name] = ds
         g = f.create_group("pipeline")
-        g.attrs["description"] = "one row per pipeline step (and gradient all-reduce), in order"
+        g.attrs["description"] = ("one row per pipeline step (and end row: gradient all-reduce and optimiser "
+                                  "update), in order")
         self.pl_row = self._scale(g, "pipeline_row", np.zeros(0, np.int64), "1", "pipeline step", grow=True)
         self.pl = {}
         for name, (_, units, desc) in PIPELINE.items():

@@ -12,7 +12,10 @@ for one chunk of `tokens_per_chunk` tokens takes
 
 cycles (FLOPs_g counts the whole batch; computed in double precision), with r = 1 at 16 and 8
 bits and r = machine.fp32_rate at fp32 and tf32 (`meshsim.transformer.compute_rate`). The weights
-of a kernel must fit the SRAM of its region's PEs.
+of a kernel must fit the SRAM of its region's PEs; in training with an optimizer a backward
+kernel's region also keeps its parameters' fp32 master weights and optimiser state
+(`meshsim.transformer.update_cost`, "held"). The update itself is not timed: the layer pipeline
+streams chunks without a step's end.
 
 With weight streaming the regions are one layer's kernels over the whole grid, and each pass of
 the chunks through them runs the next layer; a layer's weights take
@@ -32,7 +35,7 @@ import numpy as np
 from kernels import mesh as K
 
 from ..errors import InputError
-from ..transformer import Model, compute_rate, operators
+from ..transformer import Model, compute_rate, operators, update_cost
 from .placement import place, weight_overflows
 
 # Where each elementwise or norm operator goes when fused: the matrix operator of its layer it
@@ -174,9 +177,12 @@ def build(sc) -> Pipeline:
         raise InputError(
             f"workload.tokens_per_chunk = {tpc}: a task of region {name} would take {work:,} cycles, more than "
             f"{MAX_WORK:,}; use fewer tokens per chunk, or a larger grid or machine.pe_flops_per_cycle")
-    no_fit = [(g.name, need_b, have) for g, need_b, have in
-              weight_overflows(placement, {name: buffers * k.weight_bytes for name, k in by_name.items()},
-                               m["sram_kib"])]
+    # a backward kernel's region also keeps its parameters' master weights and optimiser state
+    held = update_cost(wl["precision"], wl["master_weights"], wl["optimizer"])["held"] if wl["training"] else 0
+    e = model.element_bytes
+    need = {name: buffers * k.weight_bytes + (k.weight_bytes // e * held if k.phase == "backward" else 0)
+            for name, k in by_name.items()}
+    no_fit = [(g.name, need_b, have) for g, need_b, have in weight_overflows(placement, need, m["sram_kib"])]
     if no_fit and streaming:
         name, need_b, have = max(no_fit, key=lambda x: x[1] / x[2])
         raise InputError(
@@ -188,8 +194,10 @@ def build(sc) -> Pipeline:
         total = reps * sum(k.weight_bytes for g in groups for k in g)
         worst = sorted(no_fit, key=lambda x: x[2] / x[1])[:3]
         listed = "; ".join(f"{name} needs {need_b:,} bytes, its PEs hold {have:,}" for name, need_b, have in worst)
+        kept = (f" with the optimiser's {held} bytes a parameter of master weights and state (workload.optimizer = "
+                f"\"{wl['optimizer']}\", workload.master_weights = \"{wl['master_weights']}\")" if held else "")
         raise InputError(
-            f"workload: the weights do not fit the PEs' SRAM (machine.sram_kib = {m['sram_kib']}) in "
+            f"workload: the weights{kept} do not fit the PEs' SRAM (machine.sram_kib = {m['sram_kib']}) in "
             f"{len(no_fit)} of the {n_reg // reps} regions of a replica ({listed}); the weights of {reps} "
             f"replica(s) are {total:,} bytes for "
             f"{rows * cols * sram:,} bytes of SRAM on the grid. Layer-pipelined execution keeps every weight on "

@@ -123,6 +123,10 @@ LEVERS = {
                            "fp32 slows every PCU alike (machine.fp32_rate) and a narrower type only shrinks the "
                            "bytes: the time moves, the balance among the PCUs a section holds barely"),
     "machine.fp32_rate": (("step_seconds", "samples_per_second"), "it slows every PCU alike at fp32"),
+    "workload.optimizer": (("step_seconds", "samples_per_second", "ddr_bytes"),
+                           "the update is one more section at the step's end, streamed through DDR"),
+    "workload.master_weights": (("step_seconds", "samples_per_second", "ddr_bytes"),
+                                "an fp32 master copy adds bytes and fp32 arithmetic to the update alone"),
     "machine.section_switch_cycles": (("step_seconds",), "reconfiguration is time between sections, when no PCU works"),
     "workload.layers_per_stage": (("chip_li", "pipeline_bubble_fraction"),
                                   "the split moves work between pipeline stages (chips), not within a section"),

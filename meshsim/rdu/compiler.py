@@ -17,7 +17,7 @@ from kernels import rdu as K
 
 from ..errors import InputError
 from ..params import RDU_PRESETS, param
-from ..transformer import Model, backward_of, compute_rate, operators
+from ..transformer import Model, backward_of, compute_rate, operators, update_cost
 from .checks import parse_parallelism
 
 ANCHOR_KINDS = ("gemm", "attention")
@@ -61,6 +61,8 @@ class RduSpec:
     chips_per_node: int = 8
     node_interconnect_gbps: float = 25.0
     node_interconnect_latency_cycles: int = 20000
+    optimizer: str = "none"  # the update at the end of a training step: none, sgd or adam
+    master_weights: str = "same"  # "fp32": fp32 master weights beside the weights computed with
 
     @property
     def degrees(self) -> tuple[int, int, int]:
@@ -128,7 +130,8 @@ MACHINE_KEYS = ("pcus", "pcu_lanes", "pcu_stages", "pmus", "pmu_kib", "pmu_bytes
                 "interconnect_gbps", "interconnect_latency_cycles", "placement", "fp32_rate", "chips_per_node",
                 "node_interconnect_gbps", "node_interconnect_latency_cycles")
 MODEL_KEYS = ("hidden_size", "n_layers", "n_heads", "seq_len", "batch", "ffn_multiplier", "precision")
-RUN_KEYS = ("training", "fusion", "tile_tokens", "parallelism", "microbatches", "prefetch", "layers_per_stage")
+RUN_KEYS = ("training", "fusion", "tile_tokens", "parallelism", "microbatches", "prefetch", "layers_per_stage",
+            "optimizer", "master_weights")
 
 
 def spec_from_scenario(sc) -> RduSpec:
@@ -569,7 +572,7 @@ def compile_program(spec: RduSpec) -> RduProgram:
 
     programs = []
     for i in range(p):
-        prog = []  # (template, microbatch, phase "f", "b" or "g", position in the phase)
+        prog = []  # (template, microbatch, phase "f", "b", "g" or "u", position in the phase)
         for j in range(m):
             for n, x in enumerate(chip_fwd[i]):
                 prog.append((x, j, "f", n))
@@ -585,6 +588,9 @@ def compile_program(spec: RduSpec) -> RduProgram:
                           prefetch_cap=spec.pmus * spec.pmu_bytes)
             prog.append((len(sections), -1, "g", 0))
             sections.append(sec)
+        if spec.training and spec.optimizer != "none":
+            prog.append((len(sections), -1, "u", 0))
+            sections.append(optimizer_section(spec, i, chip_weights[i]))
         programs.append(prog)
     # Dependencies between chips: first forward section of microbatch j on chip i waits for the
     # last forward section of j on chip i-1; first backward section on i for the last on i+1.
@@ -630,6 +636,27 @@ def compile_program(spec: RduSpec) -> RduProgram:
         instance_microbatch=mbs,
         chips_total=t * p * d,
     )
+
+
+def optimizer_section(spec: RduSpec, chip: int, weight_bytes: int) -> Section:
+    """The optimiser update that ends chip `chip`'s training step (docs/rdu.md, "The chip
+    programs"): its parameters streamed from DDR and back in tiles of tile_tokens x hidden_size
+    parameters, every PCU updating a share of each tile, in fp32 with fp32 master weights."""
+    e = spec.model.element_bytes
+    cost = update_cost(spec.model.precision, spec.master_weights, spec.optimizer)
+    params = ceil_div(weight_bytes, e)
+    tiles = max(1, ceil_div(params, spec.tile_tokens * spec.model.hidden_size))
+    per_tile = ceil_div(params, tiles)
+    r = compute_rate("fp32", spec.fp32_rate) if spec.master_weights == "fp32" else spec.rate
+    d = spec.pcu_stages
+    c = ceil_div(cost["flops"] * per_tile * r.denominator, spec.pcus * spec.pcu_lanes * 2 * d * r.numerator) + d
+    op = Op(f"chip{chip}:optimizer", "optimizer", "backward", -1, cost["flops"] * params, 0,
+            cost["read"] * params, cost["written"] * params, 1)
+    ld, sd = ceil_div(cost["read"] * params, tiles), ceil_div(cost["written"] * params, tiles)
+    pmus = min(spec.pmus, max(1, ceil_div(spec.buffer_tiles * (ld + sd), spec.pmu_bytes)))
+    st = Stage(op, pcus=spec.pcus, groups=spec.pcus, n_hi=spec.pcus, c_hi=c, pmus=pmus, dur=c)
+    return Section(name=op.name, phase="backward", stages=[st], tiles=tiles, load_bytes=ld, store_bytes=sd,
+                   pmus=pmus, prefetch_cap=(spec.pmus - pmus) * spec.pmu_bytes)
 
 
 def roofline_rows(values: dict, platform) -> list[dict]:

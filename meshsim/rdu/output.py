@@ -33,7 +33,7 @@ SECTIONS = {
     "chip": (np.int32, "1", "chip (pipeline stage) the instance ran on"),
     "instance": (np.int32, "1", "position in the chip's program"),
     "template": (np.int32, "1", "section template (compiled section) it ran"),
-    "microbatch": (np.int32, "1", "microbatch it processed (-1: the gradient all-reduce)"),
+    "microbatch": (np.int32, "1", "microbatch it processed (-1: the gradient all-reduce or the optimiser update)"),
     "start_cycle": (np.int64, "cycle", "first cycle after the previous instance (switch and wait included)"),
     "end_cycle": (np.int64, "cycle", "cycle at whose end its last tile was stored"),
     "tiles": (np.int64, "tiles", "tiles streamed through it"),
