@@ -102,3 +102,15 @@ def test_the_shipped_cases_print_their_errors_and_the_speedups_hold_their_tolera
     assert "envelope" in capsys.readouterr().out
     if outside:
         assert main(["accuracy", "-q", "--check", "--only", outside[0]["case"]]) == 1
+
+
+def test_a_scenario_path_is_read_beside_the_table_and_a_missing_table_is_named(tmp_path, capsys):
+    (tmp_path / "s.toml").write_text('[machine]\ntype = "rdu"\npreset = "sn10"\n[workload]\ntype = "transformer"\n'
+                                     "hidden_size = 256\nn_heads = 4\nn_layers = 1\nseq_len = 256\nbatch = 2\n")
+    table = write(tmp_path / "t.csv", [("beside", "s.toml", "workload.fusion=o3", "sections", "2", "me", "", "")])
+    (case,) = read_table(table)
+    assert case.scenario == str(tmp_path / "s.toml")
+    (row,) = evaluate([case])
+    assert row["model"] >= 1 and row["error"] == pytest.approx(row["model"] / 2 - 1)
+    assert main(["accuracy", "--no-shipped", "--table", str(tmp_path / "nope.csv")]) == 2
+    assert "nope.csv: cannot read the reference table" in capsys.readouterr().err
