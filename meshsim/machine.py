@@ -173,7 +173,7 @@ class Machine(ABC):
             return None
         moves, why = self.levers[key]
         if figure in moves:
-            return None
+            return f"on the {self.name} {key} moves {', '.join(moves)}, but not {figure} between these runs"
         return f"on the {self.name} {key} moves {', '.join(moves)}: {why}"
 
     def findings(self, analysis: dict, add) -> None:

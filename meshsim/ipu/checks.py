@@ -53,6 +53,11 @@ def _check_transformer(ok, get, add, shown) -> None:
 #: What each lever of an ipu scenario moves, and why it leaves the rest (docs/ipu.md, "Which lever
 #: moves which figure"): key -> (the figures it moves, why it leaves the others where they are).
 LEVERS = {
+    "workload.layers_per_ipu": (("stage_li", "samples_per_second"), "it moves blocks between stages"),
+    "workload.hidden_size": (("samples_per_second", "li", "memory_max_bytes"),
+                             "every stage's operators widen alike"),
+    "workload.n_layers": (("samples_per_second", "stage_li"),
+                          "the stages' balance moves only as the split of the layers over them does"),
     "workload.tensor_parallel": (("samples_per_second", "li", "exchange_fraction"),
                                  "every stage splits over its IPUs alike, so the stages' balance stays; the "
                                  "tiles' balance and the time move"),

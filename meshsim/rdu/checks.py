@@ -99,6 +99,17 @@ def _parallelism_meant(text: str) -> str | None:
 #: What each lever of an rdu scenario moves, and why it leaves the rest (docs/rdu.md, "Which lever
 #: moves which figure"): key -> (the figures it moves, why it leaves the others where they are).
 LEVERS = {
+    "workload.fusion": (("pcu_alloc_mean", "li_occupied", "li", "step_seconds", "sections"),
+                        "fusion decides which operators share a section, and so every figure of the allocation"),
+    "workload.hidden_size": (("pcu_alloc_mean", "step_seconds", "operator_li_min"),
+                             "wider operators hold more PCUs; every operator widens alike, so the balance among "
+                             "the PCUs a section holds barely moves"),
+    "machine.ddr_bandwidth_gbps": (("ddr_wait_fraction", "step_seconds", "li_occupied"),
+                                   "a stage waiting on DDR idles its PCUs; where no section waits on DDR it moves "
+                                   "nothing"),
+    "workload.parallelism": (("pcu_alloc_mean", "chip_li", "pipeline_bubble_fraction", "step_seconds"),
+                             "a tensor split narrows every operator alike; a pipeline split moves work between "
+                             "chips"),
     "workload.batch": (("step_seconds", "samples_per_second", "tiles"),
                        "more sequences stream more tiles through the same sections: the step grows in proportion, "
                        "the allocation stays, and so does the balance within each section once it streams many "
