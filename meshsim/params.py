@@ -251,6 +251,15 @@ PARAMS: tuple[Param, ...] = (
     Param("machine", "ipu_sync_cycles", "int", "cycles", 5000,
           "Cycles of a barrier across IPUs, paid by every IPU-Link transfer (an assumption).",
           (0, 1_000_000_000), _IPU),
+    Param("machine", "ipus_per_node", "int", "IPUs", 16,
+          "IPUs joined by IPU-Links in one node (an IPU-POD16); the IPUs are numbered tensor first, then "
+          "stage, then replica, and fill the nodes in order (docs/ipu.md, \"Topology\").", (1, 4096), _IPU),
+    Param("machine", "node_link_gbps", "float", "GB/s", 25.0,
+          "Bandwidth per IPU between nodes (an assumption), for any all-reduce or transfer whose IPUs are "
+          "not all in one node.", (0.001, 1e6), _IPU),
+    Param("machine", "node_sync_cycles", "int", "cycles", 20000,
+          "Cycles of a barrier across nodes, paid by every transfer between them (an assumption).",
+          (0, 1_000_000_000), _IPU),
     Param("machine", "exchange_latency_cycles", "int", "cycles", 30,
           "Cycles from the first byte sent in an exchange to the first received (an assumption).",
           (0, 1_000_000_000), _IPU),

@@ -634,3 +634,31 @@ def test_the_end_row_of_a_step_holds_the_all_reduce_and_the_update_by_hand(workl
 def test_a_streaming_memory_fast_enough_leaves_the_update_to_the_tiles_vector_work():
     prog = compile_scenario(scenario(dict(training=True, optimizer="adam"), dict(streaming_memory_gbps=10000.0)))
     assert prog.update == 4_986
+
+
+@pytest.mark.parametrize("per_node", [16, 6, 3, 2])
+def test_kernel_matches_reference_when_groups_cross_nodes(per_node):
+    """docs/ipu.md, "Topology": 12 IPUs (3 stages x T2 x 2 replicas) in nodes of 16, 6, 3 and 2."""
+    assert_matches_reference(scenario(dict(n_layers=3, layers_per_ipu=[1, 1, 1], tensor_parallel=2, replicas=2,
+                                           training=True), dict(ipus_per_node=per_node), steps=1))
+
+
+@pytest.mark.parametrize("per_node, tensor, transfer, end", [
+    # IPU (ti, s, ri) is number (ri 3 + s) 2 + ti. Nodes of 16 hold all 12; of 6 one replica each
+    # (only the gradient all-reduce crosses: 20,000 + ceil(63,040 x 1.33 / 25) = 23,354); of 3, stage
+    # 1's tensor group {2, 3} and the hand-over {1, 3} cross too: 20,000 + ceil(10,240 x 1.33 / 25)
+    (16, [5_043] * 3, 5_043, 5_263),
+    (6, [5_043] * 3, 5_043, 23_354),
+    (3, [5_043, 20_545, 5_043], 20_545, 23_354),
+])
+def test_a_movement_across_nodes_takes_the_slower_link_by_hand(per_node, tensor, transfer, end):
+    sc = scenario(dict(n_layers=3, layers_per_ipu=[1, 1, 1], tensor_parallel=2, replicas=2, training=True),
+                  dict(ipus_per_node=per_node), steps=1)
+    prog, sim, ss, pl, lat = run_kernel(sc)
+    base = {t.stage: t.exchange for t in compile_scenario(scenario(
+        dict(n_layers=3, layers_per_ipu=[1, 1, 1], tensor_parallel=1, replicas=2, training=True))).templates
+        if t.name.endswith("out_proj")}
+    got = {t.stage: t.exchange for t in prog.templates if t.name.endswith("out_proj")}
+    assert [got[s] - base[s] for s in range(3)] == tensor  # the all-reduce in each stage's exchange
+    assert set(pl[pl[:, K.PL_DIRECTION] < 2, K.PL_TRANSFER].tolist()) == {transfer}
+    assert pl[pl[:, K.PL_DIRECTION] == 2, K.PL_CYCLES].tolist() == [end]

@@ -29,8 +29,9 @@ Choices made where docs/ipu.md is ambiguous or silent (each is also noted at its
    embedding).
 6. The slowest stage of a pipeline step is taken among the stages that process a micro-batch in
    it (an idle stage has no time); ties go to the lowest stage.
-7. A pipeline row's `transfer_cycles` is the IPU-Link transfer only (`ipu_sync_cycles +
-   bytes_cycles(T H e, ipu_link_gbps)` when `n > 1`, else 0); the token streaming counts in the
+7. A pipeline row's `transfer_cycles` is the transfer between stages only (`sync_L +
+   bytes_cycles(T H e, gbps_L)` over the stages' link L when `n > 1`, else 0, Choice 25); the
+   token streaming counts in the
    stage's time (so in `cycles` via the slowest stage) and in the *transfer* share only when
    stage 0 is the slowest stage.
 8. `Wst` of the all-reduce is the sum of `Wb(o)` over the stage's forward operators (embedding
@@ -84,6 +85,26 @@ Choices made where docs/ipu.md is ambiguous or silent (each is also noted at its
 22. The update is not a superstep: it adds no superstep row or template, no tile busy cycles (its
     vector work is not in `tile_busy`), no memory (its state lives in streaming memory), and it
     does not change the micro-batch latencies (which end with a micro-batch's last superstep).
+23. Topology ("Mapping", "Topology"): `ipus_per_node`, `node_link_gbps` and `node_sync_cycles` are read
+    from `values["machine"]`; a missing key (or None) means the doc's default, 16, 25.0 and 20000.  IPU
+    `(ti, s, ri)` is number `(ri n + s) t + ti` over all `r` replicas (not only the simulated one), on
+    node `number // ipus_per_node`; a group "lies in one node" when all its IPUs have the same node.
+    A link is chosen per kind of movement, over every group of that kind, and holds for every instance
+    of it: the node link `(ipu_link_gbps, ipu_sync_cycles)` when every group lies in one node, else
+    `(node_link_gbps, node_sync_cycles)`.
+24. The tensor all-reduce's link is chosen per stage: stage `s` looks at its groups `{(ti, s, ri) : ti}`
+    for every `ri` in `0..r-1` (one spanning group, in any replica, makes the whole stage use the link
+    between nodes), so stages of one run may pay different all-reduce cycles; the other stages' groups
+    do not matter.  Every templated all-reduce of stage `s` (forward out_proj / ffn_down, backward
+    qkv_proj / ffn_up) uses stage `s`'s link.  With `t = 1` it is 0 whatever the link.
+25. The transfer between stages has one link for the whole run (every pipeline step, both directions,
+    whichever stages hold a micro-batch in that step): the link between nodes when any pair
+    `{(ti, s, ri), (ti, s + 1, ri)}`, for any `ti`, any `s < n - 1` and any `ri`, spans two nodes.  With
+    `n = 1` there are no pairs and no transfer.
+26. The gradient all-reduce (with `r > 1` and training) has one link: the link between nodes when any
+    group `{(ti, s, ri) : ri}`, for any `ti` and any stage `s`, spans nodes (every stage reduces at
+    once, and the end row pays one all-reduce).  The optimiser update streams from streaming memory
+    and does not depend on the topology.
 """
 
 from __future__ import annotations
@@ -198,6 +219,13 @@ def simulate(values: dict) -> dict:
     ipu_sync_cycles = int(mach["ipu_sync_cycles"])
     exchange_latency = int(mach["exchange_latency_cycles"])
     ipu_link_gbps = mach["ipu_link_gbps"]
+    # Choice 23: the topology's keys, with the doc's defaults when missing (older inputs).
+    ipus_per_node = mach.get("ipus_per_node")
+    ipus_per_node = 16 if ipus_per_node is None else int(ipus_per_node)
+    node_link_gbps = mach.get("node_link_gbps")
+    node_link_gbps = 25.0 if node_link_gbps is None else node_link_gbps
+    node_sync_cycles = mach.get("node_sync_cycles")
+    node_sync_cycles = 20000 if node_sync_cycles is None else int(node_sync_cycles)
     streaming_gbps = mach["streaming_memory_gbps"]
 
     H = int(wl["hidden_size"])
@@ -246,12 +274,42 @@ def simulate(values: dict) -> dict:
     T = B_m * S
     F_width = int(wl["ffn_multiplier"]) * H  # F of the operator table
 
+    # ---- Topology (docs/ipu.md "Topology", Choices 23-26).  IPU (ti, s, ri) is number (ri n + s) t + ti
+    # and sits on node number // ipus_per_node.  A kind of data movement uses the node's link
+    # (ipu_link_gbps, ipu_sync_cycles) when every one of its groups lies in one node, else the link
+    # between nodes (node_link_gbps, node_sync_cycles).
+    def node_of(ti, s, ri, t=tp, per_node=ipus_per_node):
+        # t bound now: the run loop below reuses the name `tp` for a template.
+        return ((ri * n + s) * t + ti) // per_node
+
+    def spans_nodes(group):
+        return len(set(node_of(ti, s, ri) for ti, s, ri in group)) > 1
+
+    def link(groups):
+        # (gbps_L, sync_L) for a kind of movement made of these groups of IPUs.
+        if any(spans_nodes(g) for g in groups):
+            return node_link_gbps, node_sync_cycles
+        return ipu_link_gbps, ipu_sync_cycles
+
+    # Choice 24: stage s's tensor all-reduces: the groups {(ti, s, ri) : ti}, one per ri.
+    tensor_link = [link([[(ti, s, ri) for ti in range(tp)] for ri in range(r_replicas)]) for s in range(n)]
+    # Choice 25: the transfer between stages: the pairs {(ti, s, ri), (ti, s + 1, ri)} of every s < n - 1.
+    stage_link = link(
+        [[(ti, s, ri), (ti, s + 1, ri)] for ri in range(r_replicas) for s in range(n - 1) for ti in range(tp)]
+    )
+    # Choice 26: the gradient all-reduce: the groups {(ti, s, ri) : ri}, one per (ti, s).
+    replica_link = link([[(ti, s, ri) for ri in range(r_replicas)] for s in range(n) for ti in range(tp)])
+
     # docs/ipu.md "Tensor parallelism": with t > 1 the exchange phase of the listed supersteps adds a
-    # ring all-reduce of the operator's T H e-byte output over the stage's t IPUs; 0 with t = 1.
-    if tp > 1:
-        tp_allreduce = ipu_sync_cycles + bytes_cycles(_ceil_div(2 * (tp - 1) * T * H * e, tp), ipu_link_gbps)
-    else:
-        tp_allreduce = 0
+    # ring all-reduce of the operator's T H e-byte output over the stage's t IPUs, over the link of the
+    # stage's tensor groups (Choice 24); 0 with t = 1.
+    tp_allreduce = []
+    for s in range(n):
+        if tp > 1:
+            gbps_L, sync_L = tensor_link[s]
+            tp_allreduce.append(sync_L + bytes_cycles(_ceil_div(2 * (tp - 1) * T * H * e, tp), gbps_L))
+        else:
+            tp_allreduce.append(0)
 
     # ---- Stages: which blocks each IPU holds.
     stage_layers = []
@@ -496,7 +554,7 @@ def simulate(values: dict) -> dict:
                 if (d == DIR_FORWARD and fo["op"] in TP_ALLREDUCE_FORWARD) or (
                     d == DIR_BACKWARD and fo["op"] in TP_ALLREDUCE_BACKWARD
                 ):
-                    exchange += tp_allreduce
+                    exchange += tp_allreduce[s]
                 ids.append(len(templates))
                 templates.append(
                     dict(
@@ -532,8 +590,13 @@ def simulate(values: dict) -> dict:
             stage_time[s][0] += stream_cycles
         stage_time[s][1] = sum(superstep_length(x) for x in stage_bwd_ids[s])
 
-    # Choice 4: every pipeline step has the transfer when n > 1.  Choice 15: T H e, not split.
-    link_transfer = (ipu_sync_cycles + bytes_cycles(T * H * e, ipu_link_gbps)) if n > 1 else 0
+    # Choice 4: every pipeline step has the transfer when n > 1.  Choice 15: T H e, not split.  Choice
+    # 25: over the stages' link L, one for every pipeline step.
+    if n > 1:
+        gbps_L, sync_L = stage_link
+        link_transfer = sync_L + bytes_cycles(T * H * e, gbps_L)
+    else:
+        link_transfer = 0
     # W_s: the sum of Wb(o) over stage s's forward operators, the embedding table included.  With
     # tensor parallelism these are the simulated IPU's per-IPU (split) Wb(o) (docs/ipu.md "The
     # pipeline": Wst is the simulated IPU's share; Choice 19: W_s of the update likewise).
@@ -542,7 +605,9 @@ def simulate(values: dict) -> dict:
     if r_replicas > 1 and training:
         # Choice 8: Wst is the largest W_s, not doubled for training and not rounded per tile.
         wst = max(stage_weight_bytes)
-        allreduce = ipu_sync_cycles + bytes_cycles(_ceil_div(2 * (r_replicas - 1) * wst, r_replicas), ipu_link_gbps)
+        # Choice 26: over the replicas' link L.
+        gbps_L, sync_L = replica_link
+        allreduce = sync_L + bytes_cycles(_ceil_div(2 * (r_replicas - 1) * wst, r_replicas), gbps_L)
     # docs/ipu.md "The pipeline": with training and an optimiser other than "none", the optimiser
     # update: stage s streams (read + written) P_s bytes while its tiles do phi P_s FLOPs, overlapped;
     # U is the slowest stage's (every stage updates at once).  Choices 18-20.

@@ -57,6 +57,34 @@ class IpuSpec:
     tensor_parallel: int = 1
     optimizer: str = "none"
     master_weights: str = "same"
+    ipus_per_node: int = 16
+    node_link_gbps: float = 25.0
+    node_sync_cycles: int = 20000
+
+    def link(self, groups) -> tuple[float, int]:
+        """(GB/s, sync cycles) of a movement every group of IPUs in `groups` makes at once: the
+        IPU-Links when each group lies in one node, else the links between nodes (docs/ipu.md,
+        "Topology"). IPU (ti, s, ri) is number (ri n + s) t + ti."""
+        if all(len({i // self.ipus_per_node for i in g}) <= 1 for g in groups):
+            return self.ipu_link_gbps, self.ipu_sync_cycles
+        return self.node_link_gbps, self.node_sync_cycles
+
+    def ipu_number(self, ti: int, s: int, ri: int) -> int:
+        return (ri * self.stages + s) * self.tensor_parallel + ti
+
+    def tensor_link(self, s: int) -> tuple[float, int]:
+        t = self.tensor_parallel
+        return self.link([[self.ipu_number(ti, s, ri) for ti in range(t)] for ri in range(self.replicas)])
+
+    def stage_link(self) -> tuple[float, int]:
+        t = self.tensor_parallel
+        return self.link([[self.ipu_number(ti, s, ri), self.ipu_number(ti, s + 1, ri)]
+                          for s in range(self.stages - 1) for ti in range(t) for ri in range(self.replicas)])
+
+    def replica_link(self) -> tuple[float, int]:
+        t = self.tensor_parallel
+        return self.link([[self.ipu_number(ti, s, ri) for ri in range(self.replicas)]
+                          for s in range(self.stages) for ti in range(t)])
 
     @property
     def stages(self) -> int:
@@ -89,7 +117,8 @@ def spec_of(values: dict) -> IpuSpec:
                    replicas=w["replicas"], microbatches=mb, vocab_size=w["vocab_size"], training=w["training"],
                    recompute=w["recompute"] and w["training"], steps=values["run"]["steps"],
                    tensor_parallel=w.get("tensor_parallel", 1), optimizer=w.get("optimizer", "none"),
-                   master_weights=w.get("master_weights", "same"))
+                   master_weights=w.get("master_weights", "same"), ipus_per_node=m.get("ipus_per_node", 16),
+                   node_link_gbps=m.get("node_link_gbps", 25.0), node_sync_cycles=m.get("node_sync_cycles", 20000))
 
 
 def bytes_cycles(nbytes: int, gbps: float, clock_ghz: float) -> int:
@@ -318,12 +347,12 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
     code = spec.code_kib_per_tile * 1024
     e, th = spec.micro.element_bytes, spec.micro.tokens * spec.micro.hidden_size
     tp = spec.tensor_parallel
-    # a ring all-reduce of one operator's T H e output over the stage's t IPUs (docs/ipu.md)
-    tp_allreduce = (spec.ipu_sync_cycles + bytes_cycles(_ceil_div(2 * (tp - 1) * th * e, tp), spec.ipu_link_gbps,
-                                                        spec.clock_ghz)) if tp > 1 else 0
     stage_layers = []
     first_layer = 0
     for s, items in enumerate(stage_ops):
+        # a ring all-reduce of one operator's T H e output over the stage's t IPUs (docs/ipu.md)
+        gbps, sync = spec.tensor_link(s)
+        tp_allreduce = sync + bytes_cycles(_ceil_div(2 * (tp - 1) * th * e, tp), gbps, spec.clock_ghz) if tp > 1 else 0
         stage_layers.append(list(range(first_layer, first_layer + spec.layers_per_ipu[s])))
         first_layer += spec.layers_per_ipu[s]
         units, offset = [], 0
@@ -421,13 +450,14 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
     fwd_ptr, fwd_idx = csr(fwd)
     bwd_ptr, bwd_idx = csr(bwd)
     n = spec.stages
-    transfer = spec.ipu_sync_cycles + bytes_cycles(th * e, spec.ipu_link_gbps, spec.clock_ghz) if n > 1 else 0
+    gbps, sync = spec.stage_link()
+    transfer = sync + bytes_cycles(th * e, gbps, spec.clock_ghz) if n > 1 else 0
     allreduce = -1
     if spec.training and spec.replicas > 1:
         r = spec.replicas
         wst = max(sum(op.weight_bytes for op, _ in items) for items in stage_ops)
-        allreduce = spec.ipu_sync_cycles + bytes_cycles(_ceil_div(2 * (r - 1) * wst, r), spec.ipu_link_gbps,
-                                                        spec.clock_ghz)
+        gbps, sync = spec.replica_link()
+        allreduce = sync + bytes_cycles(_ceil_div(2 * (r - 1) * wst, r), gbps, spec.clock_ghz)
     update = 0  # the optimiser update that ends a training step (docs/ipu.md, "The pipeline")
     cost = update_cost(spec.model.precision, spec.master_weights, spec.optimizer)
     if spec.training and cost["flops"]:
