@@ -61,6 +61,8 @@ LEVERS = {
     "workload.tensor_parallel": (("samples_per_second", "li", "exchange_fraction"),
                                  "every stage splits over its IPUs alike, so the stages' balance stays; the "
                                  "tiles' balance and the time move"),
+    "machine.ipus_per_node": (("samples_per_second", "exchange_fraction", "transfer_fraction"),
+                              "it decides which all-reduces and transfers take the slower links between nodes"),
     "workload.batch": (("samples_per_second", "pipeline_bubble_fraction"),
                        "every stage's time per micro-batch grows alike"),
     "workload.gradient_accumulation": (("pipeline_bubble_fraction", "samples_per_second"),

@@ -110,6 +110,9 @@ LEVERS = {
     "workload.parallelism": (("pcu_alloc_mean", "chip_li", "pipeline_bubble_fraction", "step_seconds"),
                              "a tensor split narrows every operator alike; a pipeline split moves work between "
                              "chips"),
+    "machine.chips_per_node": (("step_seconds", "pipeline_bubble_fraction"),
+                               "it decides which collectives and hand-overs take the slower links between nodes: "
+                               "time, not which PCUs work"),
     "workload.batch": (("step_seconds", "samples_per_second", "tiles"),
                        "more sequences stream more tiles through the same sections: the step grows in proportion, "
                        "the allocation stays, and so does the balance within each section once it streams many "
