@@ -5,8 +5,9 @@ A reference table is a CSV file with one case per row and the columns
 
 - `scenario`: a scenario file (relative to the table's folder, else as given), or empty: the
   scenario is then made of the overrides alone (they name `machine.type` and the workload);
-- `overrides`: `section.key=value` items separated by spaces, as on the command line;
-- `figure`: a name of the run's summary (docs/results.md), e.g. `samples_per_second`;
+- `overrides`: `section.key=value` items separated by spaces, as on the command line (quoted where a
+  value holds spaces);
+- `figure`: a name of the run's summary (docs/design.md, "Result files"), e.g. `samples_per_second`;
 - `reference`: the measured or analytic value;
 - `source`: where the reference comes from;
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import math
+import shlex
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,9 +57,11 @@ def read_table(path) -> list[Case]:
     problem."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark is not a column's name
     except OSError as e:
         raise InputError(f"{path}: cannot read the reference table ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: the reference table is not UTF-8 text ({e.reason} at byte {e.start})") from None
     rows = list(csv.DictReader(text.splitlines()))
     header = rows[0].keys() if rows else next(csv.reader(text.splitlines()), [])
     missing = [c for c in REQUIRED if c not in header]
@@ -79,14 +83,26 @@ def read_table(path) -> list[Case]:
         if scenario and not Path(scenario).is_absolute() and (path.parent / scenario).exists():
             scenario = str(path.parent / scenario)
         base = row.get("baseline")
-        cases.append(Case(case=(row.get("case") or "").strip() or figure, scenario=scenario,
-                          overrides=tuple((row.get("overrides") or "").split()), figure=figure,
-                          reference=ref if ref is not None else math.nan, source=(row.get("source") or "").strip(),
-                          baseline=tuple(base.split()) if base and base.strip() else None, tolerance=tol,
-                          origin=where))
+        overrides, baseline = _items(row.get("overrides"), where, "overrides", problems), None
+        if base and base.strip():
+            baseline = _items(base, where, "baseline", problems)
+        cases.append(Case(case=(row.get("case") or "").strip() or figure, scenario=scenario, overrides=overrides,
+                          figure=figure, reference=ref if ref is not None else math.nan,
+                          source=(row.get("source") or "").strip(), baseline=baseline, tolerance=tol, origin=where))
     if problems:
         raise InputError(problems)
     return cases
+
+
+def _items(text, where: str, column: str, problems: list) -> tuple:
+    """`section.key=value` items of a cell, split as a shell would (a quoted value may hold spaces:
+    'workload.layers_per_ipu=[3, 3, 3, 3]')."""
+    try:
+        return tuple(shlex.split(text or ""))
+    except ValueError as e:
+        problems.append(f"{where}: {column} = {text!r}: {e} (items are section.key=value, quoted where a value "
+                        "holds spaces)")
+        return ()
 
 
 def _number(text, where: str, column: str, problems: list) -> float | None:

@@ -141,15 +141,15 @@ def latency_figures(stats: dict) -> dict:
             "latency_p99_cycles": stats["p99"], "latency_max_cycles": stats["max"]}
 
 
-def weighted_allocation(alloc_max: float, span, held, li, pcus: int) -> dict:
+def weighted_allocation(span, held, li, pcus: int) -> dict:
     """The allocation figures of a machine that runs programs one after another on parts of its
     units (the rdu's sections, docs/rdu.md "Metrics"), from each program instance's cycles `span`,
-    units `held` and busy-time LI over them `li`: pcu_alloc_max (given, the largest share of the
-    units a program holds), pcu_alloc_mean (the share held, weighted by cycles) and li_occupied
-    (the LI over the units held, weighted by cycles; instances that hold none left out)."""
+    units `held` and busy-time LI over them `li`: pcu_alloc_max (the largest share of the units an
+    instance holds), pcu_alloc_mean (the share held, weighted by cycles) and li_occupied (the LI over
+    the units held, weighted by cycles; instances that hold none left out). NaN without instances."""
     span, held, li = np.asarray(span, np.int64), np.asarray(held, np.int64), np.asarray(li, np.float64)
     ok = held > 0
     t = int(span.sum())
-    return dict(pcu_alloc_max=float(alloc_max),
+    return dict(pcu_alloc_max=float(held.max()) / pcus if held.size else float("nan"),
                 pcu_alloc_mean=float((span * held).sum() / (pcus * t)) if t else float("nan"),
                 li_occupied=float((span[ok] * li[ok]).sum() / span[ok].sum()) if span[ok].sum() else float("nan"))

@@ -254,9 +254,10 @@ PARAMS: tuple[Param, ...] = (
     Param("machine", "ipus_per_node", "int", "IPUs", 16,
           "IPUs joined by IPU-Links in one node (an IPU-POD16); the IPUs are numbered tensor first, then "
           "stage, then replica, and fill the nodes in order (docs/ipu.md, \"Topology\").", (1, 4096), _IPU),
-    Param("machine", "node_link_gbps", "float", "GB/s", 25.0,
-          "Bandwidth per IPU between nodes (an assumption), for any all-reduce or transfer whose IPUs are "
-          "not all in one node.", (0.001, 1e6), _IPU),
+    Param("machine", "node_link_gbps", "float", "GB/s", 6.25,
+          "Bandwidth per IPU between nodes (an assumption: an IPU-M2000's two 100 Gb/s gateway links "
+          "shared by its four IPUs), for any all-reduce or transfer whose IPUs are not all in one node.",
+          (0.001, 1e6), _IPU),
     Param("machine", "node_sync_cycles", "int", "cycles", 20000,
           "Cycles of a barrier across nodes, paid by every transfer between them (an assumption).",
           (0, 1_000_000_000), _IPU),
@@ -348,8 +349,8 @@ PARAMS: tuple[Param, ...] = (
           "Add the backward kernels (a training step) after the forward ones.", None, _MODEL),
     Param("workload", "optimizer", "str", "", "none",
           "Training: the update at the end of a step (none: not modelled; sgd: 2 FLOPs a parameter; adam: "
-          "12, and two fp32 moments of state); its bytes and time per machine: docs/rdu.md, docs/ipu.md, "
-          "docs/mesh.md.", ("none", "sgd", "adam"), _MODEL),
+          "12, and two fp32 moments of state); where each machine keeps its state and how long it takes: "
+          "docs/design.md, \"Metrics\".", ("none", "sgd", "adam"), _MODEL),
     Param("workload", "master_weights", "str", "", "same",
           "Training with an optimizer: \"fp32\" keeps fp32 master weights beside the weights computed with "
           "(mixed precision: 16-bit compute, fp32 update), \"same\" updates the weights in their own "

@@ -435,6 +435,13 @@ def gantt(path, out, fmt: str = "png") -> list[Path]:
     return [_save(fig, out, "gantt", fmt)]
 
 
+#: A roofline kernel's dot by what bounds it (meshsim.roofline.kernels_of), and the colours' names.
+BOUND_COLOURS = {"compute": "#0072B2", "memory": "#D55E00", "weights": "#009E73", "on-chip": "#E69F00",
+                 "interconnect": "#CC79A7", "exchange": "#CC79A7", "sync": "#999999"}
+BOUND_NAMES = {"compute": "blue", "memory": "orange", "weights": "green", "on-chip": "yellow",
+               "interconnect": "pink", "exchange": "pink", "sync": "grey"}
+
+
 def roofline(path, out, fmt: str = "png") -> list[Path]:
     """The platforms' rooflines and the run's transformer kernels on its machine."""
     from .roofline import kernels_of, kernels_title, model_of, platform_of, presets, values_of_file
@@ -463,7 +470,7 @@ def roofline(path, out, fmt: str = "png") -> list[Path]:
         if not math.isfinite(r["intensity"]):  # a section that moves nothing over DDR has no place on it
             continue
         y = r["attainable_flops"] / 1e12
-        colour = {"memory": "#D55E00", "weights": "#009E73"}.get(r["bound"], "#0072B2")
+        colour = BOUND_COLOURS.get(r["bound"], BOUND_COLOURS["compute"])
         ax.scatter([r["intensity"]], [y], s=28, zorder=3, color=colour)
         if ".backward" not in r["name"]:  # a backward kernel sits near its forward one
             label = r["name"].replace("layer0.", "").replace(".allreduce", "")  # every kernel is layer 0's
@@ -473,8 +480,9 @@ def roofline(path, out, fmt: str = "png") -> list[Path]:
     ax.set_xlabel("arithmetic intensity (FLOPs / byte)")
     ax.set_ylabel("attainable (TFLOP/s)")
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title(f"{title}: {kernels_title(rows)}\non {plat.name} (orange: memory-bound"
-                 + (", green: by the weights' stream)" if plat.weight_bandwidth else ")"))
+    shown = [b for b in BOUND_COLOURS if any(r["bound"] == b for r in rows)]
+    ax.set_title(f"{title}: {kernels_title(rows)}\non {plat.name} (bound by: "
+                 + ", ".join(f"{b} {BOUND_NAMES[b]}" for b in shown) + ")")
     return [_save(fig, out, "roofline", fmt)]
 
 

@@ -135,12 +135,20 @@ def kernels_title(rows: list[dict]) -> str:
 
 
 def values_of_file(path) -> dict:
-    """The resolved scenario stored in a result file, as `Scenario.values`."""
+    """The resolved scenario stored in a result file, as `Scenario.values`; the keys a file written
+    by an older meshsim lacks take their defaults (what such a file's run used), by resolving it
+    again when it still validates."""
+    from .errors import InputError
     from .output import open_result_file
+    from .scenario import scenario_from_dict
 
     with open_result_file(path) as f:
         text = f.attrs["scenario_resolved"]
-    return tomllib.loads(text.decode() if isinstance(text, bytes) else text)
+    values = tomllib.loads(text.decode() if isinstance(text, bytes) else text)
+    try:
+        return scenario_from_dict(values).values
+    except InputError:
+        return values
 
 
 def format_table(values: dict | None = None) -> str:

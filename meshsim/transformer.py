@@ -344,8 +344,15 @@ def update_cost(precision: str, master_weights: str, optimizer: str) -> dict:
 
 
 def compute_rate(precision: str, fp32_rate: float):
-    """The compute rate at `precision` as an exact fraction of the machine's 16-bit peak:
-    Fraction(str(fp32_rate)) for fp32 and tf32 (FP32_COMPUTE), 1 otherwise."""
+    """The compute rate at `precision` as an exact fraction of the machine's 16-bit peak: for fp32
+    and tf32 (FP32_COMPUTE) the fraction nearest fp32_rate with a denominator of at most
+    RATE_DENOMINATOR (so that exact integer costs stay within 64 bits), 1 otherwise."""
     from fractions import Fraction
 
-    return Fraction(str(fp32_rate)) if precision in FP32_COMPUTE else Fraction(1)
+    if precision not in FP32_COMPUTE:
+        return Fraction(1)
+    return Fraction(str(fp32_rate)).limit_denominator(RATE_DENOMINATOR)
+
+
+#: The largest denominator of a compute rate (compute_rate): a millionth is finer than any rate is known.
+RATE_DENOMINATOR = 10**6

@@ -220,7 +220,8 @@ def test_roofline_command_prints_platforms_and_kernels(rdu_file, capsys):
     out = capsys.readouterr().out
     # the rdu's kernels are its compiled sections, on their DDR bytes (docs/rdu.md, "Roofline")
     assert "sections holding layer 0, as compiled" in out and "ffn_up" in out and " section " in out
-    assert {line.split()[-1] for line in out.splitlines() if " section " in line} <= {"memory", "compute", "on-chip"}
+    assert {line.split()[-1] for line in out.splitlines() if " section " in line} <= {"memory", "compute", "on-chip",
+                                                                                      "interconnect"}
     assert main(["roofline", str(Path(__file__).resolve().parent.parent / "scenarios" / "wse2_gpt2_small.toml")]) == 0
     assert "kernels of one layer" in capsys.readouterr().out
 

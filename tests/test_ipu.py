@@ -132,7 +132,7 @@ def test_kernel_matches_reference_at_the_edges(machine, workload):
        training=st.booleans(), recompute=st.booleans(), alone=st.booleans(), stages=st.integers(1, 3),
        tiles=st.integers(1, 40), threads=st.integers(1, 6), block=st.integers(1, 20), vocab=st.sampled_from([0, 7]),
        precision=st.sampled_from(["fp8", "bf16", "fp32", "tf32"]), xbytes=st.integers(1, 9),
-       tp=st.sampled_from([1, 2, 4]), fp32_rate=st.sampled_from([0.25, 0.5, 0.3, 1.0]))
+       tp=st.sampled_from([1, 2, 4]), fp32_rate=st.sampled_from([0.25, 0.5, 0.3, 1.0, 0.3333333333333333]))
 def test_kernel_matches_reference_on_random_models(heads, head_dim, layers, seq, sequences, micro, replicas, training,
                                                    recompute, alone, stages, tiles, threads, block, vocab, precision,
                                                    xbytes, tp, fp32_rate):
@@ -640,7 +640,8 @@ def test_a_streaming_memory_fast_enough_leaves_the_update_to_the_tiles_vector_wo
 def test_kernel_matches_reference_when_groups_cross_nodes(per_node):
     """docs/ipu.md, "Topology": 12 IPUs (3 stages x T2 x 2 replicas) in nodes of 16, 6, 3 and 2."""
     assert_matches_reference(scenario(dict(n_layers=3, layers_per_ipu=[1, 1, 1], tensor_parallel=2, replicas=2,
-                                           training=True), dict(ipus_per_node=per_node), steps=1))
+                                           training=True), dict(ipus_per_node=per_node, node_link_gbps=25.0),
+                                    steps=1))
 
 
 @pytest.mark.parametrize("per_node, tensor, transfer, end", [
@@ -653,7 +654,7 @@ def test_kernel_matches_reference_when_groups_cross_nodes(per_node):
 ])
 def test_a_movement_across_nodes_takes_the_slower_link_by_hand(per_node, tensor, transfer, end):
     sc = scenario(dict(n_layers=3, layers_per_ipu=[1, 1, 1], tensor_parallel=2, replicas=2, training=True),
-                  dict(ipus_per_node=per_node), steps=1)
+                  dict(ipus_per_node=per_node, node_link_gbps=25.0), steps=1)
     prog, sim, ss, pl, lat = run_kernel(sc)
     base = {t.stage: t.exchange for t in compile_scenario(scenario(
         dict(n_layers=3, layers_per_ipu=[1, 1, 1], tensor_parallel=1, replicas=2, training=True))).templates
@@ -662,3 +663,22 @@ def test_a_movement_across_nodes_takes_the_slower_link_by_hand(per_node, tensor,
     assert [got[s] - base[s] for s in range(3)] == tensor  # the all-reduce in each stage's exchange
     assert set(pl[pl[:, K.PL_DIRECTION] < 2, K.PL_TRANSFER].tolist()) == {transfer}
     assert pl[pl[:, K.PL_DIRECTION] == 2, K.PL_CYCLES].tolist() == [end]
+
+
+def test_more_than_4096_ipus_are_refused_with_or_without_a_stage_split():
+    for split in ([], [4, 4]):
+        with pytest.raises(InputError, match="asks for .* IPUs; at most 4096"):
+            scenario(dict(n_heads=64, hidden_size=64 * 4, n_layers=8, layers_per_ipu=split, tensor_parallel=64,
+                          replicas=128, batch=128))
+
+
+def test_a_long_decimal_fp32_rate_is_the_nearest_fraction_and_does_not_wrap():
+    """docs/ipu.md, "Names": fp32_rate as the fraction nearest it with a denominator of at most 10^6,
+    so 1/3 written to sixteen digits costs what 1/3 costs, and no product wraps 64 bits."""
+    third = scenario(dict(precision="fp32", training=True), dict(fp32_rate=0.3333333333333333))
+    a = compile_scenario(third)
+    quarter = compile_scenario(scenario(dict(precision="fp32", training=True), dict(fp32_rate=0.25)))
+    for t3, t4 in zip(a.templates, quarter.templates, strict=True):
+        if t3.kind == 0:  # a GEMM at a third of the 16-bit rate is faster than at a quarter, and positive
+            assert 0 < t3.compute <= t4.compute
+    assert_matches_reference(third)

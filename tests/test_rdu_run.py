@@ -281,3 +281,17 @@ def test_a_section_the_roofline_calls_ddr_bound_waits_on_ddr(prefetch):
         run, waited, _ = seen[sec]
         assert (waited / run > 0.1) == (r["bound"] == "memory"), (sec, r["bound"], waited / run)
     assert sum(r["bound"] == "memory" for r in rows.values()) < len(rows)
+
+
+def test_a_section_its_tensor_all_reduce_holds_back_is_bound_by_the_interconnect():
+    """Eight-way tensor parallelism: the sections whose slowest stage is an all-reduce are called
+    interconnect-bound, never on-chip (docs/rdu.md, "Roofline")."""
+    from meshsim.rdu.compiler import roofline_rows
+    from meshsim.roofline import platform_of
+    from meshsim.scenario import load_scenario
+
+    sc = load_scenario(ROOT / "scenarios" / "rdu_tp8.toml", ["workload.n_layers=2"])
+    rows = roofline_rows(sc.values, platform_of(sc.values))
+    held_back = [r for r in rows if r["slowest_stage"].endswith(".allreduce")]
+    assert held_back and all(r["bound"] in ("interconnect", "memory") for r in held_back)
+    assert all(r["bound"] != "interconnect" for r in rows if not r["slowest_stage"].endswith(".allreduce"))

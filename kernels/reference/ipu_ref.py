@@ -86,7 +86,7 @@ Choices made where docs/ipu.md is ambiguous or silent (each is also noted at its
     vector work is not in `tile_busy`), no memory (its state lives in streaming memory), and it
     does not change the micro-batch latencies (which end with a micro-batch's last superstep).
 23. Topology ("Mapping", "Topology"): `ipus_per_node`, `node_link_gbps` and `node_sync_cycles` are read
-    from `values["machine"]`; a missing key (or None) means the doc's default, 16, 25.0 and 20000.  IPU
+    from `values["machine"]`; a missing key (or None) means the doc's default, 16, 6.25 and 20000.  IPU
     `(ti, s, ri)` is number `(ri n + s) t + ti` over all `r` replicas (not only the simulated one), on
     node `number // ipus_per_node`; a group "lies in one node" when all its IPUs have the same node.
     A link is chosen per kind of movement, over every group of that kind, and holds for every instance
@@ -223,7 +223,7 @@ def simulate(values: dict) -> dict:
     ipus_per_node = mach.get("ipus_per_node")
     ipus_per_node = 16 if ipus_per_node is None else int(ipus_per_node)
     node_link_gbps = mach.get("node_link_gbps")
-    node_link_gbps = 25.0 if node_link_gbps is None else node_link_gbps
+    node_link_gbps = 6.25 if node_link_gbps is None else node_link_gbps
     node_sync_cycles = mach.get("node_sync_cycles")
     node_sync_cycles = 20000 if node_sync_cycles is None else int(node_sync_cycles)
     streaming_gbps = mach["streaming_memory_gbps"]
@@ -236,9 +236,10 @@ def simulate(values: dict) -> dict:
     precision = wl["precision"]
     e = ELEMENT_BYTES[precision]
     # M at the precision (docs/ipu.md, "Names"): macs_per_cycle x fp32_rate at fp32 and tf32, as the
-    # exact fraction M_num / M_den with fp32_rate = p / q read from its decimal digits; else M.
+    # exact fraction M_num / M_den with fp32_rate nearest r_n / r_d (r_d <= 10^6); else M.
     if precision in ("fp32", "tf32"):
-        p_q = Fraction(str(mach["fp32_rate"]))
+        # the fraction nearest fp32_rate with a denominator of at most 10^6 (docs/ipu.md, "Names")
+        p_q = Fraction(str(mach["fp32_rate"])).limit_denominator(10**6)
         M_num, M_den = M * p_q.numerator, p_q.denominator
     else:
         M_num, M_den = M, 1

@@ -35,10 +35,12 @@ def _check_transformer(ok, get, add, shown) -> None:
                                               "IPU 0 would hold nothing")
         elif sum(split) != get(layers):
             add(lpi, [layers], f"sums to {sum(split)} layers; must sum to {layers} = {shown(layers)}")
-        tp = get("workload.tensor_parallel") if ok("workload.tensor_parallel") else 1
-        if ok(reps) and len(split) * get(reps) * tp > 4096:
-            add(lpi, [reps, "workload.tensor_parallel"], f"{len(split)} stages x {reps} = {get(reps)} x "
-                f"workload.tensor_parallel = {tp} asks for {len(split) * get(reps) * tp} IPUs; at most 4096")
+
+    if ok(lpi, reps, "workload.tensor_parallel"):
+        stages, tp = len(get(lpi)) or 1, get("workload.tensor_parallel")
+        if stages * get(reps) * tp > 4096:
+            add(reps, [lpi, "workload.tensor_parallel"], f"{stages} stage(s) x {get(reps)} replica(s) x "
+                f"workload.tensor_parallel = {tp} asks for {stages * get(reps) * tp} IPUs; at most 4096")
     if ok(batch, reps, ga) and get(batch) % (get(reps) * get(ga)) != 0:
         add(batch, [reps, ga], f"must be a multiple of {reps} x {ga} = {get(reps)} x {get(ga)} = "
                                f"{get(reps) * get(ga)} (each micro-batch holds whole sequences)")

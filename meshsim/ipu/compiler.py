@@ -58,7 +58,7 @@ class IpuSpec:
     optimizer: str = "none"
     master_weights: str = "same"
     ipus_per_node: int = 16
-    node_link_gbps: float = 25.0
+    node_link_gbps: float = 6.25
     node_sync_cycles: int = 20000
 
     def link(self, groups) -> tuple[float, int]:
@@ -118,7 +118,7 @@ def spec_of(values: dict) -> IpuSpec:
                    recompute=w["recompute"] and w["training"], steps=values["run"]["steps"],
                    tensor_parallel=w.get("tensor_parallel", 1), optimizer=w.get("optimizer", "none"),
                    master_weights=w.get("master_weights", "same"), ipus_per_node=m.get("ipus_per_node", 16),
-                   node_link_gbps=m.get("node_link_gbps", 25.0), node_sync_cycles=m.get("node_sync_cycles", 20000))
+                   node_link_gbps=m.get("node_link_gbps", 6.25), node_sync_cycles=m.get("node_sync_cycles", 20000))
 
 
 def bytes_cycles(nbytes: int, gbps: float, clock_ghz: float) -> int:

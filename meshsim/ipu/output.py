@@ -36,7 +36,7 @@ PIPELINE = {
     "start_cycle": (K.PL_START, "cycle", "first cycle"),
     "cycles": (K.PL_CYCLES, "cycles", "length: the slowest stage plus the transfer"),
     "slowest_stage": (K.PL_SLOWEST, "1", "stage that set the length (-1 for the end row)"),
-    "transfer_cycles": (K.PL_TRANSFER, "cycles", "IPU-Link transfer (or gradient all-reduce) cycles in it"),
+    "transfer_cycles": (K.PL_TRANSFER, "cycles", "transfer between stages (or gradient all-reduce) cycles in it"),
 }
 
 #: name -> (dtype, units, description) of the templates/ table.

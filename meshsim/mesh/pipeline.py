@@ -191,19 +191,20 @@ def build(sc) -> Pipeline:
             "machine.sram_kib or a smaller model")
     if no_fit:
         reps = wl["replicas"]
-        total = reps * sum(k.weight_bytes for g in groups for k in g)
+        total = reps * sum(need[k.name] for g in groups for k in g)
         worst = sorted(no_fit, key=lambda x: x[2] / x[1])[:3]
         listed = "; ".join(f"{name} needs {need_b:,} bytes, its PEs hold {have:,}" for name, need_b, have in worst)
         kept = (f" with the optimiser's {held} bytes a parameter of master weights and state (workload.optimizer = "
                 f"\"{wl['optimizer']}\", workload.master_weights = \"{wl['master_weights']}\")" if held else "")
         raise InputError(
             f"workload: the weights{kept} do not fit the PEs' SRAM (machine.sram_kib = {m['sram_kib']}) in "
-            f"{len(no_fit)} of the {n_reg // reps} regions of a replica ({listed}); the weights of {reps} "
+            f"{len(no_fit)} of the {n_reg // reps} regions of a replica ({listed}); the bytes of {reps} "
             f"replica(s) are {total:,} bytes for "
             f"{rows * cols * sram:,} bytes of SRAM on the grid. Layer-pipelined execution keeps every weight on "
             "the wafer: use a smaller model (workload.hidden_size, workload.n_layers), fewer "
-            "workload.replicas or a larger grid, or stream the weights in layer by layer "
-            "(workload.weight_streaming = true)")
+            "workload.replicas or a larger grid, "
+            + ("a lighter update (workload.optimizer, workload.master_weights)" if held else
+               "or stream the weights in layer by layer (workload.weight_streaming = true)"))
     kernels_one = [by_name[g.name] for g in regions if g.replica == 0]
     # Region names: the kernel's, prefixed by the replica when there are several.
     names = [g.name if wl["replicas"] == 1 else f"r{g.replica}/{g.name}" for g in regions]

@@ -74,14 +74,12 @@ def analyse(f, values, cycles, window, path) -> dict:
                              pcus=int(held.sum()), utilization=metrics.utilization(int(per.sum()), pcus, span),
                              spilled_bytes=int(s["spilled_bytes"][r])))
         out["sections"] = rows
-        # the allocation (each template's PCUs, from its first instance) and the balance within it
-        first = {}
-        for r, t in enumerate(s["template"][()]):
-            first.setdefault(int(t), rows[r]["pcus"])
-        whole.update(metrics.weighted_allocation(max(first.values(), default=0) / pcus,
-                                         np.array([x["end"] - x["start"] + 1 for x in rows], np.int64),
-                                         np.array([x["pcus"] for x in rows], np.int64),
-                                         np.array([x["li_occupied"] for x in rows], np.float64), pcus))
+        # the allocation over the model's sections (the gradient all-reduce and the optimiser
+        # update, microbatch -1, left out) and the balance within it
+        model = [x for x, mb in zip(rows, s["microbatch"][()], strict=True) if mb >= 0]
+        whole.update(metrics.weighted_allocation(np.array([x["end"] - x["start"] + 1 for x in model], np.int64),
+                                                 np.array([x["pcus"] for x in model], np.int64),
+                                                 np.array([x["li_occupied"] for x in model], np.float64), pcus))
         op_li = o["li"][()]
         out["operators_li_min"] = float(np.nanmin(op_li)) if np.isfinite(op_li).any() else math.nan
         out["operators_below_0_9"] = int((op_li < 0.9).sum())

@@ -664,7 +664,8 @@ def roofline_rows(values: dict, platform) -> list[dict]:
     "Roofline"): the FLOPs of one pass over a microbatch against the bytes it moves over DDR (its
     resident weights once, every tile's loads and stores, spilled weights included). Its
     compute roof is what its slowest stage allows, FLOPs over tiles x that stage's cycles per tile;
-    the stage is bound by its PCUs ("compute") or by its PMUs' bandwidth ("on-chip"); the DDR roof
+    the stage is bound by its PCUs ("compute"), its PMUs' bandwidth ("on-chip") or, a tensor
+    all-reduce, the interconnect ("interconnect"); the DDR roof
     is intensity x bandwidth ("memory"). The lower roof is the bound, as in the run."""
     from types import SimpleNamespace
 
@@ -679,7 +680,8 @@ def roofline_rows(values: dict, platform) -> list[dict]:
         slow = max(sec.stages, key=lambda s: s.dur)
         stage_roof = sec.flops / (sec.tiles * slow.dur / clock)
         ddr_roof = sec.flops / ddr * platform.bandwidth if ddr else math.inf
-        bound = "memory" if ddr_roof < stage_roof else ("on-chip" if slow.dur > slow.c_hi else "compute")
+        bound = ("memory" if ddr_roof < stage_roof else "interconnect" if slow.op.kind == "collective"
+                 else "on-chip" if slow.dur > slow.c_hi else "compute")
         rows.append(dict(name=sec.name.split(":", 1)[1], kind="section", flops=sec.flops, bytes=ddr,
                          intensity=sec.flops / ddr if ddr else math.inf, attainable_flops=min(stage_roof, ddr_roof),
                          bound=bound, slowest_stage=slow.op.name, pcus=sum(s.pcus for s in sec.stages)))

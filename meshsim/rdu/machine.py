@@ -5,6 +5,8 @@ Its parts are imported when first used: reading a scenario asks for the machine'
 
 from __future__ import annotations
 
+import math
+
 from ..machine import Machine, register
 from . import checks
 
@@ -58,9 +60,15 @@ class RduMachine(Machine):
         return report.summary_lines(summary, regions)
 
     def judged(self, analysis: dict) -> dict:
-        # the PCUs a section leaves idle are the compiler's allocation, reported apart
-        return dict(figure="li_occupied", what="busy-time LI over the PCUs each section holds, weighted by its "
-                    "cycles (the allocation, pcu_alloc_mean and pcu_alloc_max, apart)")
+        # the PCUs a section leaves idle are the compiler's allocation, reported apart and named in
+        # the verdict; a file without the figure (written before it) is judged on the whole chip
+        w = analysis["whole"]
+        if not math.isfinite(w.get("li_occupied", math.nan)):
+            return super().judged(analysis)
+        return dict(figure="li_occupied", what=f"busy-time LI over the PCUs each section holds, weighted by its "
+                    f"cycles; the verdict leaves out the allocation: the sections hold "
+                    f"{w['pcu_alloc_mean']:.3g} of the PCUs on average (pcu_alloc_mean), "
+                    f"{w['pcu_alloc_max']:.3g} at most")
 
     def analyse(self, f, values: dict, cycles: int, window, path) -> dict:
         from . import analysis

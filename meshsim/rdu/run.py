@@ -16,9 +16,6 @@ from .compiler import RduProgram
 from .output import OPERATORS, SECTIONS, RduResultWriter
 from .sim import RduSim
 
-#: The allocation figures of a finished run (allocation_figures).
-ALLOCATION = ("pcu_alloc_max", "pcu_alloc_mean", "li_occupied")
-
 
 def pcu_busy_cycles(prog: RduProgram, sim: RduSim) -> np.ndarray:
     """Busy cycles of every PCU so far, int64[chips, P], from the kernel's per-(chip, instance,
@@ -48,17 +45,15 @@ def occupied(stages, pcus: int) -> np.ndarray:
 
 
 def allocation_figures(prog: RduProgram, secs: dict) -> dict:
-    """The allocation a compiler reports and the balance within it (docs/rdu.md, "Metrics"):
-    pcu_alloc_max, the largest share of the chip's PCUs a section template holds;
-    pcu_alloc_mean, the share the instances run held, weighted by their cycles; li_occupied, the
-    busy-time LI over the PCUs each instance holds, weighted by its cycles (instances that hold no
-    PCU, a gradient all-reduce, left out)."""
-    p = prog.spec.pcus
-    alloc_max = max((sum(s.pcus for s in sec.stages) / p for sec in prog.sections), default=float("nan"))
+    """The allocation a compiler reports and the balance within it (docs/rdu.md, "Metrics"), over
+    the instances of the model's sections in `secs` (the gradient all-reduce and the optimiser
+    update, microbatch -1, left out): pcu_alloc_max, the largest share of the chip's PCUs one holds;
+    pcu_alloc_mean, the share held, weighted by cycles; li_occupied, the busy-time LI over the PCUs
+    each holds, weighted by its cycles."""
+    model = np.asarray(secs["microbatch"], np.int64) >= 0
     span = np.asarray(secs["end_cycle"], np.int64) - np.asarray(secs["start_cycle"], np.int64) + 1
-    held = np.asarray(secs["pcus"], np.int64)
-    li = np.asarray(secs["li_occupied"], np.float64)
-    return metrics.weighted_allocation(alloc_max, span, held, li, p)
+    return metrics.weighted_allocation(span[model], np.asarray(secs["pcus"], np.int64)[model],
+                                       np.asarray(secs["li_occupied"], np.float64)[model], prog.spec.pcus)
 
 
 def tables(prog: RduProgram, sim: RduSim) -> tuple[dict, dict]:
@@ -154,9 +149,9 @@ def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_se
     eff_gbps = ddr_bytes / chips / seconds / 1e9 if cycles else float("nan")
     chip_cycles = cycles * chips
     _, _, d = spec.degrees
-    secs, ops = tables(prog, sim) if sim.finished else ({}, {"li": []})
-    ops_li = [v for v in ops["li"] if not np.isnan(v)]
-    alloc = allocation_figures(prog, secs) if sim.finished else dict.fromkeys(ALLOCATION, float("nan"))
+    secs, ops = tables(prog, sim)  # of the instances that have finished
+    ops_li = [v for v in ops["li"] if not np.isnan(v)] if sim.finished else []
+    alloc = allocation_figures(prog, secs)
     la = metrics.sample_latency_stats(lat[lat >= 0])
     return {
         "cycles": cycles,
