@@ -13,6 +13,7 @@ head are outside the transformer blocks and are not counted.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 
 from .errors import InputError
@@ -313,6 +314,37 @@ def mesh_weight_fit(model: Model, n_pes: int, sram_kib: int) -> tuple[bool, str]
         f"{head}: does not fit; use weight streaming (hold the weights off-chip and stream them in "
         f"layer by layer, {per_layer:,} bytes per layer)"
     )
+
+
+#: Tensor parallelism, Megatron style (docs/rdu.md, "Operators"; docs/ipu.md, "Tensor parallelism"):
+#: the operators split over the t chips of a tensor group, each with whether its input and its output
+#: are split. qkv_proj and ffn_up are column-parallel (whole input, split output), out_proj and
+#: ffn_down row-parallel (split input, whole output of partial sums), the others work on split heads
+#: or columns. LayerNorms, residual adds and the embedding are replicated.
+TP_SPLIT = {"qkv_proj": (False, True), "attn_scores_softmax": (True, True), "attn_v": (True, True),
+            "out_proj": (True, False), "ffn_up": (False, True), "gelu": (True, True), "ffn_down": (True, False)}
+
+#: (operator, phase) whose output is all-reduced over the tensor group: the row-parallel projections
+#: forward, the input gradient of the column-parallel ones backward.
+TP_ALLREDUCE_AFTER = {("out_proj", "forward"), ("ffn_down", "forward"), ("qkv_proj", "backward"),
+                      ("ffn_up", "backward")}
+
+
+def tensor_split(op: Operator, t: int) -> Operator:
+    """A forward operator as each of the t chips of a tensor group runs it (TP_SPLIT): ceil(F / t)
+    FLOPs, ceil(W / t) weight bytes, a split input or output ceil(I / t) or ceil(O / t) bytes; the
+    others whole. (With t dividing n_heads, as every machine requires, the divisions are exact.)"""
+    short = op.name.split(".")[-1]
+    if t == 1 or short not in TP_SPLIT:
+        return op
+    split_in, split_out = TP_SPLIT[short]
+
+    def part(x: int) -> int:
+        return -(-x // t)
+
+    return dataclasses.replace(op, flops=part(op.flops), weight_bytes=part(op.weight_bytes),
+                               input_bytes=part(op.input_bytes) if split_in else op.input_bytes,
+                               output_bytes=part(op.output_bytes) if split_out else op.output_bytes)
 
 
 #: Optimisers of a training step: name -> (state bytes per parameter, FLOPs per parameter of the

@@ -8,7 +8,6 @@ pipeline's transfer costs. `kernels.ipu.run_steps` then runs the schedule.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -17,7 +16,18 @@ import numpy as np
 from kernels import ipu as K
 
 from ..errors import InputError
-from ..transformer import Model, Operator, backward_of, compute_rate, operators, update_cost
+from ..topology import node_link
+from ..transformer import (
+    PHASES,
+    TP_ALLREDUCE_AFTER,
+    Model,
+    Operator,
+    backward_of,
+    compute_rate,
+    operators,
+    tensor_split,
+    update_cost,
+)
 
 #: Template kinds (docs/ipu.md, "Result file": templates/kind).
 KINDS = ("gemm", "attention", "elementwise", "norm", "embedding")
@@ -65,9 +75,8 @@ class IpuSpec:
         """(GB/s, sync cycles) of a movement every group of IPUs in `groups` makes at once: the
         IPU-Links when each group lies in one node, else the links between nodes (docs/ipu.md,
         "Topology"). IPU (ti, s, ri) is number (ri n + s) t + ti."""
-        if all(len({i // self.ipus_per_node for i in g}) <= 1 for g in groups):
-            return self.ipu_link_gbps, self.ipu_sync_cycles
-        return self.node_link_gbps, self.node_sync_cycles
+        return node_link(groups, self.ipus_per_node, (self.ipu_link_gbps, self.ipu_sync_cycles),
+                         (self.node_link_gbps, self.node_sync_cycles))
 
     def ipu_number(self, ti: int, s: int, ri: int) -> int:
         return (ri * self.stages + s) * self.tensor_parallel + ti
@@ -251,28 +260,9 @@ class IpuProgram:
         return (m + n - 1) * (2 if self.spec.training else 1) + (1 if self.allreduce >= 0 or self.update > 0 else 0)
 
 
-# Tensor parallelism (docs/ipu.md, "Tensor parallelism"): the operators split over the t IPUs of a
-# stage, each with whether its input and its output are split (as the rdu's, Megatron style).
-TP_SPLIT = {"qkv_proj": (False, True), "attn_scores_softmax": (True, True), "attn_v": (True, True),
-            "out_proj": (True, False), "ffn_up": (False, True), "gelu": (True, True), "ffn_down": (True, False)}
-# Supersteps whose exchange also all-reduces the operator's output over the stage's t IPUs:
-# (operator, direction) with direction 0 forward, 1 backward.
-ALLREDUCE_AFTER = {("out_proj", 0), ("ffn_down", 0), ("qkv_proj", 1), ("ffn_up", 1)}
-
-
-def _split(op: Operator, t: int) -> Operator:
-    """An operator as one of the t IPUs of a stage runs it (docs/ipu.md, "Tensor parallelism")."""
-    short = op.name.split(".")[1] if "." in op.name else op.name
-    if t == 1 or short not in TP_SPLIT:
-        return op
-    split_in, split_out = TP_SPLIT[short]
-    return dataclasses.replace(op, flops=op.flops // t, weight_bytes=_ceil_div(op.weight_bytes, t),
-                               input_bytes=op.input_bytes // t if split_in else op.input_bytes,
-                               output_bytes=op.output_bytes // t if split_out else op.output_bytes)
-
-
 def _stage_ops(spec: IpuSpec) -> list[list[tuple[Operator, str]]]:
-    ops = [_split(op, spec.tensor_parallel) for op in operators(spec.micro, training=False)]
+    # each stage's t IPUs hold the split operators (docs/ipu.md, "Tensor parallelism")
+    ops = [tensor_split(op, spec.tensor_parallel) for op in operators(spec.micro, training=False)]
     out, first = [], 0
     for s, count in enumerate(spec.layers_per_ipu):
         layers = range(first, first + count)
@@ -399,7 +389,7 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
                     received = np.zeros(n_tiles, np.int64)
                 top = int(max(sent.max(), received.max()))
                 exch = spec.exchange_latency_cycles + _ceil_div(top, spec.exchange_bytes_per_cycle)
-                if spec.tensor_parallel > 1 and (u.op.name.split(".")[-1], d) in ALLREDUCE_AFTER:
+                if spec.tensor_parallel > 1 and d < 2 and (u.op.name.split(".")[-1], PHASES[d]) in TP_ALLREDUCE_AFTER:
                     exch += tp_allreduce
                 comp = int(busy.max())
                 op = u.op

@@ -7,7 +7,6 @@ reference only run the tables. All sizes are exact Python integers until they go
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -17,19 +16,13 @@ from kernels import rdu as K
 
 from ..errors import InputError
 from ..params import RDU_PRESETS, param
-from ..transformer import Model, backward_of, compute_rate, operators, update_cost
+from ..topology import node_link
+from ..transformer import TP_ALLREDUCE_AFTER, Model, backward_of, compute_rate, operators, tensor_split, update_cost
 from .checks import parse_parallelism
 
 ANCHOR_KINDS = ("gemm", "attention")
-# Operators followed by a tensor-parallel all-reduce of their output (Megatron): row-parallel
-# projections forward, the input gradient of the column-parallel ones backward.
-ALLREDUCE_AFTER = {("out_proj", "forward"), ("ffn_down", "forward"), ("qkv_proj", "backward"),
-                   ("ffn_up", "backward")}
-# Tensor parallelism (Megatron): the operators split over the t chips of a tensor group, each with
-# whether its input and its output are split too (a row-parallel projection reads a split input and
-# writes whole partial sums; a column-parallel one reads a whole input and writes a split output).
-TP_SPLIT = {"qkv_proj": (False, True), "attn_scores_softmax": (True, True), "attn_v": (True, True),
-            "out_proj": (True, False), "ffn_up": (False, True), "gelu": (True, True), "ffn_down": (True, False)}
+
+
 @dataclass(frozen=True)
 class RduSpec:
     """Everything compilation reads: the chip, the model and how it is run (docs/rdu.md)."""
@@ -78,9 +71,8 @@ class RduSpec:
         """(GB/s, latency cycles) of a collective or transfer run by every group of chips in `groups`
         at once: the node's links when each group lies in one node, else the links between nodes
         (a ring is as fast as its slowest hop, and the step waits for the slowest group)."""
-        if all(len({c // self.chips_per_node for c in g}) <= 1 for g in groups):
-            return self.interconnect_gbps, self.interconnect_latency_cycles
-        return self.node_interconnect_gbps, self.node_interconnect_latency_cycles
+        return node_link(groups, self.chips_per_node, (self.interconnect_gbps, self.interconnect_latency_cycles),
+                         (self.node_interconnect_gbps, self.node_interconnect_latency_cycles))
 
     def tensor_link(self, pi: int) -> tuple[float, int]:
         """The link of stage pi's tensor all-reduces, over its data-parallel copies."""
@@ -285,13 +277,7 @@ def chip_ops(spec: RduSpec, layers: range, phase: str, stage: int = 0) -> list[O
     for op in operators(mb, training=False):
         if op.layer not in layers:
             continue
-        short = op.name.split(".")[1]
-        if t > 1 and short in TP_SPLIT:
-            split_in, split_out = TP_SPLIT[short]
-            op = dataclasses.replace(op, flops=ceil_div(op.flops, t), weight_bytes=ceil_div(op.weight_bytes, t),
-                                     input_bytes=ceil_div(op.input_bytes, t) if split_in else op.input_bytes,
-                                     output_bytes=ceil_div(op.output_bytes, t) if split_out else op.output_bytes)
-        forward.append(op)
+        forward.append(tensor_split(op, t))
     chosen = forward if phase == "forward" else [backward_of(op) for op in reversed(forward)]
     act = tokens * model.hidden_size * e
     out = []
@@ -305,7 +291,7 @@ def chip_ops(spec: RduSpec, layers: range, phase: str, stage: int = 0) -> list[O
                       op.output_bytes, max(1, ceil_div(f.output_bytes, e * tokens)),
                       in_act=-1 if phase == "forward" else f.output_bytes,
                       out_act=-1 if phase == "forward" else f.input_bytes))
-        if t > 1 and (short, op.phase) in ALLREDUCE_AFTER:
+        if t > 1 and (short, op.phase) in TP_ALLREDUCE_AFTER:
             tb = spec.tile_tokens * model.hidden_size * e
             gbps, lat = spec.tensor_link(stage)
             cyc = 2 * (t - 1) * (lat + _cycles_for(ceil_div(tb, t), gbps, spec.clock_ghz))

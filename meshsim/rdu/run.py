@@ -120,8 +120,10 @@ class _Sums:
         self.done_cycles += ((series[:, :, K.SR_PHASE] == K.PH_DONE) * w).sum(axis=0)
 
 
-def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_seconds: float, threads: int) -> dict:
-    """The run's figures: the stable names (docs/design.md, "Result files") and the rdu's (docs/rdu.md)."""
+def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_seconds: float, threads: int,
+              tabs: tuple | None = None) -> dict:
+    """The run's figures: the stable names (docs/design.md, "Result files") and the rdu's (docs/rdu.md).
+    tabs: `tables(prog, sim)` when the caller has them."""
     spec = prog.spec
     chips = prog.n_chips
     cycles = sim.cycle
@@ -149,7 +151,7 @@ def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_se
     eff_gbps = ddr_bytes / chips / seconds / 1e9 if cycles else float("nan")
     chip_cycles = cycles * chips
     _, _, d = spec.degrees
-    secs, ops = tables(prog, sim)  # of the instances that have finished
+    secs, ops = tabs or tables(prog, sim)  # of the instances that have finished
     ops_li = [v for v in ops["li"] if not np.isnan(v)] if sim.finished else []
     alloc = allocation_figures(prog, secs)
     la = metrics.sample_latency_stats(lat[lat >= 0])
@@ -217,6 +219,7 @@ class RduRun(Run):
         self.total = int(prog.n_instances.sum())
         self._last = 0
         self.written = 0
+        self._tables = (-1, None)  # (instances finished, tables of them): a summary and the totals share them
 
     def open_writer(self, path, scenario, threads: int) -> RduResultWriter:
         prog = self.prog
@@ -255,9 +258,15 @@ class RduRun(Run):
     def flush_due(self, seconds_since_flush: float) -> bool:
         return seconds_since_flush >= FLUSH_SECONDS
 
+    def _finished_tables(self) -> tuple:
+        if self._tables[0] != self.done:
+            self._tables = (self.done, tables(self.prog, self.sim))
+        return self._tables[1]
+
     def summarise(self, timing) -> dict:
-        return summarise(self.prog, self.sim, self.sums, timing.wall, timing.kernel_total, timing.threads)
+        return summarise(self.prog, self.sim, self.sums, timing.wall, timing.kernel_total, timing.threads,
+                         self._finished_tables())
 
     def write_final(self, writer) -> None:
-        secs, ops = tables(self.prog, self.sim)
+        secs, ops = self._finished_tables()
         writer.write_totals(pcu_busy_cycles(self.prog, self.sim), self.sim.ddr_bytes, self.sim.tile_latency, secs, ops)
