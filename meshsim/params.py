@@ -216,6 +216,10 @@ PARAMS: tuple[Param, ...] = (
           "Where a section's operators sit on the PCUs: spread, the PCUs a section leaves free shared "
           "out as equal gaps before, between and after its operators; packed, every operator after the "
           "one before from PCU 0 (docs/rdu.md, \"Allocation\").", ("spread", "packed"), _RDU),
+    Param("machine", "section_fill", "float", "", 0.7,
+          "o3 merges o1's sections while the column groups their operators need (one PCU per pcu_lanes "
+          "output columns) stay within this share of the PCUs; fitted to the SN30 compiler's section counts "
+          "(docs/rdu.md, \"Sections\" and \"Calibration\").", (0.01, 1.0), _RDU),
     Param("machine", "interconnect_gbps", "float", "GB/s", 100.0,
           "Chip-to-chip bandwidth per chip within a node, for collectives and pipeline transfers (an "
           "assumption).", (0.001, 1e6), _RDU),
@@ -377,7 +381,8 @@ PARAMS: tuple[Param, ...] = (
           "150 GB/s).", (0.001, 1e9), ("workload.weight_streaming", (True,))),
     Param("workload", "fusion", "str", "", "o1",
           "How operators are fused into sections: o0 one per section, o1 by rules (LayerNorm and "
-          "elementwise into their GEMMs), o3 as many as fit.", ("o0", "o1", "o3"), _RDU),
+          "elementwise into their GEMMs), o3 o1's sections merged within machine.section_fill of the PCUs, "
+          "with each layer's attention one operator that never writes its scores.", ("o0", "o1", "o3"), _RDU),
     Param("workload", "tile_tokens", "int", "tokens", 64,
           "Tokens per tile streamed through a section; must divide the tokens of a microbatch.",
           (1, 1_048_576), _RDU),

@@ -139,22 +139,22 @@ def test_report_compares_files_side_by_side(mesh_file, rdu_file, capsys):
 
 
 def test_report_says_when_a_lever_cannot_move_the_judged_li(tmp_path, capsys):
-    """Runs that differ in the batch (64 tiles or more a pass: fill and drain weigh little) or the
+    """Runs that differ in the batch (256 tiles or more a pass: fill and drain weigh little) or the
     placement show the same li_occupied; the comparison says which figures those levers move
     (docs/rdu.md, "Which lever moves which figure"); a lever that moves it (fusion) gets no note."""
     def run(name, **workload):
         sc = scenario_from_dict({"machine": {"type": "rdu", "preset": "sn10", **workload.pop("machine", {})},
                                  "workload": {"type": "transformer", "hidden_size": 256, "n_heads": 4, "n_layers": 1,
-                                              "seq_len": 1024, "batch": 4, "fusion": "o1", **workload}})
+                                              "seq_len": 1024, "batch": 16, "fusion": "o1", **workload}})
         return str(run_scenario(sc, tmp_path / name, progress=False).path)
 
-    a, b = run("a.h5"), run("b.h5", batch=8)
+    a, b = run("a.h5"), run("b.h5", batch=32)
     c, d = run("c.h5", machine={"placement": "packed"}), run("d.h5", fusion="o3")
     assert main(["report", a, b, c]) == 0
     out = capsys.readouterr().out
     notes = [line for line in out.splitlines() if line.startswith("note:")]
     assert len(notes) == 2
-    assert "workload.batch differs (4 / 8 / 4) but li_occupied" in notes[1] and "step_seconds" in notes[1]
+    assert "workload.batch differs (16 / 32 / 16) but li_occupied" in notes[1] and "step_seconds" in notes[1]
     assert "machine.placement differs (spread / spread / packed)" in notes[0] and "moves li:" in notes[0]
     assert analyse(a)["whole"]["li"] != analyse(c)["whole"]["li"]  # placement moves the whole chip's LI
     assert main(["report", a, d]) == 0

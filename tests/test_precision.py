@@ -24,8 +24,9 @@ def test_the_rate_is_the_fp32_rate_for_fp32_and_tf32_alone():
 
 
 def _rdu_stages(**kw):
+    # a DDR fast enough that no section waits on it: the PCUs go by FLOPs alike at every precision
     spec = spec_for("sn30", hidden_size=1024, n_heads=16, n_layers=1, seq_len=256, batch=2, fusion="o0",
-                    elastic_pmus=False, **kw)
+                    elastic_pmus=False, ddr_bandwidth_gbps=1e6, **kw)
     prog = compile_program(spec)
     return spec, {s.op.name: s for sec in prog.sections for s in sec.stages}
 
@@ -39,6 +40,7 @@ def test_rdu_fp32_halves_the_pcus_rate_and_tf32_is_fp32():
     for name, s in bf16.items():
         if s.op.kind == "collective" or not s.c_hi:
             continue
+        assert fp32[name].pcus == s.pcus, name
         # c(x) - D: the compute part doubles (to within the ceiling)
         assert fp32[name].c_hi - d in (2 * (s.c_hi - d) - 1, 2 * (s.c_hi - d)), name
         assert (tf32[name].c_hi, tf32[name].c_lo, tf32[name].dur) == (fp32[name].c_hi, fp32[name].c_lo,

@@ -1,6 +1,8 @@
 """Compilation of a transformer for the RDU (docs/rdu.md, "Compilation") and rdu scenarios."""
 
+import dataclasses
 import math
+from fractions import Fraction
 
 import pytest
 
@@ -126,6 +128,81 @@ def test_o1_fuses_by_the_documented_rules():
                              spec_for("sn30", fusion="o0"))) == 11
 
 
+def test_o3_fuses_attention_and_computes_the_scores_again_backward():
+    spec = spec_for("sn30", fusion="o3", training=True, hidden_size=256, n_heads=4, seq_len=128, batch=2)
+    T, H, e, B, A, S = spec.tokens, 256, 2, 2, 4, 128
+    fwd = {o.name: o for o in chip_ops(spec, range(1), "forward")}
+    bwd = {o.name: o for o in chip_ops(spec, range(1), "backward")}
+    assert "layer0.attn_scores_softmax" not in fwd and "layer0.attn_v" not in fwd
+    scores = 2 * B * S * S * H + 5 * B * A * S * S
+    att = fwd["layer0.attention"]
+    # reads Q, K and V, writes the heads' output: the B A S S scores never leave the operator
+    assert (att.kind, att.flops, att.weight_bytes) == ("attention", scores + 2 * B * S * S * H, 0)
+    assert (att.input_bytes, att.output_bytes, att.width) == (3 * T * H * e, T * H * e, H)
+    back = bwd["layer0.attention.backward"]
+    assert back.flops == 2 * att.flops + scores
+    assert (back.input_bytes, back.output_bytes) == (4 * T * H * e, 3 * T * H * e)
+    # o1 keeps the two operators, and the scores go through DDR
+    o1 = [o.name for o in chip_ops(spec_for("sn30", fusion="o1", training=True), range(1), "forward")]
+    assert "layer0.attn_scores_softmax" in o1 and "layer0.attn_v" in o1
+
+
+def _need(op, spec):
+    """Column groups o3 counts an operator as needing (docs/rdu.md, "Sections")."""
+    if op.kind == "collective":
+        return 0
+    need = math.ceil(op.width / spec.pcu_lanes)
+    if op.kind == "gemm" and op.phase == "backward":
+        need += math.ceil(op.passes_on / (spec.model.element_bytes * spec.tokens) / spec.pcu_lanes)
+    return need
+
+
+@pytest.mark.parametrize("fill", [0.3, 0.7, 1.0])
+def test_o3_merges_o1s_sections_while_their_column_groups_stay_within_the_fill(fill):
+    spec = spec_for("sn30", fusion="o3", training=True, hidden_size=768, n_heads=12, n_layers=2, section_fill=fill)
+
+    def pmus(group):
+        return sum(max(1, math.ceil((o.weight_bytes + spec.buffer_tiles * math.ceil(o.input_bytes / spec.tiles))
+                                    / spec.pmu_bytes)) for o in group)
+
+    def fits(group):
+        return (sum(_need(o, spec) for o in group) <= fill * spec.pcus
+                and len(group) <= max(2, math.ceil(spec.tiles / 2)) and pmus(group) <= spec.pmus)
+
+    for phase in ("forward", "backward"):
+        ops = chip_ops(spec, range(2), phase)
+        atoms = form_sections(ops, dataclasses.replace(spec, fusion="o1"))
+        groups = form_sections(ops, spec)
+        # every o3 section is a run of whole o1 sections, in order
+        assert [o for g in groups for o in g] == ops
+        bounds = {sum(len(a) for a in atoms[:i]) for i in range(len(atoms) + 1)}
+        starts = [sum(len(g) for g in groups[:i]) for i in range(len(groups))]
+        assert set(starts) <= bounds
+        for i, g in enumerate(groups):
+            assert fits(g) or g in atoms  # an o1 section that does not fit alone stays as it is
+            if i + 1 < len(groups):
+                # the next o1 section did not fit into this one
+                nxt = next(a for a in atoms if a[0] is groups[i + 1][0])
+                assert not fits(g + nxt)
+    counts = [len(compile_program(spec_for("sn30", fusion="o3", training=True, hidden_size=768, n_heads=12,
+                                           n_layers=2, section_fill=f)).sections) for f in (0.3, 0.7, 1.0)]
+    assert counts[0] > counts[1] > counts[2]
+
+
+def test_pcus_past_the_column_groups_share_the_tiles_tokens_and_each_reads_the_weights():
+    spec = spec_for("sn10", hidden_size=40, n_heads=1, seq_len=64, batch=1, tile_tokens=16, fusion="o0",
+                    pcus=16, ddr_bandwidth_gbps=1e6, elastic_pmus=False, pmu_bytes_per_cycle=8)
+    sec = build_section([o for o in chip_ops(spec, range(1), "forward") if o.name == "layer0.out_proj"], spec, "x")
+    s = sec.stages[0]
+    # 3 column groups x 16 tile tokens = 48 pairs over 16 PCUs: 3 pairs each
+    assert (s.groups, s.pcus, s.n_hi, s.n_lo) == (3, 16, 16, 0)
+    f = 2 * 64 * 40 * 40
+    assert s.c_hi == math.ceil(3 * f / (64 * 40 * 2 * 6)) + 6
+    # 16 PCUs share 3 groups: each group's weights are read by ceil(16 / 3) = 6 PCUs
+    moved = 6 * s.op.weight_bytes + math.ceil(s.op.input_bytes / 4) + math.ceil(s.op.output_bytes / 4)
+    assert s.dur == math.ceil(moved / (max(s.pmus, s.pcus) * spec.pmu_bytes_per_cycle)) > s.c_hi
+
+
 def test_o3_packs_sections_within_the_chip():
     spec = spec_for("sn10", fusion="o3", tile_tokens=64)
     prog = compile_program(spec)
@@ -136,30 +213,68 @@ def test_o3_packs_sections_within_the_chip():
         assert sec.spilled_bytes == 0 and sec.pmus <= spec.pmus
 
 
+def _pcus_by_the_doc(ops, per_tile, spec):
+    """n_j of docs/rdu.md, "Allocation", from the section's operators and its DDR bytes per tile."""
+    compute = [o for o in ops if o.kind != "collective"]
+    groups = [math.ceil(o.width / spec.pcu_lanes) for o in compute]
+    cap = [g * spec.tile_tokens for g in groups]
+    # the DDR floor: the section's bytes per tile at the DDR's rate
+    tau = _cycles_for(per_tile, spec.ddr_bandwidth_gbps, spec.clock_ghz) - spec.pcu_stages
+    if tau > 0:
+        enough = []
+        for o, g, c in zip(compute, groups, cap, strict=True):
+            # the most pairs x with c(x) <= tau + D
+            x = 0
+            per_pair = Fraction(o.flops) / spec.rate / (spec.tokens * o.width * 2 * spec.pcu_stages)
+            while x < c and math.ceil((x + 1) * per_pair) <= tau:
+                x += 1
+            enough.append(max(g, math.ceil(c / x)) if x else c)
+        if sum(enough) <= spec.pcus:
+            return enough
+    total = sum(o.flops for o in compute)
+    n = [min(c, 1 + (spec.pcus - len(compute)) * o.flops // total) for o, c in zip(compute, cap, strict=True)]
+    while sum(n) < spec.pcus:
+        below = [j for j in range(len(n)) if n[j] < cap[j]]
+        if not below:
+            break
+        j = max(below, key=lambda j: (Fraction(compute[j].flops, n[j]), -j))
+        n[j] += 1
+    return n
+
+
 @pytest.mark.parametrize("placement", ["packed", "spread"])
-@pytest.mark.parametrize("fusion, hidden, heads", [("o0", 256, 4), ("o1", 256, 4), ("o3", 256, 4), ("o3", 2048, 1)])
-def test_pcus_go_by_flops_within_each_operators_column_groups(fusion, hidden, heads, placement):
-    # o3 with hidden 2,048 and one head packs many operators whose FLOP shares round up: the
-    # one-PCU floor must come out of the chip's PCUs, not on top of them
-    spec = spec_for("sn10", fusion=fusion, hidden_size=hidden, n_heads=heads, n_layers=4, placement=placement)
+@pytest.mark.parametrize("fusion, hidden, heads, ddr", [("o0", 256, 4, 100.0), ("o1", 256, 4, 100.0),
+                                                        ("o3", 256, 4, 100.0), ("o3", 2048, 1, 100.0),
+                                                        ("o0", 256, 4, 1e5), ("o3", 256, 4, 1e5)])
+def test_pcus_go_by_the_ddr_floor_else_by_flops(fusion, hidden, heads, ddr, placement):
+    # at 100 GB/s every section here waits on DDR and holds only the PCUs its floor asks for; a DDR
+    # of 100 TB/s leaves no time to hide compute in, so the PCUs go by FLOPs, and in o3's sections
+    # of many operators the one-PCU floor must come out of the chip's PCUs, not on top of them
+    spec = spec_for("sn10", fusion=fusion, hidden_size=hidden, n_heads=heads, n_layers=4, placement=placement,
+                    ddr_bandwidth_gbps=ddr)
     for sec in compile_program(spec).sections:
         compute = [s for s in sec.stages if s.op.kind != "collective"]
+        assert [s.pcus for s in compute] == _pcus_by_the_doc([s.op for s in sec.stages],
+                                                             sec.load_bytes + sec.store_bytes, spec)
         used = sum(s.pcus for s in compute)
         assert used <= spec.pcus
+        if ddr > 1e4:
+            assert used == spec.pcus or all(s.pcus == s.groups * spec.tile_tokens for s in compute)
         p0 = 0
         for j, s in enumerate(compute):
-            assert 1 <= s.pcus <= s.groups == math.ceil(s.op.width / spec.pcu_lanes)
-            q = s.groups // s.pcus
-            assert s.n_hi * (q + (1 if s.n_lo else 0)) + s.n_lo * q == s.groups
+            assert s.groups == math.ceil(s.op.width / spec.pcu_lanes)
+            assert 1 <= s.pcus <= s.groups * spec.tile_tokens
+            # whole column groups while the PCUs are at most the groups, else (group, token) pairs
+            units = s.groups if s.pcus <= s.groups else s.groups * spec.tile_tokens
+            q = units // s.pcus
+            assert s.n_hi + s.n_lo == s.pcus
+            assert s.n_hi * (q + (1 if s.n_lo else 0)) + s.n_lo * q == units
             # packed from PCU 0; spread with the free PCUs as k + 1 equal gaps (docs/rdu.md)
             gap = (j + 1) * (spec.pcus - used) // (len(compute) + 1) if placement == "spread" else 0
             assert s.pcu0 == p0 + gap
             p0 += s.pcus
         held = [p for s in compute for p in range(s.pcu0, s.pcu0 + s.pcus)]
         assert len(set(held)) == used and max(held, default=0) < spec.pcus  # no PCU twice, none off the chip
-        # every PCU is used unless every operator is at its cap
-        if sum(s.pcus for s in compute) < spec.pcus:
-            assert all(s.pcus == s.groups for s in compute)
 
 
 def test_a_pcu_is_busy_for_its_column_groups_and_fills_its_pipeline():

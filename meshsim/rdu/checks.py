@@ -104,9 +104,10 @@ LEVERS = {
     "workload.hidden_size": (("pcu_alloc_mean", "step_seconds", "operator_li_min"),
                              "wider operators hold more PCUs; every operator widens alike, so the balance among "
                              "the PCUs a section holds barely moves"),
-    "machine.ddr_bandwidth_gbps": (("ddr_wait_fraction", "step_seconds", "li_occupied"),
-                                   "a stage waiting on DDR idles its PCUs; where no section waits on DDR it moves "
-                                   "nothing"),
+    "machine.ddr_bandwidth_gbps": (("ddr_wait_fraction", "step_seconds", "pcu_alloc_mean", "li_occupied"),
+                                   "a section holds only the PCUs that keep pace with its DDR, so a faster DDR asks "
+                                   "for more, and a stage waiting on DDR idles its PCUs; where no section waits on "
+                                   "DDR it moves nothing"),
     "workload.parallelism": (("pcu_alloc_mean", "chip_li", "pipeline_bubble_fraction", "step_seconds"),
                              "a tensor split narrows every operator alike; a pipeline split moves work between "
                              "chips"),
@@ -121,7 +122,8 @@ LEVERS = {
                           "more layers add sections of the same shapes: the step grows, the balance stays"),
     "workload.tile_tokens": (("latency_mean_cycles", "ddr_wait_fraction"),
                              "a tile of another length changes the fill of each stage and the DDR bursts a little, "
-                             "not which PCUs work or how long each works per token"),
+                             "and the PCUs past an operator's column groups a little; not how long a PCU works "
+                             "per token"),
     "workload.microbatches": (("pipeline_bubble_fraction", "ddr_bytes"),
                               "microbatches fill a pipeline (parallelism P > 1); on one chip they only cut each "
                               "section's pass into smaller ones"),
@@ -141,6 +143,8 @@ LEVERS = {
                            "the update is one more section at the step's end, streamed through DDR"),
     "workload.master_weights": (("step_seconds", "samples_per_second", "ddr_bytes"),
                                 "an fp32 master copy adds bytes and fp32 arithmetic to the update alone"),
+    "machine.section_fill": (("sections", "pcu_alloc_max", "step_seconds"),
+                             "only o3 reads it: it decides how many of o1's sections o3 merges into one"),
     "machine.section_switch_cycles": (("step_seconds",), "reconfiguration is time between sections, when no PCU works"),
     "workload.layers_per_stage": (("chip_li", "pipeline_bubble_fraction"),
                                   "the split moves work between pipeline stages (chips), not within a section"),

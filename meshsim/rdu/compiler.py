@@ -8,7 +8,8 @@ reference only run the tables. All sizes are exact Python integers until they go
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from fractions import Fraction
 
 import numpy as np
 
@@ -17,7 +18,16 @@ from kernels import rdu as K
 from ..errors import InputError
 from ..params import RDU_PRESETS, param
 from ..topology import node_link
-from ..transformer import TP_ALLREDUCE_AFTER, Model, backward_of, compute_rate, operators, tensor_split, update_cost
+from ..transformer import (
+    TP_ALLREDUCE_AFTER,
+    Model,
+    Operator,
+    backward_of,
+    compute_rate,
+    operators,
+    tensor_split,
+    update_cost,
+)
 from .checks import parse_parallelism
 
 ANCHOR_KINDS = ("gemm", "attention")
@@ -50,6 +60,7 @@ class RduSpec:
     prefetch: bool
     layers_per_stage: tuple = ()  # blocks per pipeline stage; () = as even as can be
     placement: str = "spread"  # where a section's operators sit on the PCUs: "spread" or "packed"
+    section_fill: float = 0.7  # o3: the share of the PCUs a section's column groups may need
     fp32_rate: float = 0.5  # compute rate at fp32 and tf32, a fraction of the 16-bit peak
     chips_per_node: int = 8
     node_interconnect_gbps: float = 25.0
@@ -119,8 +130,8 @@ class RduSpec:
 
 MACHINE_KEYS = ("pcus", "pcu_lanes", "pcu_stages", "pmus", "pmu_kib", "pmu_bytes_per_cycle", "ddr_bandwidth_gbps",
                 "ddr_burst_kib", "clock_ghz", "section_switch_cycles", "buffer_tiles", "elastic_pmus",
-                "interconnect_gbps", "interconnect_latency_cycles", "placement", "fp32_rate", "chips_per_node",
-                "node_interconnect_gbps", "node_interconnect_latency_cycles")
+                "interconnect_gbps", "interconnect_latency_cycles", "placement", "section_fill", "fp32_rate",
+                "chips_per_node", "node_interconnect_gbps", "node_interconnect_latency_cycles")
 MODEL_KEYS = ("hidden_size", "n_layers", "n_heads", "seq_len", "batch", "ffn_multiplier", "precision")
 RUN_KEYS = ("training", "fusion", "tile_tokens", "parallelism", "microbatches", "prefetch", "layers_per_stage",
             "optimizer", "master_weights")
@@ -258,8 +269,6 @@ def ceil_div(a: int, b: int) -> int:
 def _cycles_for(nbytes: int, gbps: float, clock_ghz: float) -> int:
     """Cycles to move nbytes at gbps: ceil(nbytes x clock_ghz / gbps), in exact rational arithmetic
     of the two decimal values as written."""
-    from fractions import Fraction
-
     return math.ceil(Fraction(nbytes) * Fraction(str(clock_ghz)) / Fraction(str(gbps)))
 
 
@@ -278,7 +287,10 @@ def chip_ops(spec: RduSpec, layers: range, phase: str, stage: int = 0) -> list[O
         if op.layer not in layers:
             continue
         forward.append(tensor_split(op, t))
-    chosen = forward if phase == "forward" else [backward_of(op) for op in reversed(forward)]
+    recompute = {}
+    if spec.fusion == "o3":
+        forward, recompute = fuse_attention(forward)
+    chosen = forward if phase == "forward" else [_backward(op, recompute) for op in reversed(forward)]
     act = tokens * model.hidden_size * e
     out = []
     for op in chosen:
@@ -300,6 +312,31 @@ def chip_ops(spec: RduSpec, layers: range, phase: str, stage: int = 0) -> list[O
     return out
 
 
+def fuse_attention(forward: list) -> tuple[list, dict]:
+    """o3's attention: each layer's attn_scores_softmax and attn_v as one operator,
+    "layer<i>.attention", that reads Q, K and V and writes the heads' output and never the scores
+    (docs/rdu.md, "Operators"); with the FLOPs of the scores and softmax, by name, that its backward
+    computes again."""
+    out, recompute = [], {}
+    for op in forward:
+        short = op.name.split(".")[1]
+        if short == "attn_v" and out and out[-1].name.split(".")[1] == "attn_scores_softmax":
+            s = out.pop()
+            name = f"layer{op.layer}.attention"
+            out.append(Operator(name, op.layer, "attention", "forward", s.flops + op.flops, 0,
+                                s.input_bytes + op.input_bytes - s.output_bytes, op.output_bytes))
+            recompute[name] = s.flops
+        else:
+            out.append(op)
+    return out, recompute
+
+
+def _backward(op, recompute: dict):
+    """backward_of, plus the forward FLOPs a fused operator computes again (fuse_attention)."""
+    b = backward_of(op)
+    return replace(b, flops=b.flops + recompute[op.name]) if op.name in recompute else b
+
+
 def _buffer_bytes(op: Op, spec: RduSpec) -> int:
     """Bytes of an operator's input buffer: B tiles of its input."""
     return spec.buffer_tiles * ceil_div(op.input_bytes, spec.tiles)
@@ -313,90 +350,138 @@ def _pmu_need(op: Op, spec: RduSpec) -> int:
 def form_sections(ops: list[Op], spec: RduSpec) -> list[list[Op]]:
     """Cut one phase's operators into sections by the fusion mode (docs/rdu.md, "Sections")."""
     groups: list[list[Op]] = []
-    if spec.fusion in ("o0", "o1"):
-        for op in ops:
-            anchored = bool(groups) and any(o.kind in ANCHOR_KINDS for o in groups[-1])
-            if op.kind == "collective" and groups:
-                groups[-1].append(op)  # a collective rides along with its operator
-            elif spec.fusion == "o0" or not groups or op.kind == "norm" or (op.kind in ANCHOR_KINDS and anchored):
-                groups.append([op])
-            else:
-                groups[-1].append(op)
-        return groups
-    max_ops = max(2, ceil_div(spec.tiles, 2))
     for op in ops:
+        anchored = bool(groups) and any(o.kind in ANCHOR_KINDS for o in groups[-1])
         if op.kind == "collective" and groups:
+            groups[-1].append(op)  # a collective rides along with its operator
+        elif spec.fusion == "o0" or not groups or op.kind == "norm" or (op.kind in ANCHOR_KINDS and anchored):
+            groups.append([op])
+        else:
             groups[-1].append(op)
-            continue
-        if groups:
-            cur = groups[-1] + [op]
-            compute = sum(1 for o in cur if o.kind != "collective")
+    if spec.fusion in ("o0", "o1"):
+        return groups
+    # o3: merge o1's sections, in order, while the merged section fits
+    max_ops = max(2, ceil_div(spec.tiles, 2))
+    fill = Fraction(str(spec.section_fill))
+    merged: list[list[Op]] = []
+    for group in groups:
+        if merged:
+            cur = merged[-1] + group
+            need = sum(_pcu_need(o, spec) for o in cur)
             pmus = sum(_pmu_need(o, spec) for o in cur)
-            if compute <= spec.pcus and len(cur) <= max_ops and pmus <= spec.pmus:
-                groups[-1].append(op)
+            if need <= fill * spec.pcus and len(cur) <= max_ops and pmus <= spec.pmus:
+                merged[-1] = cur
                 continue
-        groups.append([op])
-    return groups
+        merged.append(list(group))
+    return merged
 
 
-def _allocate_pcus(stages: list[Stage], spec: RduSpec, where: str) -> None:
+def _pcu_need(op: Op, spec: RduSpec) -> int:
+    """PCUs o3 counts an operator as needing: one per column group of its output, ceil(N' / L); a
+    backward GEMM computes two products, the input gradient (as wide as the forward input) and the
+    weight gradient (as wide as the forward output), and needs the column groups of both; a
+    collective stage needs none."""
+    if op.kind == "collective":
+        return 0
+    need = ceil_div(op.width, spec.pcu_lanes)
+    if op.kind == "gemm" and op.phase == "backward":
+        need += ceil_div(ceil_div(op.passes_on, spec.model.element_bytes * spec.tokens), spec.pcu_lanes)
+    return need
+
+
+def _ddr_bytes(ops: list[Op], spec: RduSpec) -> tuple[int, int]:
+    """(load, store): bytes a section of `ops` reads from and writes to DDR over a microbatch, before
+    any on-chip hand-over and without spilled weights (docs/rdu.md, "Tiles and traffic")."""
+    load = ops[0].input_bytes + sum(max(0, b.input_bytes - a.output_bytes) for a, b in zip(ops, ops[1:], strict=False))
+    store = ops[-1].output_bytes
+    if spec.training and ops[0].phase == "forward":
+        # every activation is saved for the backward pass, handed over or not; an operator's partial
+        # sums count once, as the output of the all-reduce that follows it
+        store += sum(a.output_bytes for a, b in zip(ops, ops[1:], strict=False) if b.kind != "collective")
+    return load, store
+
+
+def _pcus_for_ddr(compute: list[Stage], per_tile: int, spec: RduSpec, cap: dict) -> list[int] | None:
+    """PCUs per compute operator that bring its compute per tile within the section's DDR time per
+    tile (per_tile bytes, ld + sd), and never below its column groups (docs/rdu.md, "Allocation"):
+    more would only wait on DDR. None when that time is no longer than a PCU's pipeline fill."""
+    d, r = spec.pcu_stages, spec.rate
+    tau = _cycles_for(per_tile, spec.ddr_bandwidth_gbps, spec.clock_ghz) - d
+    if tau <= 0:
+        return None
+    enough = []
+    for s in compute:
+        # pairs one PCU takes within tau cycles: the largest x with x F r_d <= tau T N' 2 D r_n
+        per = tau * spec.tokens * s.op.width * 2 * d * r.numerator // (s.op.flops * r.denominator) \
+            if s.op.flops else cap[id(s)]
+        enough.append(max(s.groups, min(cap[id(s)], ceil_div(cap[id(s)], per))) if per else cap[id(s)])
+    return enough
+
+
+def _allocate_pcus(stages: list[Stage], spec: RduSpec, per_tile: int) -> None:
+    """n_j, the PCUs of each compute operator of a section that moves per_tile DDR bytes a tile, and
+    where they sit (docs/rdu.md, "Allocation")."""
     compute = [s for s in stages if s.op.kind != "collective"]
-    if len(compute) > spec.pcus:
-        raise InputError(f"{where}: {len(compute)} compute operators but machine.pcus = {spec.pcus}: a section "
-                         "needs at least one PCU per operator (raise machine.pcus, or fuse less with "
-                         "workload.fusion)")
     total = sum(s.op.flops for s in compute)
     spare = spec.pcus - len(compute)  # every operator has one PCU; these are shared by FLOPs
     for s in compute:
         s.groups = ceil_div(s.op.width, spec.pcu_lanes)
+    # an operator can use one PCU per (column group, tile token) pair: PCUs past its column groups
+    # share the tile's tokens
+    cap = {id(s): s.groups * spec.tile_tokens for s in compute}
+    enough = _pcus_for_ddr(compute, per_tile, spec, cap)
+    if enough is not None and sum(enough) <= spec.pcus:
+        for s, n in zip(compute, enough, strict=True):
+            s.pcus = n
+        _place(compute, spec)
+        return
+    for s in compute:
         share = (spare * s.op.flops) // total if total else 0
-        s.pcus = min(s.groups, 1 + share)
+        s.pcus = min(cap[id(s)], 1 + share)
     left = spec.pcus - sum(s.pcus for s in compute)
     while left > 0:
         best = None
         for s in compute:
             # largest F/n first; compare F_a n_b > F_b n_a exactly; ties keep the earlier stage
-            if s.pcus < s.groups and (best is None or s.op.flops * best.pcus > best.op.flops * s.pcus):
+            if s.pcus < cap[id(s)] and (best is None or s.op.flops * best.pcus > best.op.flops * s.pcus):
                 best = s
         if best is None:
             break
         best.pcus += 1
         left -= 1
-    # Placement: packed from PCU 0, or spread with the free PCUs as k + 1 equal gaps (floor of the
-    # running share), before, between and after the k operators.
+    _place(compute, spec)
+
+
+def _place(compute: list[Stage], spec: RduSpec) -> None:
+    """Placement: packed from PCU 0, or spread with the free PCUs as k + 1 equal gaps (floor of the
+    running share), before, between and after the k operators."""
     free = spec.pcus - sum(s.pcus for s in compute)
     gaps = len(compute) + 1 if spec.placement == "spread" else 0
     pcu0 = 0
     for j, s in enumerate(compute):
         s.pcu0 = pcu0 + ((j + 1) * free // gaps if gaps else 0)
         pcu0 += s.pcus
-    assert pcu0 + (len(compute) * free // gaps if gaps else 0) <= spec.pcus, (where, pcu0, spec.pcus)
+    assert pcu0 + (len(compute) * free // gaps if gaps else 0) <= spec.pcus, (pcu0, spec.pcus)
 
 
 def _pcu_cycles(x: int, op: Op, spec: RduSpec, tokens: int) -> int:
-    """c(x) of docs/rdu.md: cycles per tile of a PCU holding x column groups."""
+    """c(x) of docs/rdu.md: cycles per tile of a PCU holding x (column group, tile token) pairs."""
     if x == 0:
         return 0
     d, r = spec.pcu_stages, spec.rate
-    return ceil_div(x * spec.tile_tokens * op.flops * r.denominator, tokens * op.width * 2 * d * r.numerator) + d
+    return ceil_div(x * op.flops * r.denominator, tokens * op.width * 2 * d * r.numerator) + d
 
 
 def lay_out_section(ops: list[Op], spec: RduSpec, name: str) -> Section:
-    """PCUs, their classes and the PMUs an operator needs (spilling weights when they do not fit)
-    for one section (docs/rdu.md, "Allocation"); `finish_section` completes it."""
-    tiles, tokens, qb = spec.tiles, spec.tokens, spec.pmu_bytes
+    """The PMUs each operator needs (spilling weights when they do not fit) for one section
+    (docs/rdu.md, "Allocation"); `finish_section` completes it, PCUs included."""
+    tiles, qb = spec.tiles, spec.pmu_bytes
     stages = [Stage(op) for op in ops]
-    _allocate_pcus(stages, spec, f"section {name}")
-    for s in stages:
-        if s.op.kind == "collective":
-            continue
-        q, r = divmod(s.groups, s.pcus)
-        if r:
-            s.n_hi, s.n_lo = r, s.pcus - r
-            s.c_hi, s.c_lo = _pcu_cycles(q + 1, s.op, spec, tokens), _pcu_cycles(q, s.op, spec, tokens)
-        else:
-            s.n_hi, s.n_lo = s.pcus, 0
-            s.c_hi, s.c_lo = _pcu_cycles(q, s.op, spec, tokens), 0
+    n_compute = sum(1 for op in ops if op.kind != "collective")
+    if n_compute > spec.pcus:
+        raise InputError(f"section {name}: {n_compute} compute operators but machine.pcus = {spec.pcus}: a section "
+                         "needs at least one PCU per operator (raise machine.pcus, or fuse less with "
+                         "workload.fusion)")
     need = [_pmu_need(s.op, spec) for s in stages]
     w_sec = sum(s.op.weight_bytes for s in stages)
     sec = Section(name=name, phase=ops[0].phase, stages=stages, tiles=tiles, weight_bytes=w_sec)
@@ -425,12 +510,13 @@ def lay_out_section(ops: list[Op], spec: RduSpec, name: str) -> Section:
 
 
 def finish_section(sec: Section, spec: RduSpec, held_in: int = 0, held_out: int = 0, reserve: int = 0) -> Section:
-    """Elastic PMUs, stage times, prefetch room and DDR traffic per tile of a laid-out section.
+    """Elastic PMUs, prefetch room, DDR traffic per tile, then the PCUs (which depend on that
+    traffic), their classes and the stage times of a laid-out section.
 
     held_in, held_out: bytes of its input and output that stay on chip, handed over from the
     section before and to the section after; reserve: PMUs kept free for prefetching weights.
     """
-    qb = spec.pmu_bytes
+    qb, tokens = spec.pmu_bytes, spec.tokens
     tiles = sec.tiles
     stages, ops = sec.stages, [s.op for s in sec.stages]
     if spec.elastic_pmus and not sec.spilled_bytes:
@@ -441,25 +527,34 @@ def finish_section(sec: Section, spec: RduSpec, held_in: int = 0, held_out: int 
         sec.pmus = sum(s.pmus for s in stages)
     sec.held_in, sec.held_out = held_in, held_out
     sec.prefetch_cap = max(0, (spec.pmus - sec.pmus) * qb - held_in - held_out)
-    for s in stages:
-        if s.op.kind == "collective":
-            s.dur = s.op.collective_cycles
-        else:
-            moved = s.op.weight_bytes + ceil_div(s.op.input_bytes, tiles) + ceil_div(s.op.output_bytes, tiles)
-            # Each PCU reads through the PMU it is paired with, so an operator streams through at
-            # least as many PMUs as it has PCUs.
-            s.dur = max(s.c_hi, ceil_div(moved, max(s.pmus, s.pcus) * spec.pmu_bytes_per_cycle))
-    load = ops[0].input_bytes + sum(max(0, b.input_bytes - a.output_bytes) for a, b in zip(ops, ops[1:], strict=False))
-    store = ops[-1].output_bytes
-    if spec.training and sec.phase == "forward":
-        # every activation is saved for the backward pass, handed over or not; an operator's partial
-        # sums count once, as the output of the all-reduce that follows it
-        store += sum(a.output_bytes for a, b in zip(ops, ops[1:], strict=False) if b.kind != "collective")
-    elif not (sec.phase == "forward" and ops[-1].name.split(".")[1].startswith("residual")):
+    load, store = _ddr_bytes(ops, spec)
+    if not (spec.training and sec.phase == "forward") and not (
+            sec.phase == "forward" and ops[-1].name.split(".")[1].startswith("residual")):
         # the residual stream is read again by the next residual add, from DDR: it is always stored
         store -= held_out
     sec.load_bytes = ceil_div(load - held_in, tiles) + sec.spilled_bytes
     sec.store_bytes = ceil_div(store, tiles)
+    _allocate_pcus(stages, spec, sec.load_bytes + sec.store_bytes)
+    for s in stages:
+        if s.op.kind == "collective":
+            s.dur = s.op.collective_cycles
+            continue
+        # whole column groups while the PCUs are at most the groups, else the tile's tokens of
+        # every column group dealt out: u (column group, token) pairs a PCU
+        u = spec.tile_tokens if s.pcus <= s.groups else 1
+        q, r = divmod(s.groups * spec.tile_tokens // u, s.pcus)
+        if r:
+            s.n_hi, s.n_lo = r, s.pcus - r
+            s.c_hi, s.c_lo = _pcu_cycles((q + 1) * u, s.op, spec, tokens), _pcu_cycles(q * u, s.op, spec, tokens)
+        else:
+            s.n_hi, s.n_lo = s.pcus, 0
+            s.c_hi, s.c_lo = _pcu_cycles(q * u, s.op, spec, tokens), 0
+        # PCUs that share a column group's tokens each read its weights
+        copies = ceil_div(s.pcus, s.groups) if s.pcus > s.groups else 1
+        moved = copies * s.op.weight_bytes + ceil_div(s.op.input_bytes, tiles) + ceil_div(s.op.output_bytes, tiles)
+        # Each PCU reads through the PMU it is paired with, so an operator streams through at
+        # least as many PMUs as it has PCUs.
+        s.dur = max(s.c_hi, ceil_div(moved, max(s.pmus, s.pcus) * spec.pmu_bytes_per_cycle))
     return sec
 
 

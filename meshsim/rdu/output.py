@@ -56,7 +56,8 @@ OPERATORS = {
     "kind": (np.int8, "1", "0 compute, 1 collective"),
     "pcu0": (np.int32, "1", "first PCU of the operator (its PCUs are consecutive, class hi first)"),
     "pcus": (np.int32, "PCUs", "PCUs of the operator"),
-    "pcus_hi": (np.int32, "PCUs", "PCUs with one more column group (class hi)"),
+    "pcus_hi": (np.int32, "PCUs", "PCUs with one more unit of work: a column group, or past the column "
+                "groups a (group, token) pair (class hi)"),
     "pcus_lo": (np.int32, "PCUs", "PCUs with one fewer (class lo)"),
     "column_groups": (np.int32, "1", "column groups of lanes the operator's output splits into"),
     "cycles_hi": (np.int64, "cycles", "busy cycles per tile of a class-hi PCU"),
