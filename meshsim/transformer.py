@@ -13,8 +13,8 @@ head are outside the transformer blocks and are not counted.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from fractions import Fraction
 
 from .errors import InputError
 
@@ -342,9 +342,9 @@ def tensor_split(op: Operator, t: int) -> Operator:
     def part(x: int) -> int:
         return -(-x // t)
 
-    return dataclasses.replace(op, flops=part(op.flops), weight_bytes=part(op.weight_bytes),
-                               input_bytes=part(op.input_bytes) if split_in else op.input_bytes,
-                               output_bytes=part(op.output_bytes) if split_out else op.output_bytes)
+    return replace(op, flops=part(op.flops), weight_bytes=part(op.weight_bytes),
+                   input_bytes=part(op.input_bytes) if split_in else op.input_bytes,
+                   output_bytes=part(op.output_bytes) if split_out else op.output_bytes)
 
 
 #: Optimisers of a training step: name -> (state bytes per parameter, FLOPs per parameter of the
@@ -379,8 +379,6 @@ def compute_rate(precision: str, fp32_rate: float):
     """The compute rate at `precision` as an exact fraction of the machine's 16-bit peak: for fp32
     and tf32 (FP32_COMPUTE) the fraction nearest fp32_rate with a denominator of at most
     RATE_DENOMINATOR (so that exact integer costs stay within 64 bits), 1 otherwise."""
-    from fractions import Fraction
-
     if precision not in FP32_COMPUTE:
         return Fraction(1)
     return Fraction(str(fp32_rate)).limit_denominator(RATE_DENOMINATOR)

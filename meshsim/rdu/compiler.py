@@ -389,19 +389,7 @@ def _pcu_need(op: Op, spec: RduSpec) -> int:
     return need
 
 
-def _ddr_bytes(ops: list[Op], spec: RduSpec) -> tuple[int, int]:
-    """(load, store): bytes a section of `ops` reads from and writes to DDR over a microbatch, before
-    any on-chip hand-over and without spilled weights (docs/rdu.md, "Tiles and traffic")."""
-    load = ops[0].input_bytes + sum(max(0, b.input_bytes - a.output_bytes) for a, b in zip(ops, ops[1:], strict=False))
-    store = ops[-1].output_bytes
-    if spec.training and ops[0].phase == "forward":
-        # every activation is saved for the backward pass, handed over or not; an operator's partial
-        # sums count once, as the output of the all-reduce that follows it
-        store += sum(a.output_bytes for a, b in zip(ops, ops[1:], strict=False) if b.kind != "collective")
-    return load, store
-
-
-def _pcus_for_ddr(compute: list[Stage], per_tile: int, spec: RduSpec, cap: dict) -> list[int] | None:
+def _pcus_for_ddr(compute: list[Stage], per_tile: int, spec: RduSpec) -> list[int] | None:
     """PCUs per compute operator that bring its compute per tile within the section's DDR time per
     tile (per_tile bytes, ld + sd), and never below its column groups (docs/rdu.md, "Allocation"):
     more would only wait on DDR. None when that time is no longer than a PCU's pipeline fill."""
@@ -411,10 +399,13 @@ def _pcus_for_ddr(compute: list[Stage], per_tile: int, spec: RduSpec, cap: dict)
         return None
     enough = []
     for s in compute:
+        cap = s.groups * spec.tile_tokens
+        if not s.op.flops:
+            enough.append(s.groups)
+            continue
         # pairs one PCU takes within tau cycles: the largest x with x F r_d <= tau T N' 2 D r_n
-        per = tau * spec.tokens * s.op.width * 2 * d * r.numerator // (s.op.flops * r.denominator) \
-            if s.op.flops else cap[id(s)]
-        enough.append(max(s.groups, min(cap[id(s)], ceil_div(cap[id(s)], per))) if per else cap[id(s)])
+        per = tau * spec.tokens * s.op.width * 2 * d * r.numerator // (s.op.flops * r.denominator)
+        enough.append(max(s.groups, min(cap, ceil_div(cap, per))) if per else cap)
     return enough
 
 
@@ -422,28 +413,28 @@ def _allocate_pcus(stages: list[Stage], spec: RduSpec, per_tile: int) -> None:
     """n_j, the PCUs of each compute operator of a section that moves per_tile DDR bytes a tile, and
     where they sit (docs/rdu.md, "Allocation")."""
     compute = [s for s in stages if s.op.kind != "collective"]
-    total = sum(s.op.flops for s in compute)
-    spare = spec.pcus - len(compute)  # every operator has one PCU; these are shared by FLOPs
     for s in compute:
         s.groups = ceil_div(s.op.width, spec.pcu_lanes)
-    # an operator can use one PCU per (column group, tile token) pair: PCUs past its column groups
-    # share the tile's tokens
-    cap = {id(s): s.groups * spec.tile_tokens for s in compute}
-    enough = _pcus_for_ddr(compute, per_tile, spec, cap)
+    enough = _pcus_for_ddr(compute, per_tile, spec)
     if enough is not None and sum(enough) <= spec.pcus:
         for s, n in zip(compute, enough, strict=True):
             s.pcus = n
         _place(compute, spec)
         return
+    # an operator can use one PCU per (column group, tile token) pair: PCUs past its column groups
+    # share the tile's tokens
+    tt = spec.tile_tokens
+    total = sum(s.op.flops for s in compute)
+    spare = spec.pcus - len(compute)  # every operator has one PCU; these are shared by FLOPs
     for s in compute:
         share = (spare * s.op.flops) // total if total else 0
-        s.pcus = min(cap[id(s)], 1 + share)
+        s.pcus = min(s.groups * tt, 1 + share)
     left = spec.pcus - sum(s.pcus for s in compute)
     while left > 0:
         best = None
         for s in compute:
             # largest F/n first; compare F_a n_b > F_b n_a exactly; ties keep the earlier stage
-            if s.pcus < cap[id(s)] and (best is None or s.op.flops * best.pcus > best.op.flops * s.pcus):
+            if s.pcus < s.groups * tt and (best is None or s.op.flops * best.pcus > best.op.flops * s.pcus):
                 best = s
         if best is None:
             break
@@ -527,9 +518,13 @@ def finish_section(sec: Section, spec: RduSpec, held_in: int = 0, held_out: int 
         sec.pmus = sum(s.pmus for s in stages)
     sec.held_in, sec.held_out = held_in, held_out
     sec.prefetch_cap = max(0, (spec.pmus - sec.pmus) * qb - held_in - held_out)
-    load, store = _ddr_bytes(ops, spec)
-    if not (spec.training and sec.phase == "forward") and not (
-            sec.phase == "forward" and ops[-1].name.split(".")[1].startswith("residual")):
+    load = ops[0].input_bytes + sum(max(0, b.input_bytes - a.output_bytes) for a, b in zip(ops, ops[1:], strict=False))
+    store = ops[-1].output_bytes
+    if spec.training and sec.phase == "forward":
+        # every activation is saved for the backward pass, handed over or not; an operator's partial
+        # sums count once, as the output of the all-reduce that follows it
+        store += sum(a.output_bytes for a, b in zip(ops, ops[1:], strict=False) if b.kind != "collective")
+    elif not (sec.phase == "forward" and ops[-1].name.split(".")[1].startswith("residual")):
         # the residual stream is read again by the next residual add, from DDR: it is always stored
         store -= held_out
     sec.load_bytes = ceil_div(load - held_in, tiles) + sec.spilled_bytes
