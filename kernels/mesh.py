@@ -102,7 +102,8 @@ REG_FIRST = 7  # 1 for the first region of its replica
 REG_FLOW = 8  # +1: data moves east (upstream column col0); -1: west (upstream column col0 + w - 1)
 REG_INPUT = 9  # INPUT_ROW: input edge is the upstream column; INPUT_COL: the top row
 REG_OUTPUT = 10  # OUTPUT_SIDE: output edge is the downstream column; OUTPUT_BOTTOM: the bottom row
-N_REG = 11
+REG_WAVELETS = 11  # packets one chunk's input is for each PE of the region's lines (>= 1)
+N_REG = 12
 INPUT_ROW = 0
 INPUT_COL = 1
 OUTPUT_SIDE = 0
@@ -229,6 +230,7 @@ class MeshState(NamedTuple):
     lp_taken: np.ndarray  # int32[R, C] chunks taken (first regions)
     out_left: np.ndarray  # int32[R, C] packets left in the output stage
     out_birth: np.ndarray  # int32[R, C] their birth cycle
+    lp_got: np.ndarray  # int32[R, C] wavelets of the current chunk delivered so far
     lp_adm: np.ndarray  # int64[P] chunks admitted per replica
     lp_fin: np.ndarray  # int64[P] chunks finished per replica
     lp_done: np.ndarray  # int64[P, W] output-edge PEs of the last region that completed chunk c, at c mod W
@@ -564,6 +566,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     lp_taken = st.lp_taken
     out_left = st.out_left
     out_birth = st.out_birth
+    lp_got = st.lp_got
     lp_adm = st.lp_adm
     rows = q_len.shape[0]
     cols = q_len.shape[1]
@@ -789,13 +792,21 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                                     tot_pkt_offered[r, c] += 1
                                     meas_injected += 1
                                     meas_hops += 1
-                                if n_o == 0 and eject_now < bw and qlen < cap:
+                                g_here = lp_g[r, c]
+                                got_now = np.int64(lp_got[r, c]) + 1
+                                last_wavelet = got_now >= lp_reg[g_here, REG_WAVELETS]
+                                if n_o == 0 and eject_now < bw and (qlen < cap or not last_wavelet):
                                     # Early delivery: the packet would be among the first the Send
-                                    # stage delivers, and nothing changes the task queue before it.
-                                    qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, lp_reg[lp_g[r, c], REG_WORK],
-                                                    t, 0)
-                                    injected += 1
-                                    tot_injected[r, c] += 1
+                                    # stage delivers, and nothing changes the task queue or the
+                                    # wavelet count before it.
+                                    if last_wavelet:
+                                        qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, lp_reg[g_here, REG_WORK],
+                                                        t, 0)
+                                        injected += 1
+                                        tot_injected[r, c] += 1
+                                        lp_got[r, c] = 0
+                                    else:
+                                        lp_got[r, c] = got_now
                                     pk_delivered += 1
                                     tot_pkt_delivered[r, c] += 1
                                     meas_delivered, meas_lat_sum, meas_lat_sq, meas_lat_max = _add_latency(
@@ -882,11 +893,13 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         nxt = lp_reg[g, REG_NEXT]
                         k = _out_index(lp_reg, g, r, c)
                         n_out = _n_out(lp_reg, g)
-                        fan = _feeds(k, n_out, _n_in(lp_reg, nxt))
+                        wv = lp_reg[nxt, REG_WAVELETS]
+                        n_stage = _feeds(k, n_out, _n_in(lp_reg, nxt)) * wv
                         ob = np.int64(out_birth[r, c])
                         sent_from_stage = 0
                         while left > 0 and sent_from_stage < bw:
-                            dest_r, dest_c = _input_pe(lp_reg, nxt, k + (fan - left) * n_out)
+                            # All of one input's wavelets, then the next input's.
+                            dest_r, dest_c = _input_pe(lp_reg, nxt, k + ((n_stage - left) // wv) * n_out)
                             entered = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c, cols,
                                                     pack_packet(dest_r, dest_c, ob), dest_r, dest_c, sent_f, i_now,
                                                     sent_now, recv_f, b_cred, wrap, kbuf, bw, qo)
@@ -958,12 +971,19 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         break
                     m = oq_f[np.uint64((5 * u + 4) * qcap)]
                     if is_lp:
-                        # Each packet is the PE's input for its next chunk: a task, if the queue has room.
-                        if qlen >= cap:
-                            break
-                        qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, lp_reg[lp_g[r, c], REG_WORK], t, 0)
-                        injected += 1
-                        tot_injected[r, c] += 1
+                        # Each packet is a wavelet of the PE's current chunk; the last makes its
+                        # task, if the queue has room.
+                        g_here = lp_g[r, c]
+                        got_now = np.int64(lp_got[r, c]) + 1
+                        if got_now >= lp_reg[g_here, REG_WAVELETS]:
+                            if qlen >= cap:
+                                break
+                            qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, lp_reg[g_here, REG_WORK], t, 0)
+                            injected += 1
+                            tot_injected[r, c] += 1
+                            lp_got[r, c] = 0
+                        else:
+                            lp_got[r, c] = got_now
                     birth = np.int64(m & U32)
                     _pop_front(oq_f, oql_f, u, 4, qcap)
                     pk_delivered += 1
@@ -1068,7 +1088,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                 if k >= 0:
                     nxt = lp_reg[g, REG_NEXT]
                     if nxt >= 0:
-                        fan = _feeds(k, _n_out(lp_reg, g), _n_in(lp_reg, nxt))
+                        fan = _feeds(k, _n_out(lp_reg, g), _n_in(lp_reg, nxt)) * lp_reg[nxt, REG_WAVELETS]
                         out_left[r, c] = fan
                         out_birth[r, c] = t + 1
                         pk_offered += fan

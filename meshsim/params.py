@@ -119,8 +119,8 @@ PRESETS = {"rdu": RDU_PRESETS, "ipu": IPU_PRESETS}
 # The ipu keys' defaults are the default preset's (gc200).
 _GC200 = IPU_PRESETS["gc200"]
 
-#: WSE-2: about 7.5 PFLOP/s (16-bit) over about 850,000 PEs at 1.1 GHz, in FLOPs per PE per cycle.
-WSE2_PE_FLOPS_PER_CYCLE = round(7.5e15 / 850_000 / 1.1e9, 3)
+#: WSE-2: a PE's SIMD units do 4 16-bit multiply-adds a cycle, 8 FLOPs (850,000 PEs at 1.1 GHz: 7.5 PFLOP/s).
+WSE2_PE_FLOPS_PER_CYCLE = 8.0
 
 PARAMS: tuple[Param, ...] = (
     # [run]
@@ -172,8 +172,18 @@ PARAMS: tuple[Param, ...] = (
           "and ipu the preset sets it (see docs/rdu.md, docs/ipu.md) unless the scenario does.",
           (0.001, 100.0)),
     Param("machine", "pe_flops_per_cycle", "float", "FLOPs/cycle", WSE2_PE_FLOPS_PER_CYCLE,
-          "Peak FLOPs of one PE per cycle (WSE-2: about 7.5 PFLOP/s over 850,000 PEs at 1.1 GHz).",
+          "Peak 16-bit FLOPs of one PE per cycle, its SIMD width (WSE-2: 4 fp16 multiply-adds, 8 FLOPs; "
+          "850,000 PEs at 1.1 GHz are 7.5 PFLOP/s); fp32 at machine.fp32_rate of it.",
           (0.001, 1e6), _PIPELINE),
+    Param("machine", "sram_read_bytes_per_cycle", "int", "bytes/cycle", 8,
+          "Bytes a PE's SRAM ports read per cycle for its arithmetic (WSE-2: two 32-bit reads); a PE's rate "
+          "for an operator is bounded by the operands it must read (docs/mesh.md, \"The PE and the wavelets\").",
+          (1, 4096), _PIPELINE),
+    Param("machine", "sram_write_bytes_per_cycle", "int", "bytes/cycle", 4,
+          "Bytes a PE's SRAM ports write per cycle (WSE-2: one 32-bit write).", (1, 4096), _PIPELINE),
+    Param("machine", "wavelet_bytes", "int", "bytes", 4,
+          "Bytes of one wavelet, the message a link carries (WSE-2: 32 bits): a token's activation "
+          "vector crosses a link as its bytes over this many messages.", (1, 4096), _PIPELINE),
     Param("machine", "fp32_rate", "float", "", 0.5,
           "Compute rate at fp32, and at tf32 (which none of these machines has units for, so it computes "
           "as fp32), as a fraction of the 16-bit peak (WSE-2: 2 fp32 FMACs per PE-cycle against 4 at fp16, "
@@ -366,6 +376,10 @@ PARAMS: tuple[Param, ...] = (
     Param("workload", "fuse_elementwise", "bool", "", True,
           "Fold each LayerNorm, GeLU and residual add into its neighbouring matrix kernel's region "
           "(false gives every kernel its own region).", None, _PIPELINE),
+    Param("workload", "fuse_attention", "bool", "", True,
+          "Run attention's scores, softmax and x V as one kernel, whose PEs keep the sequence's keys and "
+          "values, so the scores never cross a link (false: two kernels, and the scores, n_heads x seq_len "
+          "elements a token, travel from one to the other as wavelets).", None, _PIPELINE),
     Param("workload", "tokens_per_chunk", "int", "tokens", 1,
           "Tokens that move through the pipeline together (one task per PE per region).",
           (1, 1_048_576), _PIPELINE),

@@ -16,7 +16,9 @@ Platform presets and their sources:
   superstep's data over the exchange; docs/ipu.md, "Roofline").
 
 For a result file or scenario, the platform is its own machine: a mesh of rows x cols PEs at
-`pe_flops_per_cycle` and `clock_ghz`, with the WSE-2's SRAM bandwidth per PE; an rdu chip from its
+`pe_flops_per_cycle` and `clock_ghz`, with its PEs' SRAM ports (`sram_read_bytes_per_cycle` +
+`sram_write_bytes_per_cycle`, 12 bytes a cycle on the WSE-2: 11 PB/s over 850,000 PEs, against the
+20 PB/s Cerebras quotes for its memory); an rdu chip from its
 keys. The kernels are the transformer's operators of one layer (`meshsim.transformer`), each with
 its FLOPs and bytes moved (weights, inputs and outputs), unless the machine places its own
 (`Machine.roofline_kernels`): the rdu's compiled sections with their DDR bytes (docs/rdu.md,

@@ -87,7 +87,8 @@ def pipeline_for_reference(pipe) -> dict:
         regions.append(dict(row0=r0, col0=c0, row1=r0 + h, col1=c0 + w, work=row[K.REG_WORK], next=row[K.REG_NEXT],
                             replica=row[K.REG_REPLICA], flow=row[K.REG_FLOW],
                             input="col" if row[K.REG_INPUT] == K.INPUT_COL else "row",
-                            output="bottom" if row[K.REG_OUTPUT] == K.OUTPUT_BOTTOM else "side"))
+                            output="bottom" if row[K.REG_OUTPUT] == K.OUTPUT_BOTTOM else "side",
+                            wavelets=row[K.REG_WAVELETS]))
     return {"regions": regions, "chunks_in_flight": pipe.chunks_in_flight}
 
 
@@ -107,9 +108,10 @@ def _pipeline_snapshot(sim: MeshSim, source: list) -> dict:
             nxt = int(reg[g, K.REG_NEXT])
             k = int(K._out_index(lp_reg=reg, g=g, r=r, c=c))
             n_out = int(K._n_out(reg, g))
-            fan = int(K._feeds(k, n_out, K._n_in(reg, nxt)))
-            for m in range(fan - left, fan):
-                dr, dc = K._input_pe(reg, nxt, k + m * n_out)
+            wv = int(reg[nxt, K.REG_WAVELETS])
+            n_stage = int(K._feeds(k, n_out, K._n_in(reg, nxt))) * wv
+            for m in range(n_stage - left, n_stage):
+                dr, dc = K._input_pe(reg, nxt, k + (m // wv) * n_out)
                 source[r * cols + c].append((int(dr), int(dc), int(st.out_birth[r, c])))
     pending = []
     for p in range(st.lp_adm.shape[0]):
@@ -120,8 +122,9 @@ def _pipeline_snapshot(sim: MeshSim, source: list) -> dict:
         ctl = st.lp_ctl
         streaming = {"loaded": int(ctl[K.CTL_LOADED]), "loading": bool(ctl[K.CTL_LOADING]),
                      "load_end": int(ctl[K.CTL_LOAD_END]), "wait_cycles": int(ctl[K.CTL_WAIT])}
-    return {"taken": [int(x) for x in st.lp_taken.ravel()], "admitted": [int(x) for x in st.lp_adm],
-            "finished": [int(x) for x in st.lp_fin], "took": [int(x) for x in st.lp_took], "pending": pending,
+    return {"taken": [int(x) for x in st.lp_taken.ravel()], "got": [int(x) for x in st.lp_got.ravel()],
+            "admitted": [int(x) for x in st.lp_adm], "finished": [int(x) for x in st.lp_fin],
+            "took": [int(x) for x in st.lp_took], "pending": pending,
             "streaming": streaming}
 
 

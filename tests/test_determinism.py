@@ -118,6 +118,9 @@ cols = 30
 queue_capacity = 4
 router_queue_packets = 2
 pe_flops_per_cycle = 2.0
+sram_read_bytes_per_cycle = 64
+sram_write_bytes_per_cycle = 32
+wavelet_bytes = 8
 [migration]
 policy = "none"
 [workload]

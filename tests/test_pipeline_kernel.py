@@ -8,16 +8,24 @@ from mesh_compare import compare_cycle_by_cycle
 
 from kernels import mesh as K
 from meshsim.errors import InputError
-from meshsim.mesh.pipeline import build
+from meshsim.mesh.pipeline import BOUNDS, build, model_of
 from meshsim.mesh.sim import MeshSim, build_inputs
 from meshsim.scenario import scenario_from_dict
+from meshsim.transformer import operators
+
+
+def cdiv(a, b):
+    """ceil(a / b) for integers."""
+    return -(-a // b)
 
 
 def pipeline_scenario(rows=10, cols=14, **over):
-    """A small transformer on a small grid; the PE rate is low so that tasks take a few cycles."""
+    """A small transformer on a small grid. The PEs are fast and the wavelets wide (16 bytes), so that
+    tasks take a few cycles and a chunk's input is a few wavelets."""
     d = {
         "run": {"cycles": 200, "seed": 5},
-        "machine": {"rows": rows, "cols": cols, "queue_capacity": 4, "pe_flops_per_cycle": 200.0},
+        "machine": {"rows": rows, "cols": cols, "queue_capacity": 4, "pe_flops_per_cycle": 200.0,
+                    "sram_read_bytes_per_cycle": 200, "sram_write_bytes_per_cycle": 100, "wavelet_bytes": 16},
         "migration": {"policy": "none", "threshold": 0},
         "workload": {"type": "layer_pipeline", "hidden_size": 32, "n_layers": 2, "n_heads": 2, "seq_len": 8,
                      "batch": 1, "chunks_in_flight": 16},
@@ -52,6 +60,8 @@ CASES = {
                        machine__credit_delay_cycles=2),
     "three_layers_uneven": dict(rows=11, cols=13, workload__n_layers=3, workload__tokens_per_chunk=2),
 }
+# Cycles compared, where the default 160 would finish no chunk.
+CYCLES = {"three_layers_uneven": 320, "training": 340, "slow_links": 240}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -59,7 +69,7 @@ def test_kernel_equals_reference_cycle_by_cycle(case):
     over = dict(CASES[case])
     rows, cols = over.pop("rows", 10), over.pop("cols", 14)
     sc = pipeline_scenario(rows, cols, **over)
-    totals = compare_cycle_by_cycle(sc, 160)
+    totals = compare_cycle_by_cycle(sc, CYCLES.get(case, 160))
     # The case must exercise the pipeline: chunks finish and packets (copies included) move.
     assert totals["chunks_finished"] > 0
     assert totals["packets_delivered"] > 0
@@ -80,19 +90,32 @@ def test_pipeline_table_follows_the_placement():
     last, first = t[per_band - 1], t[per_band]
     assert last[K.REG_COL0] + last[K.REG_WIDTH] == first[K.REG_COL0] + first[K.REG_WIDTH] == 14
     assert first[K.REG_ROW0] == last[K.REG_ROW0] + last[K.REG_HEIGHT]
-    # Work per task: ceil(FLOPs x tokens / (batch x seq_len) / (PEs x rate)).
-    k0 = p.kernels[0]
-    n0 = int(t[0, K.REG_WIDTH] * t[0, K.REG_HEIGHT])
-    assert t[0, K.REG_WORK] == int(np.ceil(k0.flops / 8 / (n0 * 200.0)))
+    # Work per task: each operator's FLOPs for one token of the 8 over the PEs at its rate, or the
+    # partial sums' wavelets if more. ln1 (8 FLOPs per element read and written once) runs at the SIMD
+    # rate, 200; qkv_proj (a multiply-add reads 2 x 2 bytes, writes 2) at 200 / 2 = 100 / 1 = 100.
+    ops = {op.name: op for op in operators(model_of(sc.values["workload"]))}
+    h0, w0 = int(t[0, K.REG_HEIGHT]), int(t[0, K.REG_WIDTH])
+    compute = ops["layer0.ln1"].flops / 8 / (h0 * w0 * 200.0) + ops["layer0.qkv_proj"].flops / 8 / (h0 * w0 * 100.0)
+    reduce = cdiv(cdiv(96, w0) * 2, 16)  # Q, K and V (96 elements) over the w0 columns, 2 bytes, 16-byte wavelets
+    assert t[0, K.REG_WORK] == max(int(np.ceil(compute)), reduce)
+    assert t[0, K.REG_WAVELETS] == 1  # the first region takes admitted chunks
+    # Region 1 (the scores) gets Q, K and V over its input edge, its h rows.
+    h1 = int(t[1, K.REG_HEIGHT])
+    assert t[1, K.REG_WAVELETS] == cdiv(cdiv(96, h1) * 2, 16)
     assert (p.region_of >= 0).all() and p.idle_pes == 0
 
 
 def test_fused_kernels_hold_the_elementwise_operators():
     p = build(pipeline_scenario())
     names = [k.name for k in p.kernels]
-    assert names[:6] == ["layer0.ln1+qkv_proj", "layer0.attn_scores_softmax", "layer0.attn_v",
-                         "layer0.out_proj+residual1", "layer0.ln2+ffn_up+gelu", "layer0.ffn_down+residual2"]
-    unfused = build(pipeline_scenario(cols=24, workload__fuse_elementwise=False))
+    assert names[:5] == ["layer0.ln1+qkv_proj", "layer0.attn_scores_softmax+attn_v", "layer0.out_proj+residual1",
+                         "layer0.ln2+ffn_up+gelu", "layer0.ffn_down+residual2"]
+    apart = build(pipeline_scenario(workload__fuse_attention=False))
+    assert [k.name for k in apart.kernels][1:3] == ["layer0.attn_scores_softmax", "layer0.attn_v"]
+    # apart, the scores (n_heads x seq_len = 16 elements a token) cross to attn_v as wavelets
+    h = int(apart.table[2, K.REG_HEIGHT])
+    assert apart.table[2, K.REG_WAVELETS] == cdiv(cdiv(16, h) * 2, 16)
+    unfused = build(pipeline_scenario(cols=24, workload__fuse_elementwise=False, workload__fuse_attention=False))
     assert len(unfused.kernels) == 22
     assert sum(k.flops for k in unfused.kernels) == sum(k.flops for k in p.kernels)
     trained = build(pipeline_scenario(rows=12, workload__training=True))
@@ -109,6 +132,15 @@ def test_a_task_longer_than_the_work_field_is_refused():
     sc = pipeline_scenario(machine__pe_flops_per_cycle=0.001)
     with pytest.raises(InputError, match="workload.tokens_per_chunk = 1: a task of region .* more than 65,535"):
         build_inputs(sc)
+
+
+def test_a_chunk_whose_partial_sums_overflow_the_work_field_is_refused_by_name():
+    sc = pipeline_scenario(workload__hidden_size=1024, workload__seq_len=64, workload__tokens_per_chunk=64,
+                           machine__wavelet_bytes=1, machine__sram_kib=1_048_576, machine__pe_flops_per_cycle=1e6,
+                           machine__sram_read_bytes_per_cycle=4096, machine__sram_write_bytes_per_cycle=4096)
+    with pytest.raises(InputError, match="region layer0.ln1[+]qkv_proj would take 131,072 cycles to pass its partial "
+                                         "sums on.*machine.wavelet_bytes"):
+        build(sc)
 
 
 def _run(sc, cycles, chunk, fast_forward=True):
@@ -156,7 +188,8 @@ def test_a_run_writes_regions_layers_and_the_pipeline_figures(tmp_path):
         names = [n.decode() for n in f["regions/name"][()]]
         layers = [n.decode() for n in f["layers/name"][()]]
         util = f["regions/utilization"][()]
-        table = {k: f["pipeline"][k][()] for k in ("row0", "row1", "col0", "col1", "work_cycles")}
+        table = {k: f["pipeline"][k][()] for k in ("row0", "row1", "col0", "col1", "work_cycles", "wavelets",
+                                                    "reduce_wavelets", "compute_cycles", "bound")}
     assert s["chunks_finished"] == finished > 0
     assert s["samples_finished"] == finished // 8  # seq_len 8, one token a chunk
     assert names == [k.name for k in build(sc).kernels] and layers == ["layer0", "layer1"]
@@ -171,6 +204,16 @@ def test_a_run_writes_regions_layers_and_the_pipeline_figures(tmp_path):
     # Its load balance is taken from the first stop (a flush, 500 cycles here) after the first chunk.
     assert s["first_chunk_finish_cycle"] < s["steady_from_cycle"] == 500 * (s["first_chunk_finish_cycle"] // 500 + 1)
     assert 0 < s["li_active_steady"] <= 1 and 0 < s["utilization_active_steady"] <= 1
+    # The file's table is the set-up's; the slowest stage by it (task, then its output sent) bounds the
+    # steady rate, and here sets it.
+    p = build(sc)
+    assert list(table["wavelets"]) == list(p.table[:, K.REG_WAVELETS])
+    assert list(table["reduce_wavelets"]) == p.reduce_wavelets and list(table["compute_cycles"]) == p.compute_cycles
+    assert [BOUNDS[b] for b in table["bound"]] == p.bounds
+    slow = p.slowest()
+    assert s["slowest_region"] == slow["name"] and s["slowest_region_cycles_per_chunk"] == slow["cycles"]
+    assert slow["cycles"] >= max(table["work_cycles"].max(), table["wavelets"].max())
+    assert 0.9 <= s["chunks_per_cycle_steady"] * slow["cycles"] <= 1 + 1e-9
 
 
 def test_weight_streaming_reports_the_time_spent_waiting(tmp_path):
@@ -202,3 +245,29 @@ def test_pipeline_scenarios_that_cannot_run_are_refused(over, message):
     with pytest.raises(InputError) as e:
         pipeline_scenario(**over)
     assert message in str(e.value)
+
+
+def test_the_levers_move_gpt2_smalls_slowest_stage():
+    """The table's slowest stage (which the steady state follows: 94 cycles a token simulated) answers
+    the levers in the direction the machine's rules say (docs/mesh.md, "The PE and the wavelets")."""
+    from pathlib import Path
+
+    from meshsim.scenario import load_scenario
+
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "wse2_gpt2_small.toml"
+
+    def slowest(**over):
+        return build(load_scenario(path, overrides=list(over.items()))).slowest()
+
+    base = slowest()
+    assert base["cycles"] == 94 and base["bound"] == "sram_read" and base["send"] > 0
+    # the scores cross a link when attention is two kernels, and wait there
+    apart = slowest(**{"workload.fuse_attention": False})
+    assert apart["cycles"] > 1.5 * base["cycles"] and apart["name"].endswith("attn_scores_softmax")
+    # wider SRAM ports feed the GEMMs faster; the SIMD then binds them
+    wide = slowest(**{"machine.sram_read_bytes_per_cycle": 16, "machine.sram_write_bytes_per_cycle": 8})
+    assert wide["task"] < 0.6 * base["task"] and wide["bound"] == "simd"
+    # fp32 halves the SIMD rate and doubles the operand bytes and the wavelets
+    assert slowest(**{"workload.precision": "fp32"})["cycles"] > 1.9 * base["cycles"]
+    # wider wavelets shorten the output's send
+    assert slowest(**{"machine.wavelet_bytes": 8})["send"] < base["send"]

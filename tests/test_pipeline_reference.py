@@ -21,9 +21,13 @@ EJECT = 4
 
 
 def region(row0, col0, row1, col1, work, next=-1, replica=0, flow=1, input="row",  # noqa: A002
-           output="side"):
-    return {"row0": row0, "col0": col0, "row1": row1, "col1": col1, "work": work, "next": next,
+           output="side", wavelets=None):
+    """A region dict; the optional key "wavelets" only when given (absent means 1)."""
+    spec = {"row0": row0, "col0": col0, "row1": row1, "col1": col1, "work": work, "next": next,
             "replica": replica, "flow": flow, "input": input, "output": output}
+    if wavelets is not None:
+        spec["wavelets"] = wavelets
+    return spec
 
 
 def make(rows, cols, regions, chunks_in_flight, **overrides):
@@ -398,6 +402,192 @@ def test_a_packet_for_this_pe_waits_while_its_copys_queue_is_full():
 
 
 # ------------------------------------------------------------------------------------------------
+# Wavelets: a chunk's input is wavelets_g packets per PE.
+# ------------------------------------------------------------------------------------------------
+
+def test_two_region_row_with_three_wavelets_makes_a_task_per_third_packet():
+    """test_two_region_row_multicasts_copies_one_hop_at_a_time (flow +1, W = 1) with wavelets 3 on
+    region 1 (columns 2-4): each of its PEs gets 3 packets per chunk and makes the chunk's task
+    (work 1) with the 3rd; region 0's output stage at (0, 1) takes 3 packets per fed PE.
+
+    c0: chunk 0 admitted; (0, 0) and (0, 1) take it and run it 0..1.
+    c1: both complete; (0, 1)'s stage takes 3 packets (0, 2, 2) (offered 3).
+    c2: one leaves (B = 1; injected 1, wait 0), sent E at 2.
+    c3: the 2nd leaves (wait 1), sent at 3.  (0, 2) receives the 1st: ejection and a copy
+        (0, 3, 2) (offered, injected, sent at 3); delivered (latency 1), got 0 -> 1, no task.
+    c4: the 3rd leaves (wait 2).  (0, 2) gets the 2nd (got 2, latency 2, copy); (0, 3) its 1st
+        copy (got 1, latency 2, copy to (0, 4)).
+    c5: (0, 2) gets the 3rd: got + 1 = 3 is not < 3, the chunk's last; the queue has room: task
+        (1, 5, 0) joins (injected), got 0; it starts and completes at 5.  (0, 3) 2nd (got 2),
+        (0, 4) 1st (got 1, no copy: no next PE).  Latencies 3, 3, 3.
+    c6: (0, 3) its 3rd: task, done at 6; (0, 4) its 2nd (got 2).  Latencies 4, 4.
+    c7: (0, 4) its 3rd (latency 5): task done at 7, the last region's only output-edge PE:
+        chunk 0 finishes, latency 7 + 1 - 0 = 8.
+    c8: chunk 1 admitted; the same 8 cycles repeat.
+    """
+    ref = make(1, 5, [region(0, 0, 1, 2, 2, next=1), region(0, 2, 1, 5, 1, wavelets=3)], 1)
+    assert ref.feeds == [[], [(0, 2)], [], [], []]          # one entry per fed PE, as before
+    obs = ref.run(2)
+    snap = ref.snapshot()           # end of cycle 1
+    assert snap["source"] == [[], [(0, 2, 2)] * 3, [], [], []]
+    assert snap["pipeline"]["got"] == [0] * 5
+    gots = []
+    for _ in range(6):
+        obs.append(ref.step())
+        gots.append(ref.snapshot()["pipeline"]["got"])
+    assert gots == [[0, 0, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 2, 1, 0], [0, 0, 0, 2, 1],
+                    [0, 0, 0, 0, 2], [0, 0, 0, 0, 0]]
+    obs += ref.run(16)
+    one_chunk = [(0, 0, 0), (3, 0, 0), (0, 1, 0), (1, 2, 1), (2, 3, 2), (2, 2, 3), (1, 1, 2),
+                 (0, 0, 1)]
+    assert per_cycle(obs, "packets_offered", "packets_injected", "packets_delivered") == (
+        one_chunk * 3)
+    # Only the last wavelet of a chunk makes a task (injected); region 0 takes its chunk at 0.
+    assert [o["injected"] for o in obs[:8]] == [2, 0, 0, 0, 0, 1, 1, 1]
+    assert [o["completed"] for o in obs[:8]] == [0, 2, 0, 0, 0, 1, 1, 1]
+    assert [o["measured_latency_sum"] for o in obs[:8]] == [0, 0, 0, 1, 4, 9, 8, 5]
+    assert [o["measured_source_wait_sum"] for o in obs[:8]] == [0, 0, 0, 1, 2, 0, 0, 0]
+    assert max(o["measured_latency_max"] for o in obs) == 5
+    assert finishes(obs) == [(7, 1, 8), (15, 1, 8), (23, 1, 8)]
+    snap = ref.snapshot()
+    totals = snap["totals"]
+    assert totals["packets_offered"] == [0, 9, 9, 9, 0]     # 3 stage, 3 + 3 copies a chunk
+    assert totals["packets_delivered"] == [0, 0, 9, 9, 9]
+    assert totals["injected"] == [3] * 5 and totals["completed"] == [3] * 5
+    assert snap["pipeline"]["got"] == [0] * 5
+    assert snap["pipeline"]["taken"] == [3, 3, 0, 0, 0]
+
+
+def test_fan_out_stage_holds_all_wavelets_of_one_input_before_the_next():
+    """test_fan_out_two_outputs_to_three_inputs with wavelets 2 on region 1 (rows 0-2 x cols 1-2).
+    (0, 0) feeds inputs 0 ((0, 1)) and 2 ((2, 1)): its stage is both of input 0's packets, then
+    both of input 2's; (1, 0) feeds input 1 ((1, 1)) twice.  All born 1 (completed at 0).
+
+    B = 1: (0, 0) sends (0, 1) at 1 and 2, then (2, 1) at 3 and 4; (1, 0) sends (1, 1) at 1, 2.
+    (0, 1) gets its two at 2, 3: task done at 3; its copies reach (0, 2) at 3, 4: done at 4.
+    Likewise (1, 1) at 3, (1, 2) at 4.  The (2, 1) packets turn S at (0, 1) (4, 5), pass (1, 1)
+    (5, 6) and arrive at 6, 7: (2, 1) done at 7, its copies reach (2, 2) at 7, 8: done at 8, the
+    last output-edge PE of region 1 (column 2): chunk 0 finishes at 8, latency 9.  c9: chunk 1.
+    """
+    ref = make(3, 3, [region(0, 0, 2, 1, 1, next=1), region(0, 1, 3, 3, 1, wavelets=2)], 1)
+    assert ref.feeds[0] == [(0, 1), (2, 1)] and ref.feeds[3] == [(1, 1)]
+    obs = [ref.step()]
+    snap = ref.snapshot()           # end of cycle 0
+    assert snap["source"][0] == [(0, 1, 1), (0, 1, 1), (2, 1, 1), (2, 1, 1)]
+    assert snap["source"][3] == [(1, 1, 1), (1, 1, 1)]
+    assert obs[0]["packets_offered"] == 6
+    obs.append(ref.step())
+    snap = ref.snapshot()           # end of cycle 1
+    assert snap["source"][0] == [(0, 1, 1), (2, 1, 1), (2, 1, 1)]
+    assert snap["links"][0][E] == [("p", 0, 1, 1)]
+    obs.append(ref.step())
+    assert ref.snapshot()["pipeline"]["got"] == [0, 1, 0, 0, 1, 0, 0, 0, 0]
+    obs += ref.run(15)
+    assert finishes(obs) == [(8, 1, 9), (17, 1, 9)]
+    totals = ref.snapshot()["totals"]
+    assert totals["packets_delivered"] == [0, 4, 4, 0, 4, 4, 0, 4, 4]
+    assert totals["injected"] == [2, 2, 2, 2, 2, 2, 0, 2, 2]      # (2, 0) is idle
+    assert totals["packets_offered"] == [8, 4, 0, 4, 4, 0, 0, 4, 0]
+
+
+def test_with_the_task_queue_full_wavelets_are_delivered_but_the_last_waits():
+    """1 x 2 grid, Q = 1, W = 8.  Region 0 = (0, 0), work 1 -> region 1 = (0, 1), work 20,
+    wavelets 3.  (0, 0) completes a chunk at 0, 3, 6, 9, ... (its stage of 3 packets drains one a
+    cycle and Start waits for it), so chunk j's packets (born 3j + 1) are sent at 3j + 1, 3j + 2,
+    3j + 3 and reach (0, 1) at 3j + 2, 3j + 3, 3j + 4.
+
+    (0, 1): chunk 0's wavelets at 2, 3, 4: task (20, 4, 0) made at 4, starts at once, runs 4..23.
+    Chunk 1's at 5, 6, 7: the last finds the queue empty: task (20, 7, 0) waits in the queue
+    (now full, Q = 1).  Chunk 2's 1st and 2nd at 8, 9 are delivered although the queue is full
+    (got 1, 2); its last, at 10, is not: it stays at the head of the ejection queue, got stays
+    2, and the packets behind it (chunk 3's, born 10, at 11, 12, 13) queue up behind it until the
+    ejection queue holds Qo = 4.  Nothing is delivered from 10 to 24: at 23 the server completes
+    chunk 0 (finish, latency 24); at 24 Send still sees the full queue (Start comes after Send)
+    and Start takes task (20, 7, 0).  c25: the last wavelet leaves: task (20, 25, 0), got 0.
+    c26, c27: chunk 3's 1st and 2nd are delivered into a full queue again (got 1, 2); c28: its
+    last waits at the head.
+    """
+    ref = make(1, 2, [region(0, 0, 1, 1, 1, next=1), region(0, 1, 1, 2, 20, wavelets=3)], 8,
+               queue_capacity=1)
+    rows = []
+    obs = []
+    for _ in range(29):
+        obs.append(ref.step())
+        snap = ref.snapshot()
+        rows.append((snap["pipeline"]["got"][1], snap["totals"]["packets_delivered"][1],
+                     snap["totals"]["injected"][1], len(snap["router"][1][EJECT]),
+                     snap["queue"][1]))
+    full = [(20, 7, 0)]
+    assert rows[:10] == [(0, 0, 0, 0, []), (0, 0, 0, 0, []), (1, 1, 0, 0, []), (2, 2, 0, 0, []),
+                         (0, 3, 1, 0, []), (1, 4, 1, 0, []), (2, 5, 1, 0, []),
+                         (0, 6, 2, 0, full), (1, 7, 2, 0, full), (2, 8, 2, 0, full)]
+    # From 10 on the last wavelet of chunk 2 (born 7) waits at the head.
+    assert [r[:4] for r in rows[10:14]] == [(2, 8, 2, 1), (2, 8, 2, 2), (2, 8, 2, 3),
+                                            (2, 8, 2, 4)]
+    assert all(r == (2, 8, 2, 4, full) for r in rows[13:24])
+    assert [o["packets_delivered"] for o in obs[10:25]] == [0] * 15
+    assert finishes(obs) == [(23, 1, 24)]
+    assert rows[24] == (2, 8, 2, 4, [])
+    # Step 1 of c25 found the ejection queue full; Send delivered one: 3 left.
+    assert rows[25] == (0, 9, 3, 3, [(20, 25, 0)])
+    assert [r[:3] for r in rows[26:29]] == [(1, 10, 3), (2, 11, 3), (2, 11, 3)]
+    assert all(r[4] == [(20, 25, 0)] for r in rows[26:29])
+    assert ref.snapshot()["router"][1][EJECT][0] == (0, 1, 10)   # chunk 3's last, born 10
+    assert all(o["refused"] == 0 for o in obs)
+
+
+def test_missing_wavelets_key_is_wavelets_one():
+    """The same table with no "wavelets" key and with "wavelets": 1 on every region gives the same
+    observables and snapshots, cycle by cycle (the tight two-replica machine, 200 cycles)."""
+    explicit = [dict(spec, wavelets=1) for spec in TWO_REPLICAS]
+    assert all("wavelets" not in spec for spec in TWO_REPLICAS)
+    a = make(5, 5, TWO_REPLICAS, 3, **TIGHT)
+    b = make(5, 5, explicit, 3, **TIGHT)
+    for t in range(200):
+        assert a.step() == b.step(), t
+        assert a.snapshot() == b.snapshot(), t
+    assert a.snapshot()["pipeline"]["got"] == [0] * 25
+    assert sum(a.snapshot()["pipeline"]["finished"]) > 0
+
+
+def test_two_replicas_with_wavelets_conserve_and_do_not_depend_on_pe_order():
+    """TWO_REPLICAS on the tight machine with wavelets 2, 3, 1, 4, 5 on regions 0..4 (a first
+    region's wavelets are never used: it receives nothing).  The oracle checks conservation and
+    its invariants each cycle; here, at the end: every PE of a region that is not first has
+    packets_delivered = wavelets_g * injected + got with got < wavelets_g, a first-region PE has
+    got 0; an output-edge PE offered wavelets_s packets per fed PE and completed task, plus one
+    copy per packet that entered its ejection queue if it has a next PE; and visiting the PEs in
+    reverse gives the same run."""
+    wavelets = [2, 3, 1, 4, 5]
+    table = [dict(spec, wavelets=w) for spec, w in zip(TWO_REPLICAS, wavelets, strict=True)]
+    ref = make(5, 5, table, 3, **TIGHT)
+    rev = make(5, 5, table, 3, **TIGHT)
+    rev._visit_reversed = True
+    for t in range(400):
+        assert ref.step() == rev.step(), t
+    snap = ref.snapshot()
+    assert snap == rev.snapshot()
+    pipe, totals = snap["pipeline"], snap["totals"]
+    assert all(f >= 3 for f in pipe["finished"])
+    for u in range(25):
+        g = ref.region_of[u]
+        if g is None:
+            assert pipe["got"][u] == 0 and not totals["packets_delivered"][u]
+            continue
+        if ref.regions[g]["first"]:
+            assert pipe["got"][u] == 0 and not totals["packets_delivered"][u]
+        else:
+            assert 0 <= pipe["got"][u] < wavelets[g]
+            assert totals["packets_delivered"][u] == (wavelets[g] * totals["injected"][u]
+                                                      + pipe["got"][u])
+        copies = 0 if ref.next_pe[u] is None else (totals["packets_delivered"][u]
+                                                   + len(snap["router"][u][EJECT]))
+        nxt = ref.regions[g]["next"]
+        per_task = 0 if nxt < 0 else wavelets[nxt] * len(ref.feeds[u])
+        assert totals["packets_offered"][u] == copies + per_task * totals["completed"][u]
+
+
+# ------------------------------------------------------------------------------------------------
 # Weight streaming.
 # ------------------------------------------------------------------------------------------------
 
@@ -674,6 +864,14 @@ def _with(index, **changes):
     ([{k: v for k, v in GOOD_1X4[0].items() if k != "flow"}, GOOD_1X4[1]], "keys"),
     (_with(0, name="embed"), "keys"),
     ([(0, 0, 1, 1, 2, 1, 0), GOOD_1X4[1]], "keys"),
+    # wavelets, optional, an integer in 1..65535.
+    (_with(1, wavelets=0), "wavelets"),
+    (_with(1, wavelets=65536), "wavelets"),
+    (_with(1, wavelets=3.0), "wavelets"),
+    (_with(1, wavelets=True), "wavelets"),
+    (_with(1, wavelets="3"), "wavelets"),
+    (_with(0, wavelets=-1), "wavelets"),
+    (_with(1, wavelet=3), "keys"),
 ])
 def test_invalid_region_tables_are_rejected(regions, message):
     with pytest.raises(ValueError, match=message):
@@ -682,6 +880,9 @@ def test_invalid_region_tables_are_rejected(regions, message):
 
 def test_invalid_pipeline_settings_are_rejected():
     make(1, 4, GOOD_1X4, 1_048_576)     # the good table itself is accepted, W = 2^20 included
+    for w in (1, 65535):                # wavelets' bounds are accepted, on any region
+        make(1, 4, _with(1, wavelets=w), 1)
+        make(1, 4, _with(0, wavelets=w), 1)
     # Edges need not touch: a region fed from afar, or flowing "west" from the east end, is fine.
     make(1, 4, [region(0, 3, 1, 4, 1, next=1, flow=-1, output="bottom"),
                 region(0, 0, 1, 2, 1, flow=1, input="col")], 1)

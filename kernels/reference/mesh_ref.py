@@ -131,33 +131,40 @@ Dataflow (the ``layer_pipeline`` workload, ``pipeline`` not None):
 
 32. ``pipeline = {"regions": [region, ...], "chunks_in_flight": W}``; each region is a dict with
    exactly the keys row0, col0, row1, col1 (a half-open rectangle: h = row1 - row0 rows, w = col1 -
-   col0 columns), work, next, replica, flow, input, output.  Regions are indexed by their position
-   in the list; ``next`` is the successor's index or -1.  Checked (ValueError): at least one
-   region; no missing or unknown key; each rectangle non-empty and inside the grid; rectangles
-   disjoint; work in 1..65535; next -1 or another region's index; every replica's regions form
-   exactly one chain (one first region, one last region, every region reached by walking from the
-   first, successors in the same replica); flow the integer +1 or -1; input "row" or "col";
-   output "side" or "bottom"; W in 1..1_048_576.  Whether edges actually touch is NOT checked:
-   the rules give every destination whatever the geometry (a feed is routed by XY like any
-   packet; a next PE is always a neighbour, as it lies in the same row or column).  Replica ids
-   are any integers; the per-replica lists of snapshot()["pipeline"] follow increasing replica id.
-   Pipeline mode takes neither rates nor trace_events nor a pattern, and needs policy "none";
-   the work-distribution arguments are ignored.  ``router_queue_packets`` is Qo as for traffic.
+   col0 columns), work, next, replica, flow, input, output, and optionally wavelets (wavelets_g,
+   the packets one chunk's input is for each PE of the region's lines; absent means 1, which is
+   the rule as it was before wavelets: one packet, one task).  Regions are indexed by their
+   position in the list; ``next`` is the successor's index or -1.  Checked (ValueError): at least
+   one region; no missing or unknown key; each rectangle non-empty and inside the grid; rectangles
+   disjoint; work in 1..65535; wavelets, when given, an integer in 1..65535 (the range of a
+   task's work; the spec says only >= 1); next -1 or another region's index; every replica's
+   regions form exactly one chain (one first region, one last region, every region reached by
+   walking from the first, successors in the same replica); flow the integer +1 or -1; input
+   "row" or "col"; output "side" or "bottom"; W in 1..1_048_576.  Whether edges actually touch is
+   NOT checked: the rules give every destination whatever the geometry (a feed is routed by XY
+   like any packet; a next PE is always a neighbour, as it lies in the same row or column).
+   Replica ids are any integers; the per-replica lists of snapshot()["pipeline"] follow
+   increasing replica id.  Pipeline mode takes neither rates nor trace_events nor a pattern, and
+   needs policy "none"; the work-distribution arguments are ignored.  ``router_queue_packets`` is
+   Qo as for traffic.
 33. Geometry, literally: upstream column col0 (flow +1) or col1 - 1 (flow -1), downstream the other
    end (the same column when w = 1).  Input "row": input edge = upstream column, index r - row0,
    next PE (r, c + flow); input "col": input edge = row0, index |c - upstream|, next PE (r + 1, c);
    a next PE exists only inside the region.  Output "side": downstream column, index r - row0;
    "bottom": row1 - 1, index |c - downstream|.  The output-edge PE of index k feeds the
    successor's input-edge PEs of index k, k + n_out, ... < n_in, its output stage listing them in
-   that (increasing) order; ``self.feeds[u]`` holds their (row, col) (empty for a PE that is not
-   an output-edge PE, for one of a last region, and for k >= n_in), ``self.next_pe[u]`` the unit
-   index of the next PE or None, ``self.region_of[u]`` the region index or None (idle).
+   that (increasing) order (each wavelets_s times in a row, choice 39); ``self.feeds[u]`` holds
+   their (row, col), once each (empty for a PE that is not an output-edge PE, for one of a last
+   region, and for k >= n_in), ``self.next_pe[u]`` the unit index of the next PE or None,
+   ``self.region_of[u]`` the region index or None (idle).
 34. The output stage is kept in the PE's source queue (``pe.source``): its packets "count as in
    source queues", leave it by the traffic rule (at most B per cycle, in order, stopping at the
    first head whose XY output queue holds Qo packets; this B is the stage's own, independent of
    the links' B) and count as ``packets_injected`` (and ``measured_injected``, with wait = cycle
    of leaving - birth and hops = XY distance) when they leave.  A stage packet's destination is
-   never its own PE (regions are disjoint and a region is not its own successor).
+   never its own PE (regions are disjoint and a region is not its own successor).  With wavelets
+   a stage holds wavelets_s packets per fed PE (choice 39); each is an ordinary packet here, and
+   in the network, the ejection queue and the conservation counts alike.
 35. Tasks, servers and packets keep the representations of the other workloads: tasks ``(work,
    birth, hops)``, server ``(remaining, birth, hops)``, packets on links ``("p", dest_row,
    dest_col, birth)``, in router queues and output stages ``(dest_row, dest_col, birth)``.  hops
@@ -175,13 +182,21 @@ Dataflow (the ``layer_pipeline`` workload, ``pipeline`` not None):
    as measured injected with wait 0 (even though birth < t) and 1 hop.  A copy arriving at the
    next PE is a packet for that PE like any other, so it is copied again there if that PE has a
    next PE.  Its latency at delivery is delivery cycle - its (original) birth.
-37. Ejection: a packet leaves the ejection queue only if the task queue holds fewer than Q tasks;
-   a blocked head does not count towards the B deliveries and stops ejection for the cycle (the
-   deliveries already made stand).  Every delivered packet makes one task (work of the receiving
-   PE's region, birth t, hops 0), counted as injected; several deliveries in one cycle are each
-   checked against the queue length at that moment.  A packet is only ever delivered at a PE of a
-   region that is not a first region (asserted).  Neither a delivered task nor a first-region
-   task is ever refused (they wait instead), so ``refused`` stays 0.
+37. Ejection, wavelets: each PE keeps ``got`` (``pe.got``, snapshot()["pipeline"]["got"]), the
+   wavelets of its current chunk delivered so far, 0..wavelets_g - 1 (always 0 at a PE of a first
+   region or an idle PE).  Each packet at the head of the ejection queue is one wavelet of the
+   current chunk.  If got + 1 < wavelets_g it leaves (delivered, with its latency, counted in the
+   B deliveries) and got grows by 1, whatever the task queue holds.  Otherwise it is the chunk's
+   last: it leaves only if the task queue holds fewer than Q tasks, and then one task (work of
+   the receiving PE's region, birth t, hops 0) joins the queue, counted as injected, and got
+   returns to 0; if the queue is full it stays at the head, does not count towards the B
+   deliveries and stops ejection for the cycle (the deliveries already made stand).  Several
+   deliveries in one cycle are each checked against the queue length and got at that moment.
+   So packets_delivered = wavelets_g * injected + got at every non-first region PE.  With
+   wavelets_g = 1 every packet is the last: one packet, one task, as before.  A packet is only
+   ever delivered at a PE of a region that is not a first region (asserted).  Neither a
+   delivered task nor a first-region task is ever refused (they wait instead), so ``refused``
+   stays 0.  Multicast copies (choice 36) are per packet, unchanged: every wavelet is copied.
 38. Admit runs in step() before any PE's cycle (so every PE sees the same A during a cycle) and
    reads ``took``, which at that point is the end-of-(t - 1) value; it admits at most one chunk
    per replica per cycle.  ``took`` counts the PEs of the first region with taken == A; at the
@@ -190,11 +205,12 @@ Dataflow (the ``layer_pipeline`` workload, ``pipeline`` not None):
    the take itself is gated by the task queue (``while taken < A and len(queue) < Q``), the same
    task queue that holds delivered tasks (a first region has none).
 39. Step 5: a completed task at a PE that is not an output-edge PE does nothing more.  At an
-   output-edge PE of a region with a successor the output stage (empty, since Start needs an
-   empty stage and only Work fills it) takes one packet per fed PE, counted as packets offered;
-   with no fed PE (k >= n_in) it stays empty.  At an output-edge PE of a last region the task is
-   chunk n - 1, n the PE's completed count including this task (asserted to lie in D..A-1), and
-   that chunk's completion count grows by 1.
+   output-edge PE of a region with a successor s the output stage (empty, since Start needs an
+   empty stage and only Work fills it) takes wavelets_s packets (s's wavelets, not g's) per fed
+   PE, all born t + 1: all wavelets_s for input k first, then all for input k + n_out, and so on;
+   each counts as a packet offered.  With no fed PE (k >= n_in) it stays empty.  At an
+   output-edge PE of a last region the task is chunk n - 1, n the PE's completed count including
+   this task (asserted to lie in D..A-1), and that chunk's completion count grows by 1.
 40. Finish runs in step() after every PE's cycle, per replica: while the oldest unfinished chunk
    D (D < A) has been completed by all n_out output-edge PEs of the last region, it finishes with
    latency t + 1 - its admission cycle (``chunks_finished`` and ``chunk_latency_sum`` of cycle
@@ -379,9 +395,11 @@ class _Pe:
         self.packets_offered = 0
         self.packets_injected = 0
         self.packets_delivered = 0
-        # layer_pipeline only: chunks taken (a PE of a first region).  The output stage is
-        # ``source`` (choice 34).
+        # layer_pipeline only: chunks taken (a PE of a first region); wavelets of the current
+        # chunk delivered so far (a PE of a region that is not first, choice 37).  The output
+        # stage is ``source`` (choice 34).
         self.taken = 0
+        self.got = 0
 
 
 class _Replica:
@@ -546,6 +564,7 @@ class MeshReference:
 
     REGION_KEYS = ("row0", "col0", "row1", "col1", "work", "next", "replica", "flow", "input",
                    "output")
+    OPTIONAL_REGION_KEYS = ("wavelets",)     # absent: 1 (choice 32)
 
     def _setup_pipeline(self, pipeline):
         """Read and check the region table; compute edges, next PEs, feeds and replicas."""
@@ -560,9 +579,12 @@ class MeshReference:
             raise ValueError("a pipeline needs at least one region")
 
         for g, spec in enumerate(table):
-            if not isinstance(spec, dict) or set(spec) != set(self.REGION_KEYS):
-                raise ValueError("region %d: expected a dict with exactly the keys %s, got %r"
-                                 % (g, ", ".join(self.REGION_KEYS), spec))
+            if (not isinstance(spec, dict)
+                    or set(spec) - set(self.OPTIONAL_REGION_KEYS) != set(self.REGION_KEYS)):
+                raise ValueError("region %d: expected a dict with exactly the keys %s, and "
+                                 "optionally %s, got %r"
+                                 % (g, ", ".join(self.REGION_KEYS),
+                                    ", ".join(self.OPTIONAL_REGION_KEYS), spec))
             row0, col0, row1, col1 = spec["row0"], spec["col0"], spec["row1"], spec["col1"]
             for name in ("row0", "col0", "row1", "col1", "replica"):
                 _check_range("region %d %s" % (g, name), spec[name], -(1 << 62), 1 << 62)
@@ -571,6 +593,8 @@ class MeshReference:
                                  "inside the %d x %d grid" % (g, row0, row1 - 1, col0, col1 - 1,
                                                                self.rows, self.cols))
             _check_range("region %d work" % g, spec["work"], 1, 65535)
+            wavelets = spec.get("wavelets", 1)
+            _check_range("region %d wavelets" % g, wavelets, 1, 65535)
             _check_range("region %d next" % g, spec["next"], -1, len(table) - 1)
             if spec["next"] == g:
                 raise ValueError("region %d names itself as its successor" % g)
@@ -626,6 +650,7 @@ class MeshReference:
                     self.next_pe[u] = nr * self.cols + nc
             self.regions.append({"row0": row0, "col0": col0, "row1": row1, "col1": col1,
                                  "h": h, "w": w, "pes": pes, "work": spec["work"],
+                                 "wavelets": wavelets,
                                  "next": spec["next"], "replica": spec["replica"], "flow": flow,
                                  "input": spec["input"], "output": spec["output"],
                                  "upstream": upstream, "downstream": downstream,
@@ -949,11 +974,14 @@ class MeshReference:
         pe = self.pes[u]
         if region["next"] >= 0:
             assert not pe.source, "output stage not empty when a task completed"
+            # wavelets_s packets per fed PE, all of one input before the next (choice 39).
+            wavelets = self.regions[region["next"]]["wavelets"]
             for (dest_row, dest_col) in self.feeds[u]:
-                pe.source.append((dest_row, dest_col, t + 1))
-                pe.packets_offered += 1
-                obs["packets_offered"] += 1
-                self.cum_packets_offered += 1
+                for _ in range(wavelets):
+                    pe.source.append((dest_row, dest_col, t + 1))
+                    pe.packets_offered += 1
+                    obs["packets_offered"] += 1
+                    self.cum_packets_offered += 1
         else:
             rep = self.replicas[region["replica_index"]]
             chunk = pe.completed - 1
@@ -1086,14 +1114,20 @@ class MeshReference:
         while delivered_now < self.B and ejection:
             birth = ejection[0][2]
             if self.pipeline_mode:
-                # Every delivered packet makes one task; it leaves only if the task queue has
-                # room (choice 37).
-                if len(pe.queue) >= self.Q:
-                    break
-                pe.queue.append((self.regions[self.region_of[u]]["work"], t, 0))
-                pe.injected += 1
-                obs["injected"] += 1
-                self.cum_injected += 1
+                # Each packet is one wavelet of the current chunk (choice 37).  A wavelet that is
+                # not the chunk's last just leaves; the last leaves only if the task queue has
+                # room, and makes the chunk's task.
+                region = self.regions[self.region_of[u]]
+                if pe.got + 1 < region["wavelets"]:
+                    pe.got += 1
+                else:
+                    if len(pe.queue) >= self.Q:
+                        break
+                    pe.queue.append((region["work"], t, 0))
+                    pe.injected += 1
+                    obs["injected"] += 1
+                    self.cum_injected += 1
+                    pe.got = 0
             ejection.popleft()
             delivered_now += 1
             pe.packets_delivered += 1
@@ -1262,36 +1296,44 @@ class MeshReference:
             g = self.region_of[u]
             if g is None:
                 if (pe.queue or pe.server is not None or pe.source or pe.taken or pe.injected
-                        or pe.packets_delivered or pe.packets_offered):
+                        or pe.packets_delivered or pe.packets_offered or pe.got):
                     raise AssertionError("cycle %d: idle PE %d holds pipeline work" % (cycle, u))
                 continue
             region = self.regions[g]
             A = self.replicas[region["replica_index"]].admitted
             if region["first"]:
-                if not pe.taken == pe.injected <= A or pe.packets_delivered:
+                if not pe.taken == pe.injected <= A or pe.packets_delivered or pe.got:
                     raise AssertionError("cycle %d: first-region PE %d taken %d, injected %d, "
-                                         "delivered %d, A = %d" % (cycle, u, pe.taken,
-                                                                    pe.injected,
-                                                                    pe.packets_delivered, A))
-            elif pe.taken or not pe.injected == pe.packets_delivered <= A:
-                raise AssertionError("cycle %d: PE %d taken %d, injected %d, delivered %d, A = %d"
-                                     % (cycle, u, pe.taken, pe.injected, pe.packets_delivered, A))
+                                         "delivered %d, got %d, A = %d"
+                                         % (cycle, u, pe.taken, pe.injected,
+                                            pe.packets_delivered, pe.got, A))
+            elif (pe.taken or not 0 <= pe.got < region["wavelets"] or not pe.injected <= A
+                  or pe.packets_delivered != region["wavelets"] * pe.injected + pe.got):
+                # Choice 37: every wavelets_g-th delivered packet made a task; got counts the rest.
+                raise AssertionError("cycle %d: PE %d taken %d, injected %d, delivered %d, got %d, "
+                                     "wavelets %d, A = %d"
+                                     % (cycle, u, pe.taken, pe.injected, pe.packets_delivered,
+                                        pe.got, region["wavelets"], A))
             in_service = 0 if pe.server is None else 1
             if pe.injected != len(pe.queue) + in_service + pe.completed:
                 raise AssertionError("cycle %d: PE %d tasks do not add up" % (cycle, u))
             if pe.server is not None and pe.source:
                 raise AssertionError("cycle %d: PE %d serves a task with a non-empty output "
                                      "stage" % (cycle, u))
-            # The stage holds the last packets of the PE's feed list, all with one birth.
+            # The stage holds the last packets of the PE's feed list, each fed PE wavelets_s times
+            # in a row (choice 39), all with one birth.
             feeds = self.feeds[u]
+            if feeds:
+                feeds = [feed for feed in feeds
+                         for _ in range(self.regions[region["next"]]["wavelets"])]
             stage = list(pe.source)
             if (len(stage) > len(feeds)
                     or [p[:2] for p in stage] != feeds[len(feeds) - len(stage):]
                     or len(set(p[2] for p in stage)) > 1):
                 raise AssertionError("cycle %d: PE %d output stage %r, feeds %r"
                                      % (cycle, u, stage, feeds))
-        # Every PE receives exactly one packet per admitted chunk: the packets ever sent to a PE
-        # (delivered, or still in the network or a stage) number at most its replica's A.
+        # Every PE receives exactly wavelets_g packets per admitted chunk: the packets ever sent
+        # to a PE (delivered, or still in the network or a stage) number at most wavelets_g * A.
         towards = [0] * self.n_pe
         for pe in self.pes:
             packets = [packet for queue in pe.router for packet in queue] + list(pe.source)
@@ -1306,10 +1348,12 @@ class MeshReference:
                 raise AssertionError("cycle %d: a packet for PE %d, idle or in a first region"
                                      % (cycle, v))
             A = self.replicas[self.regions[g]["replica_index"]].admitted
-            if count + self.pes[v].packets_delivered > A:
+            wavelets = self.regions[g]["wavelets"]
+            if count + self.pes[v].packets_delivered > wavelets * A:
                 raise AssertionError("cycle %d: PE %d has %d packets delivered and %d on the way "
-                                     "with A = %d" % (cycle, v, self.pes[v].packets_delivered,
-                                                      count, A))
+                                     "with A = %d, wavelets %d"
+                                     % (cycle, v, self.pes[v].packets_delivered, count, A,
+                                        wavelets))
 
     def _check_stream(self, cycle):
         """Invariants of weight streaming at the end of a cycle."""
@@ -1367,6 +1411,7 @@ class MeshReference:
             },
             "pipeline": None if not self.pipeline_mode else {
                 "taken": [pe.taken for pe in self.pes],
+                "got": [pe.got for pe in self.pes],
                 "admitted": [rep.admitted for rep in self.replicas],
                 "finished": [rep.finished for rep in self.replicas],
                 "took": [rep.took for rep in self.replicas],

@@ -62,10 +62,11 @@ class MeshMachine(Machine):
                 f"migration {scenario.get('migration', 'policy')}, {scenario.get('run', 'cycles'):,} cycles)")
 
     def platform(self, values: dict):
-        from ..roofline import WSE2_PES, WSE2_SRAM_BYTES_PER_SECOND, Platform
+        from ..roofline import Platform
 
-        # the PEs at pe_flops_per_cycle and clock_ghz, with the WSE-2's SRAM bandwidth per PE
-        # with weight streaming, the weights come in at workload.weight_bandwidth_gbps: a second roof
+        # the PEs at pe_flops_per_cycle and clock_ghz, with their SRAM ports (docs/mesh.md, "The PE and
+        # the wavelets"); with weight streaming, the weights come in at workload.weight_bandwidth_gbps:
+        # a second roof
         from ..transformer import compute_rate
 
         m, w = values["machine"], values["workload"]
@@ -73,7 +74,8 @@ class MeshMachine(Machine):
         streamed = w.get("type") == "layer_pipeline" and w.get("weight_streaming")
         rate = float(compute_rate(w["precision"], m["fp32_rate"])) if "precision" in w else 1.0
         return Platform(f"mesh {m['rows']} x {m['cols']}", n * m["pe_flops_per_cycle"] * rate * m["clock_ghz"] * 1e9,
-                        n * WSE2_SRAM_BYTES_PER_SECOND / WSE2_PES, "SRAM",
+                        n * (m["sram_read_bytes_per_cycle"] + m["sram_write_bytes_per_cycle"]) * m["clock_ghz"] * 1e9,
+                        "SRAM",
                         weight_bandwidth=w["weight_bandwidth_gbps"] * 1e9 if streamed else None)
 
     def judged(self, analysis: dict) -> dict:

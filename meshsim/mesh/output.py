@@ -10,6 +10,7 @@ import numpy as np
 from kernels import mesh as K
 
 from ..output import ResultFile, describe
+from .pipeline import BOUNDS
 from .regions import FIGURES
 
 # name -> (series column, units, description)
@@ -256,6 +257,9 @@ class MeshResultWriter(ResultFile):
         t = pipe.table
         # Regions are listed replica by replica, each replica's in the kernels' order.
         kernel = [pipe.kernels[i % len(pipe.kernels)] for i in range(pipe.n_regions)]
+
+        def per_region(values):  # a figure of one replica's regions, for every region
+            return np.array([values[i % len(pipe.kernels)] for i in range(pipe.n_regions)])
         scale = self._scale(g, "pipeline_region", np.arange(pipe.n_regions, dtype=np.int32), "1",
                             "region index (the regions group adds idle PEs as a last region when there are any)")
         columns = {
@@ -273,9 +277,19 @@ class MeshResultWriter(ResultFile):
                       "FLOPs of the region's kernel over the whole batch"),
             "weight_bytes": (np.array([k.weight_bytes for k in kernel], np.int64), "bytes",
                              "weights of the region's kernel"),
+            "wavelets": (t[:, K.REG_WAVELETS], "wavelets", "wavelets each PE of the region's lines receives per "
+                         "chunk (docs/mesh.md, \"The PE and the wavelets\")"),
+            "reduce_wavelets": (per_region(pipe.reduce_wavelets), "wavelets",
+                                "wavelets of partial sums each PE passes on per chunk (0: not a matrix kernel)"),
+            "compute_cycles": (per_region(pipe.compute_cycles), "cycles",
+                               "cycles of a PE's arithmetic and SRAM traffic per chunk, before rounding"),
+            "bound": (per_region([BOUNDS.index(b) for b in pipe.bounds]), "1",
+                      "what bounds the region's task: " + ", ".join(f"{i} {b}" for i, b in enumerate(BOUNDS))),
         }
         for name, (data, units, desc) in columns.items():
-            ds = g.create_dataset(name, data=np.asarray(data, np.int64), chunks=True, **self.comp)
+            data = np.asarray(data)
+            ds = g.create_dataset(name, data=data if data.dtype.kind == "f" else data.astype(np.int64), chunks=True,
+                                  **self.comp)
             describe(ds, units, desc)
             ds.dims[0].attach_scale(scale)
 

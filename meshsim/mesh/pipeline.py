@@ -4,14 +4,20 @@ kernel (the kernel's side is docs/mesh.md, "Dataflow").
 The model's operators (`meshsim.transformer`) become kernels: with `fuse_elementwise` each
 LayerNorm, GeLU and residual add is folded into the matrix kernel next to it, as a dataflow
 compiler does (a LayerNorm into the projection it feeds, GeLU and a residual add into the
-projection that produces their input); without it every operator is a kernel of its own. Each
-kernel gets a rectangle of PEs in proportion to its FLOPs (`meshsim.mesh.placement`), and a PE's task
-for one chunk of `tokens_per_chunk` tokens takes
+projection that produces their input); without it every operator is a kernel of its own. With
+`fuse_attention` attention's scores, softmax and x V are one kernel, so the scores stay in its PEs. Each
+kernel gets a rectangle of PEs in proportion to its FLOPs (`meshsim.mesh.placement`). A PE's task
+for one chunk of `tokens_per_chunk` tokens takes (docs/mesh.md, "The PE and the wavelets")
 
-    work_g = ceil(FLOPs_g x tokens_per_chunk / (batch x seq_len) / (n_g x pe_flops_per_cycle x r))
+    work_g = max(ceil(sum over the kernel's operators m of FLOPs_m x share / (n_g x rate_m)), reduce_g)
 
-cycles (FLOPs_g counts the whole batch; computed in double precision), with r = 1 at 16 and 8
-bits and r = machine.fp32_rate at fp32 and tf32 (`meshsim.transformer.compute_rate`). The weights
+cycles, share = tokens_per_chunk / (batch x seq_len) (FLOPs_m counts the whole batch; computed in
+double precision). rate_m, an operator's FLOPs per PE-cycle, is the lowest of its SIMD rate
+(machine.pe_flops_per_cycle, times machine.fp32_rate at fp32 and tf32,
+`meshsim.transformer.compute_rate`) and what the PE's SRAM ports can feed it
+(`operand_bytes_per_flop`); reduce_g, for a matrix kernel, the wavelets of partial sums each PE
+passes on per chunk. A region's PEs receive their chunk's input as `wavelets_g` wavelets each
+(`wavelets`). The weights
 of a kernel must fit the SRAM of its region's PEs; in training with an optimizer a backward
 kernel's region also keeps its parameters' fp32 master weights and optimiser state
 (`meshsim.transformer.update_cost`, "held"). The update itself is not timed: the layer pipeline
@@ -35,14 +41,67 @@ import numpy as np
 from kernels import mesh as K
 
 from ..errors import InputError
-from ..transformer import Model, compute_rate, operators, update_cost
+from ..transformer import FP32_COMPUTE, Model, compute_rate, operators, update_cost
 from .placement import place, weight_overflows
 
 # Where each elementwise or norm operator goes when fused: the matrix operator of its layer it
 # joins (a LayerNorm feeds the projection after it; GeLU and residual adds follow the one before).
 FUSE_INTO = {"ln1": "qkv_proj", "residual1": "out_proj", "ln2": "ffn_up", "gelu": "ffn_up", "residual2": "ffn_down"}
+# With fuse_attention, attention x V joins the scores and softmax: the scores stay in the region's
+# PEs, which hold the sequence's keys and values, and never cross a link.
+FUSE_ATTENTION = {"attn_v": "attn_scores_softmax"}
 
 MAX_WORK = 65535
+
+#: What bounds an operator's rate on a PE (`pe_rate`), by code as the output file stores it.
+BOUNDS = ("simd", "sram_read", "sram_write", "reduction")
+MATRIX_KINDS = ("gemm", "attention")
+
+
+def operand_bytes_per_flop(kind: str, flops: int, input_bytes: int, output_bytes: int, e: int, acc: int) -> tuple:
+    """(bytes read, bytes written) of a PE's SRAM per FLOP of an operator (docs/mesh.md, "The PE and
+    the wavelets"). A matrix operator (gemm, attention) keeps one operand stationary in SRAM (the
+    weights; the sequence's keys and values) and takes the other from the fabric, one element at a
+    time: each multiply-add (2 FLOPs) reads the stationary element (e bytes) and the partial sum (acc
+    bytes) and writes the partial sum back. An elementwise or norm operator reads its inputs and
+    writes its outputs once: its bytes over its FLOPs."""
+    if kind in MATRIX_KINDS:
+        return (e + acc) / 2, acc / 2
+    return input_bytes / flops, output_bytes / flops
+
+
+def accumulator_bytes(precision: str) -> int:
+    """Bytes of a partial sum: the precision the PE computes in, 4 for fp32 and tf32, else 2 (16-bit;
+    fp8 computes at 16 bits)."""
+    return 4 if precision in FP32_COMPUTE else 2
+
+
+def pe_rate(op, e: int, acc: int, simd: float, read_bytes: int, write_bytes: int) -> tuple:
+    """(FLOPs per PE-cycle, what bounds it: a BOUNDS entry) for an Operator on a PE whose SIMD units do
+    `simd` FLOPs a cycle at the model's precision and whose SRAM reads `read_bytes` and writes
+    `write_bytes` a cycle; partial sums of acc bytes."""
+    rd, wr = operand_bytes_per_flop(op.kind, op.flops, op.input_bytes, op.output_bytes, e, acc)
+    limits = (simd, read_bytes / rd if rd else math.inf, write_bytes / wr if wr else math.inf)
+    i = min(range(3), key=lambda j: limits[j])
+    return limits[i], BOUNDS[i]
+
+
+def vector_out(kernel, io: dict, forward: list) -> int:
+    """Elements per token a kernel sends on: a forward kernel its last operator's output; a backward
+    one the gradient of its input, which is what the forward kernel before it sends (its first
+    operator's input for a layer's first kernel). io: per operator's short name, its forward (input,
+    output) elements per token; forward: one layer's forward kernels' member tuples, in order."""
+    if kernel.phase == "forward":
+        return io[kernel.members[-1]][1]
+    i = forward.index(kernel.members)
+    return io[forward[i - 1][-1]][1] if i > 0 else io[kernel.members[0]][0]
+
+
+def wavelets(elements: int, pes: int, tokens: int, e: int, wavelet_bytes: int) -> int:
+    """Wavelets each of `pes` PEs gets when a vector of `elements` per token is split among them, for
+    `tokens` tokens: its slice ceil(elements / pes) elements a token (at least one), e bytes each, in
+    wavelets of wavelet_bytes."""
+    return max(1, math.ceil(max(1, math.ceil(elements / pes)) * tokens * e / wavelet_bytes))
 
 
 @dataclass(frozen=True)
@@ -78,11 +137,41 @@ class Pipeline:
     kernels: list
     idle_pes: int
     quantisation: np.ndarray
+    compute_cycles: list  # per region of one replica: its task's arithmetic and SRAM cycles, unrounded
+    reduce_wavelets: list  # per region of one replica: wavelets of partial sums a PE passes on per chunk
+    bounds: list  # per region of one replica: what bounds its task, a BOUNDS entry
     streaming: bool = False
     chunks_per_pass: int = 0  # weight streaming: chunks of one pass (batch x seq_len / tokens_per_chunk)
     load_cycles: int = 0  # weight streaming: cycles one layer's weights take to stream in
     layer_weight_bytes: int = 0
     n_layers: int = 0
+
+    def slowest(self, link_messages_per_cycle: int = 1) -> dict:
+        """The region of one replica that takes longest per chunk by the table (docs/mesh.md, "The PE
+        and the wavelets"): an output-edge PE does its task, then sends its output's wavelets before it
+        starts the next, B a cycle (the next starts in the cycle the last leaves); a PE of a line
+        cannot take chunks faster than their wavelets arrive, one a cycle. A dict: name, cycles (per
+        chunk), task (its work), send (cycles sending), bound: what bounds its task (a BOUNDS entry),
+        or "wavelets" when its input does."""
+        best = None
+        n = len(self.kernels)
+        for i in range(n):
+            row = self.table[i]
+            work, wv = int(row[K.REG_WORK]), int(row[K.REG_WAVELETS])
+            send = 0
+            nxt = int(row[K.REG_NEXT])
+            if nxt >= 0:
+                n_out = int(row[K.REG_HEIGHT] if row[K.REG_OUTPUT] == K.OUTPUT_SIDE else row[K.REG_WIDTH])
+                nr = self.table[nxt]
+                n_in = int(nr[K.REG_HEIGHT] if nr[K.REG_INPUT] == K.INPUT_ROW else nr[K.REG_WIDTH])
+                send = math.ceil(math.ceil(n_in / n_out) * int(nr[K.REG_WAVELETS]) / link_messages_per_cycle)
+            # the last wavelet leaves in the cycle the next task starts
+            busy = work + max(send - 1, 0)
+            cand = dict(name=self.names[i], cycles=max(busy, wv), task=work, send=send,
+                        bound="wavelets" if wv > busy else self.bounds[i])
+            if best is None or cand["cycles"] > best["cycles"]:
+                best = cand
+        return best
 
     @property
     def n_regions(self) -> int:
@@ -99,8 +188,9 @@ def model_of(wl: dict) -> Model:
                  batch=wl["batch"], ffn_multiplier=wl["ffn_multiplier"], precision=wl["precision"])
 
 
-def kernels(model: Model, training: bool, fuse: bool) -> list:
+def kernels(model: Model, training: bool, fuse: bool, fuse_attention: bool = False) -> list:
     """The model's kernels grouped by (phase, layer) in execution order: a list of lists of Kernel."""
+    into = {**(FUSE_INTO if fuse else {}), **(FUSE_ATTENTION if fuse_attention else {})}
     groups, key = [], None
     for op in operators(model, training):
         k = (op.phase, op.layer)
@@ -114,7 +204,7 @@ def kernels(model: Model, training: bool, fuse: bool) -> list:
         order = [op.name.split(".")[1] for op in ops]
         members = {}  # host operator -> the operators it holds
         for name in order:
-            host = FUSE_INTO.get(name, name) if fuse else name
+            host = into.get(name, name)
             members.setdefault(host, []).append(name)
         kept = []
         for host in order:
@@ -138,7 +228,7 @@ def build(sc) -> Pipeline:
     m, wl = sc.values["machine"], sc.values["workload"]
     rows, cols = m["rows"], m["cols"]
     model = model_of(wl)
-    groups = kernels(model, wl["training"], wl["fuse_elementwise"])
+    groups = kernels(model, wl["training"], wl["fuse_elementwise"], wl["fuse_attention"])
     streaming = bool(wl["weight_streaming"])
     if streaming:
         groups = groups[:1]  # every layer is the same: one layer's kernels, loaded layer by layer
@@ -149,37 +239,82 @@ def build(sc) -> Pipeline:
     n_reg = len(regions)
     tpc = wl["tokens_per_chunk"]
     chunk_share = tpc / (model.batch * model.seq_len)
-    # the PEs' FLOPs per cycle at the model's precision (fp32 and tf32 at machine.fp32_rate of the peak)
-    rate = float(m["pe_flops_per_cycle"] * compute_rate(wl["precision"], m["fp32_rate"]))
+    # the PEs' SIMD FLOPs per cycle at the model's precision (fp32 and tf32 at machine.fp32_rate of the peak)
+    simd = float(m["pe_flops_per_cycle"] * compute_rate(wl["precision"], m["fp32_rate"]))
+    e, wb, acc = model.element_bytes, m["wavelet_bytes"], accumulator_bytes(wl["precision"])
+    ops_of = {op.name: op for op in operators(model, wl["training"]) if op.layer == 0}  # every layer is alike
+    per_token = e * model.tokens
+    io = {op.name.split(".")[1]: (op.input_bytes // per_token, op.output_bytes // per_token)
+          for op in ops_of.values() if op.phase == "forward"}
+    fwd = [k.members for k in groups[0]]
     table = np.zeros((n_reg, K.N_REG), np.int64)
     region_of = np.full((rows, cols), -1, np.int32)
     replica_ends = np.zeros((wl["replicas"], 2), np.int64)
     too_long = []
     sram = m["sram_kib"] * 1024
+    compute_cycles, reduce_w, bounds = [], [], []
     for i, g in enumerate(regions):
         k = by_name[g.name]
         n = g.n_pes
-        work = math.ceil(k.flops * chunk_share / (n * rate))
-        if work > MAX_WORK:
-            too_long.append((g.name, work))
-        last = i + 1 == n_reg or regions[i + 1].replica != g.replica
+        suffix = ".backward" if k.phase == "backward" else ""
+        members = [ops_of[f"layer0.{name}{suffix}"] for name in k.members]
+        cycles, bound, worst = 0.0, "simd", -1.0
+        for op in members:
+            # the kernel's operators run one after another on every PE of the region
+            r_op, b_op = pe_rate(op, e, acc, simd, m["sram_read_bytes_per_cycle"], m["sram_write_bytes_per_cycle"])
+            c_op = op.flops * chunk_share / (n * r_op)
+            cycles += c_op
+            if c_op > worst:
+                worst, bound = c_op, b_op
+        # Partial sums reduced across the lines: a matrix kernel's output of E elements a token leaves
+        # each line-crossing PE as ceil(E / line length) elements a token (docs/mesh.md).
+        line = g.col1 - g.col0 if g.input == "row" else g.row1 - g.row0
+        red = (wavelets(vector_out(k, io, fwd), line, tpc, e, wb)
+               if any(op.kind in MATRIX_KINDS for op in members) else 0)
+        work = max(math.ceil(cycles), red)
+        if red > math.ceil(cycles):
+            bound = "reduction"
+        if g.replica == 0:
+            compute_cycles.append(cycles)
+            reduce_w.append(red)
+            bounds.append(bound)
         first = i == 0 or regions[i - 1].replica != g.replica
+        if first:
+            wv = 1  # a first region takes its chunks as they are admitted
+        else:
+            # its input: the predecessor's output vector, split over the input edge
+            n_in = g.row1 - g.row0 if g.input == "row" else g.col1 - g.col0
+            wv = wavelets(vector_out(by_name[regions[i - 1].name], io, fwd), n_in, tpc, e, wb)
+        if work > MAX_WORK:
+            too_long.append((g.name, work, "reduction" if bound == "reduction" else "cycles"))
+        if wv > MAX_WORK:
+            too_long.append((g.name, wv, "wavelets of input"))
+        last = i + 1 == n_reg or regions[i + 1].replica != g.replica
         table[i] = (g.row0, g.col0, g.col1 - g.col0, g.row1 - g.row0, max(work, 1), -1 if last else i + 1, g.replica,
                     int(first), g.flow, K.INPUT_COL if g.input == "col" else K.INPUT_ROW,
-                    K.OUTPUT_BOTTOM if g.output == "bottom" else K.OUTPUT_SIDE)
+                    K.OUTPUT_BOTTOM if g.output == "bottom" else K.OUTPUT_SIDE, wv)
         region_of[g.row0:g.row1, g.col0:g.col1] = i
         if first:
             replica_ends[g.replica, 0] = i
         if last:
             replica_ends[g.replica, 1] = i
     if too_long:
-        name, work = max(too_long, key=lambda x: x[1])
+        name, work, what = max(too_long, key=lambda x: x[1])
+        if what == "cycles":
+            raise InputError(
+                f"workload.tokens_per_chunk = {tpc}: a task of region {name} would take {work:,} cycles, more than "
+                f"{MAX_WORK:,}; use fewer tokens per chunk, or a larger grid or machine.pe_flops_per_cycle")
+        if what == "reduction":
+            raise InputError(
+                f"workload.tokens_per_chunk = {tpc}: a task of region {name} would take {work:,} cycles to pass its "
+                f"partial sums on, more than {MAX_WORK:,}; use fewer tokens per chunk, a larger grid or a wider "
+                "machine.wavelet_bytes")
         raise InputError(
-            f"workload.tokens_per_chunk = {tpc}: a task of region {name} would take {work:,} cycles, more than "
-            f"{MAX_WORK:,}; use fewer tokens per chunk, or a larger grid or machine.pe_flops_per_cycle")
+            f"workload.tokens_per_chunk = {tpc}: a chunk's input to region {name} would be {work:,} wavelets for "
+            f"each PE of its lines, more than {MAX_WORK:,}; use fewer tokens per chunk, a larger grid or a wider "
+            "machine.wavelet_bytes")
     # a backward kernel's region also keeps its parameters' master weights and optimiser state
     held = update_cost(wl["precision"], wl["master_weights"], wl["optimizer"])["held"] if wl["training"] else 0
-    e = model.element_bytes
     need = {name: buffers * k.weight_bytes + (k.weight_bytes // e * held if k.phase == "backward" else 0)
             for name, k in by_name.items()}
     no_fit = [(g.name, need_b, have) for g, need_b, have in weight_overflows(placement, need, m["sram_kib"])]
@@ -217,4 +352,5 @@ def build(sc) -> Pipeline:
     return Pipeline(table=table, replica_ends=replica_ends, region_of=region_of,
                     chunks_in_flight=wl["chunks_in_flight"], tokens_per_chunk=tpc,
                     chunks_per_sample=model.seq_len // tpc, names=names, kernels=kernels_one,
-                    idle_pes=placement.idle_pes, quantisation=placement.quantisation(), **stream)
+                    idle_pes=placement.idle_pes, quantisation=placement.quantisation(),
+                    compute_cycles=compute_cycles, reduce_wavelets=reduce_w, bounds=bounds, **stream)

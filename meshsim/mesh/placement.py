@@ -109,7 +109,7 @@ def place(groups, rows: int, cols: int, replicas: int = 1) -> Placement:
             wrong.append(f"machine.cols = {cols}: {replicas} replica(s) (workload.replicas) of {widest} kernels side "
                          f"by side need at least {widest * replicas} columns")
         raise InputError("; ".join(wrong) + "; use a larger grid, fewer layers or replicas, or "
-                         "workload.fuse_elementwise = true (fewer kernels)")
+                         "workload.fuse_elementwise = true and workload.fuse_attention = true (fewer kernels)")
     heights = split(rows, [sum(f for _, f in g) for g in groups])
     regions = []
     for rep in range(replicas):

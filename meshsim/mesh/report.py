@@ -88,6 +88,11 @@ def _region_lines(r: dict) -> list:
     return lines
 
 
+#: What a region's bound means, as the report words it (meshsim/mesh/pipeline.py, BOUNDS).
+BOUND_WORDS = {"simd": "its SIMD units", "sram_read": "its SRAM reads", "sram_write": "its SRAM writes",
+               "reduction": "its partial sums' wavelets", "wavelets": "its input's wavelets"}
+
+
 def _pipeline_lines(s: dict) -> list:
     """The summary of a layer_pipeline run: throughput, chunk latency, load balance, bottleneck."""
     return [
@@ -110,6 +115,11 @@ def _pipeline_lines(s: dict) -> list:
         f"utilisation {_f(s.get('utilization_active_steady', math.nan))} of the active PEs",
         f"bottleneck    {s['bottleneck_region']} (utilisation {_f(s['bottleneck_utilization'], 3)}; the least "
         f"busy region {_f(s['region_utilization_min'], 3)})",
+        *([f"slowest stage {s['slowest_region']}: {_f(s['slowest_region_cycles_per_chunk'])} cycles a chunk by the "
+           f"table (its task {_f(s['slowest_region_task_cycles'])}, then {_f(s['slowest_region_send_cycles'])} "
+           f"sending its output); the task is bound by "
+           f"{BOUND_WORDS.get(s['slowest_region_bound'], s['slowest_region_bound'])}"]
+          if "slowest_region" in s else []),
         f"tasks         latency mean {_f(s['latency_mean_cycles'])}, p99 {_f(s['latency_p99_cycles'])} cycles; "
         f"{_f(s['completed'])} completed",
         f"packets       {_f(s['packets_delivered'])} delivered, latency mean {_f(s['packet_latency_mean_cycles'])}, "

@@ -322,6 +322,7 @@ def _pipeline_summary(sim, totals: _Totals, scenario) -> dict:
         finished_samples = finished / pipe.chunks_per_pass / pipe.n_layers * batch
     else:
         finished_samples = int((st.lp_fin // per_sample).sum())  # whole samples, replica by replica
+    slow = pipe.slowest(scenario.get("machine", "link_messages_per_cycle"))
     return {
         "pipeline_regions": pipe.n_regions,
         "pipeline_replicas": pipe.n_replicas,
@@ -341,6 +342,11 @@ def _pipeline_summary(sim, totals: _Totals, scenario) -> dict:
         "samples_per_second_steady": samples_steady,
         "samples_per_second": finished_samples / (cycles / clock) if cycles else float("nan"),
         "step_seconds_steady": batch / samples_steady if samples_steady > 0 else float("nan"),
+        "slowest_region": slow["name"],
+        "slowest_region_cycles_per_chunk": slow["cycles"],
+        "slowest_region_task_cycles": slow["task"],
+        "slowest_region_send_cycles": slow["send"],
+        "slowest_region_bound": slow["bound"],
         "bottleneck_region": pipe.names[worst],
         "bottleneck_utilization": float(util[worst]),
         "region_utilization_min": float(util.min()),

@@ -38,6 +38,7 @@ def mesh_layout(rows: int, cols: int, queue_capacity: int, link_buffer_messages:
     lp = {
         "lp_g": ((lr, lc), np.int32), "lp_reg": ((n_reg, K.N_REG), np.int64), "lp_rep": ((n_rep, 2), np.int64),
         "lp_taken": ((lr, lc), np.int32), "out_left": ((lr, lc), np.int32), "out_birth": ((lr, lc), np.int32),
+        "lp_got": ((lr, lc), np.int32),
         "lp_adm": ((n_rep,), np.int64), "lp_fin": ((n_rep,), np.int64), "lp_done": ((n_rep, w), np.int64),
         "lp_admit_t": ((n_rep, w), np.int64), "lp_took": ((n_rep,), np.int64), "lp_ctl": ((K.N_CTL,), np.int64),
     }
