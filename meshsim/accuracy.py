@@ -18,7 +18,9 @@ speed-up) and `tolerance` (the relative error the model claims for the case; emp
 The shipped table, `meshsim/data/accuracy.csv`, holds the analytic network results (the mesh's
 zero-load latency and accepted load below saturation) and the SN30 fusion measurements of the
 DABench-LLM artifact (the rdu's o3 speed-up over o0, its section count and its highest PCU
-allocation). Every case runs without writing a result the user keeps; equal runs are run once.
+allocation), and the Cerebras compiler's estimate for GPT-2 small training on the CS-2 from the same
+artifact (the mesh's samples/s, active PEs and compute utilisation). Every case runs without writing
+a result the user keeps; equal runs are run once.
 """
 
 from __future__ import annotations

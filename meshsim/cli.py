@@ -199,6 +199,10 @@ def _cmd_accuracy(args) -> int:
         cases = [c for c in cases if args.only.lower() in c.case.lower()]
         if not cases:
             raise InputError(f"--only {args.only!r}: no case's name contains it")
+    if args.skip:
+        cases = [c for c in cases if args.skip.lower() not in c.case.lower()]
+        if not cases:
+            raise InputError(f"--skip {args.skip!r}: every case's name contains it, no case is left to run")
 
     def progress(done, total, label):
         if not args.json and not args.quiet:
@@ -337,6 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "scenario, overrides, figure, reference, source; docs/design.md, \"Accuracy\"); repeatable")
     ac.add_argument("--no-shipped", action="store_true", help="leave out the shipped cases")
     ac.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
+    ac.add_argument("--skip", metavar="TEXT", help="leave out the cases whose name contains TEXT (e.g. CS-2, whose "
+                    "full-wafer training run takes minutes)")
     ac.add_argument("--json", action="store_true", help="print the cases and the envelope as JSON")
     ac.add_argument("--check", action="store_true", help="exit 1 when a case lies outside its tolerance")
     ac.add_argument("-q", "--quiet", action="store_true", help="no progress lines")

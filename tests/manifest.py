@@ -35,6 +35,7 @@ SCALED = {
     "wse2_skewed_migrating.toml": ["run.cycles=300"],
     "wse2_skewed_static.toml": ["run.cycles=300"],
     "wse2_gpt2_small.toml": ["run.cycles=1500"],
+    "wse2_gpt2_small_train.toml": ["run.cycles=1500"],
     "wse2_llm_7b.toml": ["run.cycles=2000"],
     "ipu_gpt2_24l_8ipu.toml": ["run.steps=3"],
 }

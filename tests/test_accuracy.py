@@ -85,7 +85,8 @@ def test_the_shipped_analytic_references_are_the_formulas(tmp_path):
 
 
 def test_the_shipped_cases_print_their_errors_and_speedups_and_sections_hold_their_tolerance(capsys):
-    assert main(["accuracy", "-q", "--json"]) == 0
+    # (the CS-2 cases, a full-wafer training run of minutes, are the slow test below)
+    assert main(["accuracy", "-q", "--json", "--skip", "cs-2"]) == 0
     import json
 
     data = json.loads(capsys.readouterr().out)
@@ -101,6 +102,39 @@ def test_the_shipped_cases_print_their_errors_and_speedups_and_sections_hold_the
     assert all(rows[n]["within"] is None for n in rows if n.endswith("highest PCU share"))
     assert main(["accuracy", "-q", "--check", "--only", "mesh 8x8 zero-load"]) == 0
     assert "envelope" in capsys.readouterr().out
+
+
+def test_the_cs2_cases_run_the_shipped_training_scenario_and_skip_leaving_nothing_is_refused(capsys):
+    from pathlib import Path
+
+    from meshsim.scenario import load_scenario
+
+    cs2 = [c for c in read_table(SHIPPED) if c.case.startswith("CS-2")]
+    assert [c.figure for c in cs2] == ["samples_per_second_steady", "active_fraction", "utilization_active_steady"]
+    assert [c.reference for c in cs2] == [860.3, 0.92, 0.85] and all(c.tolerance is None for c in cs2)
+    # one run for the three, the same as scenarios/wse2_gpt2_small_train.toml
+    assert len({c.overrides for c in cs2}) == 1
+    shipped = Path(__file__).resolve().parent.parent / "scenarios" / "wse2_gpt2_small_train.toml"
+    a, b = load_scenario(shipped).values, scenario_from_dict({}, overrides=cs2[0].overrides).values
+    for section in ("machine", "migration", "workload"):
+        assert a[section] == b[section], section
+    assert a["run"]["cycles"] == b["run"]["cycles"] and a["run"]["window_cycles"] == b["run"]["window_cycles"]
+    assert main(["accuracy", "-q", "--only", "cs-2", "--skip", "training"]) == 2
+    assert "--skip 'training': every case's name contains it" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_cs2_training_run_reaches_its_steady_state_and_prints_the_errors(capsys):
+    """About four minutes on two cores: GPT-2 small training on the full wafer."""
+    import json
+
+    assert main(["accuracy", "-q", "--json", "--only", "CS-2"]) == 0
+    rows = {r["case"]: r for r in json.loads(capsys.readouterr().out)["cases"]}
+    assert len(rows) == 3
+    for r in rows.values():
+        assert math.isfinite(r["model"]) and r["within"] is None
+    assert 0 < rows["CS-2 GPT-2 small training compute utilisation"]["model"] <= 1
+    assert rows["CS-2 GPT-2 small training active PEs"]["model"] == 1.0  # every PE holds a kernel
 
 
 def test_check_fails_on_a_case_outside_its_tolerance(tmp_path, capsys):
