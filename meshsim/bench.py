@@ -210,7 +210,10 @@ def _traffic(fig: dict, sc, cycles: int, log) -> None:
 
 def _pipeline(fig: dict, quick: bool, log) -> None:
     """The layer pipeline: GPT-2 small over the whole fabric from an empty wafer (the first token needs
-    about 10,500 cycles to cross it, so the fill is what a short run spends its time on)."""
+    about 15,000 cycles to cross it, so the fill is what a short run spends its time on), then in its
+    steady state."""
+    from kernels.mesh import S_CHUNKS_FINISHED, S_LINK_SENT
+
     from .mesh.sim import MeshSim, build_inputs
 
     gpt2 = Path(__file__).resolve().parent.parent / "scenarios" / "wse2_gpt2_small.toml"
@@ -231,6 +234,24 @@ def _pipeline(fig: dict, quick: bool, log) -> None:
         fig["pipeline_busy_fraction_at_2000_cycles"] = busy
         log(f"layer pipeline, GPT-2 small from an empty wafer, all cores: {pn * 2000 / dt / 1e6:.1f} million "
             f"PE-cycles/s over its first 2,000 cycles ({busy:.2f} of the PEs busy by then)")
+        # The steady state: from 1,000 cycles after the first chunk finished, 2,000 cycles timed.
+        done = 2010
+        while not psim.series[:1000, S_CHUNKS_FINISHED].any() and done < 200_000:
+            psim.advance(1000)
+            done += 1000
+        psim.advance(1000)
+        t = time.perf_counter()
+        psim.advance(1000)
+        psim.advance(1000)
+        dt = time.perf_counter() - t
+        busy = float(psim.series[:1000, 0].mean()) / pn
+        moved = float(psim.series[:1000, S_LINK_SENT].mean()) / pn
+        fig["pipeline_steady_pe_cycles_per_second_all_cores"] = pn * 2000 / dt
+        fig["pipeline_steady_busy_fraction"] = busy
+        fig["pipeline_steady_link_sends_per_pe_cycle"] = moved
+        log(f"layer pipeline, GPT-2 small in its steady state, all cores: {pn * 2000 / dt / 1e6:.1f} million "
+            f"PE-cycles/s over 2,000 cycles from cycle {done + 1000:,} ({busy:.2f} of the PEs busy, {moved:.3f} "
+            f"link sends per PE-cycle)")
 
 
 def _rdu_step(fig: dict, quick: bool, log) -> None:
