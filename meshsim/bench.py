@@ -210,7 +210,7 @@ def _traffic(fig: dict, sc, cycles: int, log) -> None:
 
 def _pipeline(fig: dict, quick: bool, log) -> None:
     """The layer pipeline: GPT-2 small over the whole fabric from an empty wafer (the first token needs
-    about 15,000 cycles to cross it, so the fill is what a short run spends its time on), then in its
+    about 12,800 cycles to cross it, so the fill is what a short run spends its time on), then in its
     steady state."""
     from kernels.mesh import S_CHUNKS_FINISHED, S_LINK_SENT
 

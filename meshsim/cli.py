@@ -202,7 +202,8 @@ def _cmd_accuracy(args) -> int:
     if args.skip:
         cases = [c for c in cases if args.skip.lower() not in c.case.lower()]
         if not cases:
-            raise InputError(f"--skip {args.skip!r}: every case's name contains it, no case is left to run")
+            raise InputError(f"--skip {args.skip!r}: every case left to run{' after --only' if args.only else ''} "
+                             "has it in its name, so none would run")
 
     def progress(done, total, label):
         if not args.json and not args.quiet:

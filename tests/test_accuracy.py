@@ -120,7 +120,7 @@ def test_the_cs2_cases_run_the_shipped_training_scenario_and_skip_leaving_nothin
         assert a[section] == b[section], section
     assert a["run"]["cycles"] == b["run"]["cycles"] and a["run"]["window_cycles"] == b["run"]["window_cycles"]
     assert main(["accuracy", "-q", "--only", "cs-2", "--skip", "training"]) == 2
-    assert "--skip 'training': every case's name contains it" in capsys.readouterr().err
+    assert "--skip 'training': every case left to run after --only has it in its name" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -56,6 +56,9 @@ CASES = {
     # Two messages a cycle into one-packet router queues and two-task queues: arrivals bunch up.
     "wide_links_tight": dict(machine__link_messages_per_cycle=2, machine__link_buffer_messages=4,
                              machine__router_queue_packets=1, machine__queue_capacity=2),
+    # One-task queues: a chunk's last wavelet waits at the ejection queue's head while the ones before
+    # it are delivered early into a full queue.
+    "one_task_queues": dict(machine__queue_capacity=1, machine__router_queue_packets=2),
     "wide_links": dict(machine__link_messages_per_cycle=2, machine__link_buffer_messages=4,
                        machine__credit_delay_cycles=2),
     "three_layers_uneven": dict(rows=11, cols=13, workload__n_layers=3, workload__tokens_per_chunk=2),
@@ -212,7 +215,6 @@ def test_a_run_writes_regions_layers_and_the_pipeline_figures(tmp_path):
     assert [BOUNDS[b] for b in table["bound"]] == p.bounds
     slow = p.slowest()
     assert s["slowest_region"] == slow["name"] and s["slowest_region_cycles_per_chunk"] == slow["cycles"]
-    assert slow["cycles"] >= max(table["work_cycles"].max(), table["wavelets"].max())
     assert 0.9 <= s["chunks_per_cycle_steady"] * slow["cycles"] <= 1 + 1e-9
 
 

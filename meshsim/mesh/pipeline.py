@@ -55,6 +55,9 @@ MAX_WORK = 65535
 
 #: What bounds an operator's rate on a PE (`pe_rate`), by code as the output file stores it.
 BOUNDS = ("simd", "sram_read", "sram_write", "reduction")
+#: The machine key that sets each rate bound.
+RATE_KEYS = {"simd": "pe_flops_per_cycle", "sram_read": "sram_read_bytes_per_cycle",
+             "sram_write": "sram_write_bytes_per_cycle"}
 MATRIX_KINDS = ("gemm", "attention")
 
 
@@ -150,7 +153,7 @@ class Pipeline:
         """The region of one replica that takes longest per chunk by the table (docs/mesh.md, "The PE
         and the wavelets"): an output-edge PE does its task, then sends its output's wavelets before it
         starts the next, B a cycle (the next starts in the cycle the last leaves); a PE of a line
-        cannot take chunks faster than their wavelets arrive, one a cycle. A dict: name, cycles (per
+        cannot take chunks faster than their wavelets arrive, B a cycle. A dict: name, cycles (per
         chunk), task (its work), send (cycles sending), bound: what bounds its task (a BOUNDS entry),
         or "wavelets" when its input does."""
         best = None
@@ -167,8 +170,9 @@ class Pipeline:
                 send = math.ceil(math.ceil(n_in / n_out) * int(nr[K.REG_WAVELETS]) / link_messages_per_cycle)
             # the last wavelet leaves in the cycle the next task starts
             busy = work + max(send - 1, 0)
-            cand = dict(name=self.names[i], cycles=max(busy, wv), task=work, send=send,
-                        bound="wavelets" if wv > busy else self.bounds[i])
+            receive = math.ceil(wv / link_messages_per_cycle)
+            cand = dict(name=self.names[i], cycles=max(busy, receive), task=work, send=send,
+                        bound="wavelets" if receive > busy else self.bounds[i])
             if best is None or cand["cycles"] > best["cycles"]:
                 best = cand
         return best
@@ -269,7 +273,7 @@ def build(sc) -> Pipeline:
         # Partial sums reduced across the lines: a matrix kernel's output of E elements a token leaves
         # each line-crossing PE as ceil(E / line length) elements a token (docs/mesh.md).
         line = g.col1 - g.col0 if g.input == "row" else g.row1 - g.row0
-        red = (wavelets(vector_out(k, io, fwd), line, tpc, e, wb)
+        red = (wavelets(vector_out(k, io, fwd), line, tpc, acc, wb)
                if any(op.kind in MATRIX_KINDS for op in members) else 0)
         work = max(math.ceil(cycles), red)
         if red > math.ceil(cycles):
@@ -286,7 +290,7 @@ def build(sc) -> Pipeline:
             n_in = g.row1 - g.row0 if g.input == "row" else g.col1 - g.col0
             wv = wavelets(vector_out(by_name[regions[i - 1].name], io, fwd), n_in, tpc, e, wb)
         if work > MAX_WORK:
-            too_long.append((g.name, work, "reduction" if bound == "reduction" else "cycles"))
+            too_long.append((g.name, work, bound))
         if wv > MAX_WORK:
             too_long.append((g.name, wv, "wavelets of input"))
         last = i + 1 == n_reg or regions[i + 1].replica != g.replica
@@ -300,10 +304,11 @@ def build(sc) -> Pipeline:
             replica_ends[g.replica, 1] = i
     if too_long:
         name, work, what = max(too_long, key=lambda x: x[1])
-        if what == "cycles":
+        if what in RATE_KEYS:
             raise InputError(
                 f"workload.tokens_per_chunk = {tpc}: a task of region {name} would take {work:,} cycles, more than "
-                f"{MAX_WORK:,}; use fewer tokens per chunk, or a larger grid or machine.pe_flops_per_cycle")
+                f"{MAX_WORK:,}; use fewer tokens per chunk, or a larger grid or machine.{RATE_KEYS[what]} (what "
+                "bounds it)")
         if what == "reduction":
             raise InputError(
                 f"workload.tokens_per_chunk = {tpc}: a task of region {name} would take {work:,} cycles to pass its "

@@ -117,8 +117,8 @@ def _pipeline_lines(s: dict) -> list:
         f"busy region {_f(s['region_utilization_min'], 3)})",
         *([f"slowest stage {s['slowest_region']}: {_f(s['slowest_region_cycles_per_chunk'])} cycles a chunk by the "
            f"table (its task {_f(s['slowest_region_task_cycles'])}, then {_f(s['slowest_region_send_cycles'])} "
-           f"sending its output); the task is bound by "
-           f"{BOUND_WORDS.get(s['slowest_region_bound'], s['slowest_region_bound'])}"]
+           f"sending its output); " + ("the stage is" if s["slowest_region_bound"] == "wavelets" else "the task is")
+           + f" bound by {BOUND_WORDS.get(s['slowest_region_bound'], s['slowest_region_bound'])}"]
           if "slowest_region" in s else []),
         f"tasks         latency mean {_f(s['latency_mean_cycles'])}, p99 {_f(s['latency_p99_cycles'])} cycles; "
         f"{_f(s['completed'])} completed",

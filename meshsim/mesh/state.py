@@ -82,6 +82,8 @@ def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_message
     if pipeline is not None:
         a["lp_g"][...] = pipeline.region_of
         a["lp_reg"][...] = pipeline.table
+        if (pipeline.table[:, K.REG_WAVELETS] < 1).any():
+            raise ValueError("every region of a pipeline needs at least one wavelet a chunk (REG_WAVELETS >= 1)")
         a["lp_rep"][...] = pipeline.replica_ends
         last = pipeline.table[pipeline.replica_ends[:, 1]]
         if (last[:, K.REG_OUTPUT] != K.OUTPUT_SIDE).any():
