@@ -110,6 +110,7 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     fig["cores"] = numba.config.NUMBA_NUM_THREADS
     _startup(fig, log)
     _speed(fig, sc, cycles, log)
+    _idle_and_busy(fig, quick, cycles, log)
     _full_run(fig, quick, log)
     _traffic(fig, sc, cycles, log)
     _pipeline(fig, quick, log)
@@ -154,6 +155,36 @@ def _speed(fig: dict, sc, cycles: int, log) -> None:
         log(f"speed, {n} thread{'s' if n > 1 else ''}: {n_pe * cycles / dt / 1e6:.1f} million PE-cycles/s "
             f"({cycles} cycles of {fig['grid']} in {dt:.2f} s)")
     log(f"state: {fig['state_bytes_per_pe']:.0f} bytes per PE at queue capacity 16")
+
+
+def _idle_and_busy(fig: dict, quick: bool, cycles: int, log) -> None:
+    """What an idle PE costs against a busy one on the task path: the bench's fabric with nothing offered
+    (every PE idle), and with 50 times its capacity offered in tasks of 1,000 cycles (every PE serving
+    a task from about cycle 100, its queue full from about 400), all cores, after a warm-up."""
+    from .mesh.sim import MeshSim, available_cores, build_inputs, set_threads
+    from .scenario import scenario_from_dict
+
+    n_pe = fig["n_pes"]
+    set_threads(available_cores())
+    cost = {}
+    for label, wl in (("idle", dict(injection_rate=0.0)),
+                      ("busy", dict(injection_rate=0.05, work_distribution="fixed", work_cycles=1000))):
+        d = _scenario(quick)
+        d["workload"].update(wl)
+        if wl.get("work_distribution") == "fixed":
+            del d["workload"]["work_max_cycles"]
+        sim = MeshSim(build_inputs(scenario_from_dict(d)), max(cycles, 500))
+        sim.advance(500)
+        t = time.perf_counter()
+        sim.advance(cycles)
+        dt = time.perf_counter() - t
+        busy = float(sim.series[:cycles, 0].mean()) / n_pe
+        cost[label] = dt / (n_pe * cycles) * 1e9
+        fig[f"task_path_{label}_ns_per_pe_cycle"] = cost[label]
+        fig[f"task_path_{label}_busy_fraction"] = busy
+    log(f"task path, all cores: an idle PE costs {cost['idle']:.2f} ns a cycle, a busy one {cost['busy']:.2f} ns "
+        f"(idle {cost['idle'] / cost['busy']:.2f} of busy; {cycles} cycles of {fig['grid']} with nothing offered, "
+        f"and with every PE serving)")
 
 
 def _full_run(fig: dict, quick: bool, log) -> None:
@@ -225,7 +256,7 @@ def _pipeline(fig: dict, quick: bool, log) -> None:
         pn = ps.get("machine", "rows") * ps.get("machine", "cols")
         psim = MeshSim(build_inputs(ps), 1000)
         psim.advance(10)
-        t = time.perf_counter()
+        t0 = t = time.perf_counter()
         psim.advance(1000)
         psim.advance(1000)
         dt = time.perf_counter() - t
@@ -234,8 +265,14 @@ def _pipeline(fig: dict, quick: bool, log) -> None:
         fig["pipeline_busy_fraction_at_2000_cycles"] = busy
         log(f"layer pipeline, GPT-2 small from an empty wafer, all cores: {pn * 2000 / dt / 1e6:.1f} million "
             f"PE-cycles/s over its first 2,000 cycles ({busy:.2f} of the PEs busy by then)")
-        # The steady state: from 1,000 cycles after the first chunk finished, 2,000 cycles timed.
-        done = 2010
+        # The first 10,000 cycles, then the steady state: from 1,000 cycles after the first chunk
+        # finished, 2,000 cycles timed.
+        for _ in range(8):
+            psim.advance(1000)
+        ten = time.perf_counter() - t0
+        fig["pipeline_first_10000_cycles_seconds"] = ten
+        log(f"layer pipeline, GPT-2 small from an empty wafer, all cores: its first 10,000 cycles in {ten:.1f} s")
+        done = 10010
         while not psim.series[:1000, S_CHUNKS_FINISHED].any() and done < 200_000:
             psim.advance(1000)
             done += 1000
