@@ -256,10 +256,10 @@ class MeshResultWriter(ResultFile):
         g.attrs["pe_flops_per_cycle"] = pe_flops_per_cycle
         t = pipe.table
         # Regions are listed replica by replica, each replica's in the kernels' order.
-        kernel = [pipe.kernels[i % len(pipe.kernels)] for i in range(pipe.n_regions)]
-
         def per_region(values):  # a figure of one replica's regions, for every region
-            return np.array([values[i % len(pipe.kernels)] for i in range(pipe.n_regions)])
+            return [values[i % len(pipe.kernels)] for i in range(pipe.n_regions)]
+
+        kernel = per_region(pipe.kernels)
         scale = self._scale(g, "pipeline_region", np.arange(pipe.n_regions, dtype=np.int32), "1",
                             "region index (the regions group adds idle PEs as a last region when there are any)")
         columns = {
