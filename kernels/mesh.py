@@ -44,6 +44,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
+from .bits import trailing_zeros
 from .config import JIT, JIT_PARALLEL
 from .prefetch import prefetch, prefetch_write
 from .rng import G_INDEX, G_UNIT, S32, STREAM_INJECT, STREAM_MIGRATE, cycle_key, mix64, unit_interval_open0
@@ -237,6 +238,10 @@ class MeshState(NamedTuple):
     lp_admit_t: np.ndarray  # int64[P, W] admission cycle of chunk c, at c mod W
     lp_took: np.ndarray  # int64[P] PEs of the first region that have taken every chunk admitted
     lp_ctl: np.ndarray  # int64[N_CTL] control words, CTL_* (weight streaming, fast-forward)
+    # Segments of SEG columns of a row, for skipping quiet ones (docs/mesh.md, "Implementation notes"):
+    seg_chg: np.ndarray  # int64[2, R, S] last cycle a count or depth of the segment changed, as of cycle t at t & 1
+    seg_idle: np.ndarray  # uint8[R, S] 1 if every PE of the segment was idle at the end of its last cycle
+    seg_live: np.ndarray  # uint8[R, S] 1 if a PE of the segment can be offered work (never skipped)
 
 # Direction d: 0 N (r-1), 1 E (c+1), 2 S (r+1), 3 W (c-1); opposite (d + 2) & 3.
 
@@ -246,6 +251,8 @@ U32 = np.uint64(0xFFFFFFFF)
 U12 = np.uint64(0xFFF)
 PKT_FLAG = np.uint64(1) << np.uint64(63)
 BYTE_SUM = np.uint64(0x0101010101010101)
+SEG = 64  # columns of a segment, the unit a cycle skips when nothing in or around it moves
+PF_AHEAD = 4  # PEs ahead whose lines the slow path asks for
 
 
 @njit(**JIT)
@@ -518,13 +525,27 @@ def _offered_packet(seed, tb, u, r, c, thr_u, rows, cols, pattern, hot_thr, hot_
 
 
 @njit(**JIT)
+def _prefetch_pe(st, r, c):
+    """Ask for the lines of PE (r, c) that starting, finishing or taking a task touch."""
+    prefetch_write(st.tot_started, (r, c))
+    prefetch_write(st.tot_latency, (r, c))
+    prefetch_write(st.tot_completed, (r, c))
+    prefetch_write(st.tot_injected, (r, c))
+    prefetch_write(st.s_birth, (r, c))
+    prefetch_write(st.q_work, (0, r, c))
+    prefetch_write(st.q_birth, (0, r, c))
+    prefetch_write(st.q_birth, (1, r, c))
+
+
+@njit(**JIT)
 def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_unit, ev_work, ev_lo, ev_hi, acc,
-               dhist, lhist, scratch, arrivals, done_ev, took):
+               dhist, lhist, scratch, arrivals, flags, done_ev, took):
     """Advance rows r0..r1-1 by cycle t; add this block's observables into acc, dhist, lhist.
 
     st: the state (MeshState). cfg: int64 vector, indices CFG_* (mesh_config). acc: int64[N_SERIES];
     dhist: int64[4, Q+1] (summed over its first axis); lhist: int64[n_bins] (last bin = overflow);
-    scratch: int64[4, 4] and arrivals: uint32[C], work space. For traffic runs lhist holds the
+    scratch: int64[4, 4], arrivals: uint32[C], and flags: uint8[3, C], work space. For
+    traffic runs lhist holds the
     latencies of measured packets. done_ev: int64[1 + n], layer_pipeline: the count, then the
     chunks completed by output-edge PEs of last regions (chunk x replicas + replica); took: int64[P],
     the PEs of first regions that took their replica's newest chunk in the cycle. Reads other PEs
@@ -649,460 +670,585 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     known = scratch[1]
     elig = scratch[2]
     mig_now = scratch[3]
+    offer_f = flags[0]
+    simple_f = flags[1]
+    nb_min = flags[2]
+    seg_chg = st.seg_chg
+    seg_idle = st.seg_idle
+    seg_live = st.seg_live
+    n_seg = seg_idle.shape[1]
+    t_calm = t - (hmask + 1)  # a segment unchanged since then has the same counts in every history slot
+    no_mig = policy == POLICY_NONE
+    check_nb = not no_mig
 
     for r in range(r0, r1):
-        # Row pass: which input links of each PE hold a message sent at t - L or earlier that it
-        # has not received? Compares the neighbours' send counts (as at t - L) with the PE's own
-        # receive counts, one byte of each 4-count word per direction; written to vectorise.
-        # Plainly: byte d of arrivals[c] is nonzero iff sent[n_d, opp(d)](t - L) != recv[(r, c), d](t - 1)
-        # (always zero where there is no neighbour d).
+        # Row views, indexed below by unsigned column indices (no negative-index code: the loops vectorise).
+        ql_r = q_len[r]
+        rem_r = s_rem[r]
+        thr_r = thr[r]
+        dep_now = depth_h[s_now, r]
         rv_row = recv_h32[s_prev, r]
+        rv_now = recv_h32[s_now, r]
+        sent_prev = sent_h32[s_prev, r]
+        sent_now_row = sent_h32[s_now, r]
         up = sent_h32[s_lat, max(r - 1, 0)]
         down = sent_h32[s_lat, min(r + 1, rows - 1)]
         same = sent_h32[s_lat, r]
         up_mask = np.uint32(0xFF) if r > 0 else np.uint32(0)
         down_mask = np.uint32(0xFF) if r + 1 < rows else np.uint32(0)
-        for c in range(cols):
-            rv = rv_row[c]
-            arrivals[c] = (((up[c] >> np.uint32(16)) ^ rv) & up_mask) | (
-                ((down[c] ^ (rv >> np.uint32(16))) & down_mask) << np.uint32(16))
-        for c in range(cols - 1):
-            arrivals[c] |= (((same[c + 1] >> np.uint32(24)) ^ (rv_row[c] >> np.uint32(8))) & np.uint32(0xFF)) << \
-                np.uint32(8)
-        for c in range(1, cols):
-            arrivals[c] |= (((same[c - 1] >> np.uint32(8)) ^ (rv_row[c] >> np.uint32(24))) & np.uint32(0xFF)) << \
-                np.uint32(24)
-        if routed:
-            # The link slots that messages wait in were written a cycle ago, and the sweep over the
-            # grid has evicted them since: ask for them all before the row's PEs need them.
-            for c in range(cols):
-                if arrivals[c] != 0:
-                    # Every input's slot, not only those with something waiting: a branch per input
-                    # would be a coin flip (prefetches never fault, off the grid's edge included).
-                    u = r * cols + c
-                    for d in range(4):
-                        prefetch(link_f, ((4 * _neighbour(u, d, cols) + ((d + 2) & 3)) * kbuf,))
-                    # ... and the lines a PE writes when it passes them on.
-                    prefetch_write(link_f, (4 * u * kbuf,))
-                    prefetch_write(lt_f, (4 * u,))
-        # The counts carry over to this cycle's slot unless a PE changes them below.
-        sent_prev = sent_h32[s_prev, r]
-        rv_now = recv_h32[s_now, r]
-        sent_now_row = sent_h32[s_now, r]
-        for c in range(cols):
-            rv_now[c] = rv_row[c]
-            sent_now_row[c] = sent_prev[c]
-        for c in range(cols):
-            u = r * cols + c
-            i_now = s_now * rc4 + 4 * u  # the PE's send and receive counts (carried over above)
-            qlen = np.int64(q_len[r, c])
-
-            # layer_pipeline fast path: a PE that receives nothing, has nothing to send or take and
-            # neither completes nor starts a task this cycle (idle PEs; PEs in service, most cycles)
-            # does only step 5 (steps 1-4 do nothing; the counts it would carry over were copied above).
-            if is_lp and arrivals[c] == 0 and oq_len64[r, c] == 0 and out_left[r, c] == 0 and \
-                    (policy == POLICY_NONE or qlen <= threshold):
-                g = np.int64(lp_g[r, c])
-                rem = np.int64(s_rem[r, c])
-                if g < 0 or (lp_reg[g, REG_FIRST] == 0 and (rem > 1 or (rem == 0 and qlen == 0))):
-                    if rem > 0:
-                        s_rem[r, c] = rem - 1
-                        busy += 1
-                        in_service += 1
-                    queued += _record_depth(depth_h, dhist, s_now, r, c, qlen)
-                    continue
-
-            # traffic fast path: a PE with nothing arriving, nothing in its router or source queue and
-            # no packet offered this cycle does only step 6 (traffic runs hold no tasks: qlen is 0).
-            offer = False
-            if is_traffic:
-                offer = (mix64(key_inject ^ (np.uint64(u) * G_UNIT)) >> S32) < np.uint64(thr[r, c])
-                if not offer and arrivals[c] == 0 and oq_len64[r, c] == 0 and src_pending[r, c] == 0 and \
-                        qlen == 0:
-                    _record_depth(depth_h, dhist, s_now, r, c, 0)
-                    continue
-
-            # This cycle's sends: a routed PE counts them from here on, whether or not it sends (most
-            # do, and whether one does is a coin flip to the branch predictor); elsewhere only
-            # migration sends, and step 4 starts the count.
-            if routed:
-                _start_sends(sent_now)
-            eject_now = 0  # layer_pipeline: packets delivered early this cycle (see below)
-
-            # 1. Receive and route, rotating priority over input ports (the slow path only where
-            # the row pass above found something waiting). A port stops at its first message that
-            # cannot move.
-            if arrivals[c] != 0 and (qlen < cap or routed):
-                # Only the inputs with something waiting, in the rotating order from input t mod 4:
-                # byte k of `waiting` is input (t + k) mod 4's byte of the arrivals word.
-                a = np.uint64(arrivals[c])
-                waiting = ((a | (a << np.uint64(32))) >> np.uint64(8 * (t & 3))) & U32
-                while waiting != 0:
-                    k = _first_byte(waiting)
-                    waiting &= ~(U8 << np.uint64(8 * k))
-                    d = (t + k) & 3
-                    nu = _neighbour(u, d, cols)
-                    od = (d + 2) & 3
-                    lb = (4 * nu + od) * kbuf  # where the link's ring starts
-                    got = np.int64(recv_f[np.uint64(i_now + d)])
-                    avail = np.int64(sent_f[np.uint64(b_lat + 4 * nu + od)]) - got
-                    if avail < 0:
-                        avail += wrap
-                    take = 0
-                    for j in range(min(avail, bw)):
-                        i = got + j  # < 3K: got < 2K and j < avail <= K
-                        if i >= kbuf:
-                            i -= kbuf
-                            if i >= kbuf:
-                                i -= kbuf
-                        m = link_f[np.uint64(lb + i)]
-                        if (m & PKT_FLAG) == 0:
-                            if qlen >= cap:
-                                break
-                            qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, _task_work(m), _task_birth(m),
-                                            _task_hops(m))
-                            tot_in[r, c] += 1
-                            received += 1
-                        else:
-                            # A packet goes to the output queue it needs (4: ejection) if it has room.
-                            dest_r = np.int64((m >> np.uint64(44)) & U12)
-                            dest_c = np.int64((m >> np.uint64(32)) & U12)
-                            o = _xy_direction(r, c, dest_r, dest_c)
-                            n_o = np.int64(oql_f[np.uint64(8 * u + o)])
-                            # Packets cut through on o this cycle would still be in its queue until
-                            # Send: they count towards its capacity (before Send, every send on o
-                            # this cycle is a cut-through).
-                            # Packets delivered early this cycle count towards the ejection queue likewise.
-                            if n_o + (sent_now[np.uint64(o)] if o < 4 else 0) + \
-                                    (eject_now if o == 4 else 0) >= qo:
-                                break
-                            if is_lp and o == 4:
-                                rn, cn = _next_pe(lp_reg, lp_g[r, c], r, c)
-                                if rn >= 0:
-                                    # Multicast along the region's line: a copy for the next PE.
-                                    birth = np.int64(m & U32)
-                                    entered = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c, cols,
-                                                            pack_packet(rn, cn, birth), rn, cn, sent_f, i_now,
-                                                            sent_now, recv_f, b_cred, wrap, kbuf, bw, qo)
-                                    if entered == 0:
-                                        break
-                                    link_sent += entered == 2
-                                    pk_offered += 1
-                                    pk_injected += 1
-                                    tot_pkt_offered[r, c] += 1
-                                    meas_injected += 1
-                                    meas_hops += 1
-                                g_here = lp_g[r, c]
-                                got_now = np.int64(lp_got[r, c]) + 1
-                                last_wavelet = got_now >= lp_reg[g_here, REG_WAVELETS]
-                                if n_o == 0 and eject_now < bw and (qlen < cap or not last_wavelet):
-                                    # Early delivery: the packet would be among the first the Send
-                                    # stage delivers, and nothing changes the task queue or the
-                                    # wavelet count before it.
-                                    if last_wavelet:
-                                        qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, lp_reg[g_here, REG_WORK],
-                                                        t, 0)
-                                        injected += 1
-                                        tot_injected[r, c] += 1
-                                        lp_got[r, c] = 0
-                                    else:
-                                        lp_got[r, c] = got_now
-                                    pk_delivered += 1
-                                    tot_pkt_delivered[r, c] += 1
-                                    meas_delivered, meas_lat_sum, meas_lat_sq, meas_lat_max = _add_latency(
-                                        t - np.int64(m & U32), meas_delivered, meas_lat_sum, meas_lat_sq, meas_lat_max)
-                                    eject_now += 1
-                                    take += 1
-                                    continue
-                            if n_o == 0 and o < 4:
-                                # Cut-through: into an empty queue whose link has room, the packet
-                                # would be the first the Send stage sends; send it now instead.
-                                if _has_room(o, _neighbour(u, o, cols), sent_f, i_now, sent_now, recv_f, b_cred, wrap,
-                                             kbuf, bw):
-                                    _send(link_f, u, o, m, sent_f, i_now, sent_now, wrap, kbuf, lt_f, per_link)
-                                    link_sent += 1
-                                    take += 1
-                                    continue
-                            oq_f[np.uint64((5 * u + o) * qcap + n_o)] = m
-                            oql_f[np.uint64(8 * u + o)] = n_o + 1
-                        take += 1
-                    if take > 0:
-                        got += take
-                        if got >= wrap:
-                            got -= wrap
-                        recv_f[np.uint64(i_now + d)] = got
-                        link_received += take
-
-            # 2. Inject.
-            if is_traffic:
-                pending = np.int64(src_pending[r, c])
-                if offer:
-                    dest_r, dest_c = packet_destination(mix64(key_dest ^ (np.uint64(u) * G_UNIT)), r, c, rows, cols,
-                                                        pattern, hot_thr, hot_r, hot_c)
-                    if dest_r >= 0:
-                        if pending == 0:
-                            src_scan[r, c] = t  # the head is this packet
-                        pending += 1
-                        pk_offered += 1
-                        tot_pkt_offered[r, c] += 1
-                sent_from_source = 0
-                while pending > 0 and sent_from_source < bw:
-                    # The head: the first packet born at or after src_scan (found again from draws).
-                    tb = np.int64(src_scan[r, c])
-                    while True:
-                        dest_r, dest_c = _offered_packet(seed, tb, u, r, c, thr[r, c], rows, cols, pattern, hot_thr,
-                                                         hot_r, hot_c)
-                        if dest_r >= 0:
-                            break
-                        tb += 1
-                    src_scan[r, c] = tb
-                    entered = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c, cols,
-                                            pack_packet(dest_r, dest_c, tb), dest_r, dest_c, sent_f, i_now, sent_now,
-                                            recv_f, b_cred, wrap, kbuf, bw, qo)
-                    if entered == 0:
-                        break
-                    link_sent += entered == 2
-                    pending -= 1
-                    pk_injected += 1
-                    sent_from_source += 1
-                    if warmup <= tb < measure_end:
-                        meas_injected += 1
-                        meas_wait += t - tb
-                        meas_hops += abs(dest_r - r) + abs(dest_c - c)
-                    src_scan[r, c] = tb + 1
-                src_pending[r, c] = pending
-                pk_in_source += pending
-            elif is_lp:
-                g = np.int64(lp_g[r, c])
-                if g >= 0:
-                    # A first region takes the chunks admitted to its replica while its queue has room.
-                    if lp_reg[g, REG_FIRST] == 1:
-                        adm = lp_adm[lp_reg[g, REG_REPLICA]]
-                        taken = np.int64(lp_taken[r, c])
-                        while taken < adm and qlen < cap:
-                            qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, lp_reg[g, REG_WORK], t, 0)
-                            taken += 1
-                            injected += 1
-                            tot_injected[r, c] += 1
-                        if taken == adm and taken > lp_taken[r, c]:
-                            took[lp_reg[g, REG_REPLICA]] += 1
-                        lp_taken[r, c] = taken
-                    # The output stage (output index k): packets for inputs k, k + n_out, ... of the successor.
-                    left = np.int64(out_left[r, c])
-                    if left > 0:
-                        nxt = lp_reg[g, REG_NEXT]
-                        k = _out_index(lp_reg, g, r, c)
-                        n_out = _n_out(lp_reg, g)
-                        wv = lp_reg[nxt, REG_WAVELETS]
-                        n_stage = _feeds(k, n_out, _n_in(lp_reg, nxt)) * wv
-                        ob = np.int64(out_birth[r, c])
-                        sent_from_stage = 0
-                        while left > 0 and sent_from_stage < bw:
-                            # All of one input's wavelets, then the next input's.
-                            dest_r, dest_c = _input_pe(lp_reg, nxt, k + ((n_stage - left) // wv) * n_out)
-                            entered = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c, cols,
-                                                    pack_packet(dest_r, dest_c, ob), dest_r, dest_c, sent_f, i_now,
-                                                    sent_now, recv_f, b_cred, wrap, kbuf, bw, qo)
-                            if entered == 0:
-                                break
-                            link_sent += entered == 2
-                            left -= 1
-                            sent_from_stage += 1
-                            pk_injected += 1
-                            meas_injected += 1
-                            meas_wait += t - ob
-                            meas_hops += abs(dest_r - r) + abs(dest_c - c)
-                        out_left[r, c] = left
-            elif is_trace:
-                while ep < ev_hi and ev_unit[ep] == u:
-                    injected += 1
-                    tot_injected[r, c] += 1
-                    if qlen < cap:
-                        qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, ev_work[ep], t, 0)
-                    else:
-                        refused += 1
-                        tot_refused[r, c] += 1
-                    ep += 1
+        i_up = depth_h[s_info, max(r - 1, 0)]
+        i_down = depth_h[s_info, min(r + 1, rows - 1)]
+        i_same = depth_h[s_info, r]
+        um = np.uint8(0) if r > 0 else np.uint8(0xFF)
+        dm = np.uint8(0) if r + 1 < rows else np.uint8(0xFF)
+        rr = r if routed else 0
+        oql_r = oq_len64[rr]
+        pend_r = src_pending[r if is_traffic else 0]
+        lr = r if is_lp else 0
+        g_r = lp_g[lr]
+        left_r = out_left[lr]
+        chg_prev = seg_chg[(t - 1) & 1, r]
+        chg_now = seg_chg[t & 1, r]
+        chg_up = seg_chg[(t - 1) & 1, max(r - 1, 0)]
+        chg_down = seg_chg[(t - 1) & 1, min(r + 1, rows - 1)]
+        for sg in range(n_seg):
+            c0 = sg * SEG
+            c1 = min(c0 + SEG, cols)
+            a0 = np.uint64(c0)
+            a1 = np.uint64(c1)
+            if is_trace:
+                # This segment's trace events this cycle (sorted by unit): the first at or after ep.
+                has_ev = ep < ev_hi and ev_unit[ep] < r * cols + c1
             else:
-                uk = key_inject ^ (np.uint64(u) * G_UNIT)
-                h = mix64(uk)
-                if (h >> S32) < np.uint64(thr[r, c]):
-                    injected += 1
-                    tot_injected[r, c] += 1
-                    if qlen < cap:
-                        if work_kind == WORK_FIXED:
-                            w = work_fixed
-                        else:
-                            h1 = mix64(uk ^ G_INDEX)
-                            if work_kind == WORK_UNIFORM:
-                                w = work_min + np.int64(h1 % work_span)
-                            elif work_fixed == 1:
-                                w = 1
-                            else:
-                                g = math.floor(math.log(unit_interval_open0(h1)) / geo_log)
-                                # w = 1 + floor(log(U) / log(1 - 1/m)), capped.
-                                if g >= work_max - 1:
-                                    w = work_max
-                                else:
-                                    w = 1 + np.int64(g)
-                        qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, w, t, 0)
-                    else:
-                        refused += 1
-                        tot_refused[r, c] += 1
-
-            # Send: each output queue's head packets go out while their link has room; up to B
-            # packets leave the ejection queue. (oq_len64 holds the five lengths in one word.)
-            if routed and oq_len64[r, c] != 0:
-                # Only the output queues that hold packets (bytes 0-3 of the lengths word).
-                busy_out = oq_len64[r, c] & U32
-                while busy_out != 0:
-                    o = _first_byte(busy_out)
-                    busy_out &= ~(U8 << np.uint64(8 * o))
-                    while oql_f[np.uint64(8 * u + o)] > 0:
-                        if not _has_room(o, _neighbour(u, o, cols), sent_f, i_now, sent_now, recv_f, b_cred, wrap, kbuf,
-                                         bw):
-                            break
-                        _send(link_f, u, o, oq_f[np.uint64((5 * u + o) * qcap)], sent_f, i_now, sent_now, wrap, kbuf,
-                              lt_f, per_link)
-                        link_sent += 1
-                        _pop_front(oq_f, oql_f, u, o, qcap)
-                for _ in range(bw - eject_now):
-                    if oql_f[np.uint64(8 * u + 4)] == 0:
-                        break
-                    m = oq_f[np.uint64((5 * u + 4) * qcap)]
-                    if is_lp:
-                        # Each packet is a wavelet of the PE's current chunk; the last makes its
-                        # task, if the queue has room.
-                        g_here = lp_g[r, c]
-                        got_now = np.int64(lp_got[r, c]) + 1
-                        if got_now >= lp_reg[g_here, REG_WAVELETS]:
-                            if qlen >= cap:
-                                break
-                            qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, lp_reg[g_here, REG_WORK], t, 0)
-                            injected += 1
-                            tot_injected[r, c] += 1
-                            lp_got[r, c] = 0
-                        else:
-                            lp_got[r, c] = got_now
-                    birth = np.int64(m & U32)
-                    _pop_front(oq_f, oql_f, u, 4, qcap)
-                    pk_delivered += 1
-                    tot_pkt_delivered[r, c] += 1
-                    if warmup <= birth < measure_end:
-                        lat = t - birth
-                        meas_delivered, meas_lat_sum, meas_lat_sq, meas_lat_max = _add_latency(
-                            lat, meas_delivered, meas_lat_sum, meas_lat_sq, meas_lat_max)
-                        if is_traffic:  # (layer_pipeline: the histogram is of task latencies)
-                            lhist[min(lat, n_bins - 1)] += 1
-                # The sum of the five length bytes (each <= 48, so the sum fits in the top byte);
-                # queues that were empty before Send are still empty.
-                pk_in_router += np.int64((oq_len64[r, c] * BYTE_SUM) >> np.uint64(56))
-
-            if is_traffic:
-                # Traffic runs hold no tasks: steps 3-5 have nothing to do.
-                _record_depth(depth_h, dhist, s_now, r, c, 0)
+                has_ev = False
+            # A quiet segment: every PE idle at the end of the last cycle, none that can be offered
+            # work, and no send count, receive count or depth of it or of the segments around it
+            # changed in the last H cycles. Its PEs have nothing arriving (docs/mesh.md,
+            # "Implementation notes") and every history slot already holds their counts: the cycle
+            # leaves them as they are, and they add only idle PEs to the depth histogram.
+            if seg_idle[r, sg] == 1 and seg_live[r, sg] == 0 and not has_ev and chg_prev[sg] <= t_calm and \
+                    (sg == 0 or chg_prev[sg - 1] <= t_calm) and (sg + 1 == n_seg or chg_prev[sg + 1] <= t_calm) and \
+                    chg_up[sg] <= t_calm and chg_down[sg] <= t_calm:
+                chg_now[sg] = chg_prev[sg]
+                dhist[0, 0] += c1 - c0
                 continue
 
-            # 3. Start service (layer_pipeline: only once the last output has left).
-            rem = np.int64(s_rem[r, c])
-            if rem == 0 and qlen > 0 and (is_lp == 0 or out_left[r, c] == 0):
-                rem = np.int64(q_work[0, r, c])
-                # Busy cycles are derived: work started minus work remaining (no per-cycle update).
-                tot_started[r, c] += rem
-                s_birth[r, c] = q_birth[0, r, c]
-                s_hops[r, c] = q_hops[0, r, c]
-                qlen -= 1
-                # The head stays at slot 0 and the rest move up: queues are short on average, and
-                # keeping tasks in the low slots keeps the memory the kernel touches small.
-                for i in range(qlen):
-                    q_work[i, r, c] = q_work[i + 1, r, c]
-                    q_birth[i, r, c] = q_birth[i + 1, r, c]
-                    q_hops[i, r, c] = q_hops[i + 1, r, c]
+            # Row pass: which input links of each PE hold a message sent at t - L or earlier that it
+            # has not received? Compares the neighbours' send counts (as at t - L) with the PE's own
+            # receive counts, one byte of each 4-count word per direction; written to vectorise.
+            # Plainly: byte d of arrivals[c] is nonzero iff sent[n_d, opp(d)](t - L) != recv[(r, c), d](t - 1)
+            # (always zero where there is no neighbour d). The counts carry over to this cycle's slot
+            # unless a PE changes them below.
+            for c in range(a0, a1):
+                rv = rv_row[c]
+                arrivals[c] = (((up[c] >> np.uint32(16)) ^ rv) & up_mask) | (
+                    ((down[c] ^ (rv >> np.uint32(16))) & down_mask) << np.uint32(16))
+                rv_now[c] = rv
+                sent_now_row[c] = sent_prev[c]
+            for c in range(a0, min(a1, np.uint64(cols - 1))):
+                arrivals[c] |= (((same[c + np.uint64(1)] >> np.uint32(24)) ^ (rv_row[c] >> np.uint32(8))) &
+                                np.uint32(0xFF)) << np.uint32(8)
+            for c in range(max(a0, np.uint64(1)), a1):
+                arrivals[c] |= (((same[c - np.uint64(1)] >> np.uint32(8)) ^ (rv_row[c] >> np.uint32(24))) &
+                                np.uint32(0xFF)) << np.uint32(24)
+            if routed:
+                # The link slots that messages wait in were written a cycle ago, and the sweep over the
+                # grid has evicted them since: ask for them all before the segment's PEs need them.
+                for c in range(c0, c1):
+                    if arrivals[c] != 0:
+                        # Every input's slot, not only those with something waiting: a branch per input
+                        # would be a coin flip (prefetches never fault, off the grid's edge included).
+                        u = r * cols + c
+                        for d in range(4):
+                            prefetch(link_f, ((4 * _neighbour(u, d, cols) + ((d + 2) & 3)) * kbuf,))
+                        # ... and the lines a PE writes when it passes them on.
+                        prefetch_write(link_f, (4 * u * kbuf,))
+                        prefetch_write(lt_f, (4 * u,))
 
-            # 4. Migrate from the tail to a neighbour known to be less loaded. Messages sent in steps
-            # 1-2 count towards the bandwidth and credits but not towards the known depth.
-            if policy != POLICY_NONE and qlen > threshold:
-                if not routed:
-                    _start_sends(sent_now)  # (a routed PE started its count above)
-                for d in range(4):
-                    mig_now[d] = 0
-                    nr = r + (d == 2) - (d == 0)
-                    nc = c + (d == 1) - (d == 3)
-                    if nr < 0 or nr >= rows or nc < 0 or nc >= cols:
-                        known[d] = -1
-                    else:
-                        known[d] = depth_h[s_info, nr, nc]
-                for k in range(max_mig):
-                    if qlen <= threshold:
-                        break
-                    n_elig = 0
-                    best = -1
-                    for d in range(4):
-                        if known[d] < 0 or known[d] + mig_now[d] + 1 >= qlen:
-                            continue
-                        if not _has_room(d, _neighbour(u, d, cols), sent_f, i_now, sent_now, recv_f, b_cred, wrap, kbuf,
-                                         bw):
-                            continue  # (known[d] >= 0: the neighbour exists)
-                        elig[n_elig] = d
-                        n_elig += 1
-                        if best < 0 or known[d] + mig_now[d] < known[best] + mig_now[best]:
-                            best = d
-                    if n_elig == 0:
-                        break
-                    if policy == POLICY_RANDOM_LOWER:
-                        hm = mix64(key_migrate ^ (np.uint64(u) * G_UNIT) ^ (np.uint64(k) * G_INDEX))
-                        best = elig[np.int64(((hm >> S32) * np.uint64(n_elig)) >> S32)]
-                    tail = qlen - 1
-                    hops = np.int64(q_hops[tail, r, c]) + 1
-                    if hops > 255:
-                        hops = 255
-                    _send(link_f, u, best, pack_task(q_work[tail, r, c], q_birth[tail, r, c], hops), sent_f,
-                          i_now, sent_now, wrap, kbuf, lt_f, per_link)
-                    link_sent += 1
+            # Which PEs have something to do this cycle? The others ("simple": nothing arrives,
+            # nothing is offered, no task starts or completes, nothing to send, no migration
+            # possible) only count down their task in service, done here for the whole segment at
+            # once; the rest go through steps 1-6 below. Written to vectorise.
+            if check_nb:
+                # The least depth of a neighbour as known at t - D (255 where there is none): with
+                # it + 1 >= the queue, step 4 finds no neighbour to migrate to.
+                for c in range(a0, a1):
+                    nb_min[c] = min(i_up[c] | um, i_down[c] | dm)
+                for c in range(max(a0, np.uint64(1)), a1):
+                    nb_min[c] = min(nb_min[c], i_same[c - np.uint64(1)])
+                for c in range(a0, min(a1, np.uint64(cols - 1))):
+                    nb_min[c] = min(nb_min[c], i_same[c + np.uint64(1)])
+            if is_trace:
+                for c in range(a0, a1):
+                    offer_f[c] = 0
+                e = ep
+                while e < ev_hi and ev_unit[e] < r * cols + c1:
+                    offer_f[ev_unit[e] - r * cols] = 1
+                    e += 1
+            elif is_lp:
+                # (First regions take chunks: never simple.)
+                for c in range(a0, a1):
+                    g = np.int64(g_r[c])
+                    first = lp_reg[np.uint64(max(g, 0)), REG_FIRST] & np.int64(g >= 0)
+                    offer_f[c] = np.uint8(first != 0) | np.uint8(oql_r[c] != 0) | np.uint8(left_r[c] != 0)
+            else:
+                # Bernoulli offers (the task path and routed traffic): the draw of step 2.
+                ub = np.uint64(r * cols)
+                for c in range(a0, a1):
+                    h = mix64(key_inject ^ ((ub + c) * G_UNIT))
+                    offer_f[c] = np.uint8((h >> S32) < np.uint64(thr_r[c]))
+                if is_traffic:
+                    for c in range(a0, a1):
+                        offer_f[c] |= np.uint8(oql_r[c] != 0) | np.uint8(pend_r[c] != 0)
+            seg_busy = 0
+            todo_bits = np.uint64(0)  # bit c - c0: PE c goes through steps 1-6
+            h0 = 0  # simple PEs with 0, 1, 2 and more tasks queued (for the depth histogram)
+            h1 = 0
+            h2 = 0
+            deep = 0
+            dec_sum = 0
+            for c in range(a0, a1):
+                ql = np.int64(ql_r[c])
+                rem = np.int64(rem_r[c])
+                quiet_mig = np.int64(no_mig) | np.int64(ql <= threshold) | np.int64(np.int64(nb_min[c]) + 1 >= ql)
+                s = np.int64(arrivals[c] == 0) & np.int64(offer_f[c] == 0) & quiet_mig & (
+                    np.int64(rem > 1) | np.int64(rem + ql == 0))
+                simple_f[c] = np.uint8(s)
+                todo_bits |= np.uint64(1 - s) << (c - a0)
+                dec = s & np.int64(rem > 0)  # (a simple PE that is serving has more than 1 cycle left)
+                rem_r[c] = np.uint16(rem - dec)
+                seg_busy |= rem | ql
+                dec_sum += dec
+                queued += s * ql
+                dep_now[c] = np.uint8(ql)
+                h0 += s & np.int64(ql == 0)
+                h1 += s & np.int64(ql == 1)
+                h2 += s & np.int64(ql == 2)
+                deep += s & np.int64(ql > 2)
+            busy += dec_sum
+            in_service += dec_sum
+            dhist[0, 0] += h0
+            dhist[0, 1] += h1
+            if cap >= 2:
+                dhist[0, 2] += h2
+            if deep > 0:
+                for c in range(a0, a1):
+                    if simple_f[c] != 0 and ql_r[c] > 2:
+                        dhist[c & np.uint64(3), ql_r[c]] += 1
+            n_todo = 0
+            moved_before = link_sent + link_received
+            q_moved = False
+            # The lines steps 2-5 touch are far apart (one array per field), and the grid's sweep has
+            # long evicted them: ask for a PE's a few PEs ahead of it.
+            ahead = todo_bits
+            for _ in range(PF_AHEAD):
+                if ahead != 0:
+                    _prefetch_pe(st, r, c0 + trailing_zeros(ahead))
+                    ahead &= ahead - np.uint64(1)
+            while todo_bits != 0:
+                if ahead != 0:
+                    _prefetch_pe(st, r, c0 + trailing_zeros(ahead))
+                    ahead &= ahead - np.uint64(1)
+                c = c0 + trailing_zeros(todo_bits)
+                todo_bits &= todo_bits - np.uint64(1)
+                n_todo += 1
+                u = r * cols + c
+                i_now = s_now * rc4 + 4 * u  # the PE's send and receive counts (carried over above)
+                qlen = np.int64(q_len[r, c])
+                ql_start = qlen
+                offer = is_traffic and offer_f[c] != 0 and (mix64(key_inject ^ (np.uint64(u) * G_UNIT)) >> S32) < \
+                    np.uint64(thr[r, c])
+                # This cycle's sends: a routed PE counts them from here on, whether or not it sends (most
+                # do, and whether one does is a coin flip to the branch predictor); elsewhere only
+                # migration sends, and step 4 starts the count.
+                if routed:
+                    _start_sends(sent_now)
+                eject_now = 0  # layer_pipeline: packets delivered early this cycle (see below)
+
+                # 1. Receive and route, rotating priority over input ports (the slow path only where
+                # the row pass above found something waiting). A port stops at its first message that
+                # cannot move.
+                if arrivals[c] != 0 and (qlen < cap or routed):
+                    # Only the inputs with something waiting, in the rotating order from input t mod 4:
+                    # byte k of `waiting` is input (t + k) mod 4's byte of the arrivals word.
+                    a = np.uint64(arrivals[c])
+                    waiting = ((a | (a << np.uint64(32))) >> np.uint64(8 * (t & 3))) & U32
+                    while waiting != 0:
+                        k = _first_byte(waiting)
+                        waiting &= ~(U8 << np.uint64(8 * k))
+                        d = (t + k) & 3
+                        nu = _neighbour(u, d, cols)
+                        od = (d + 2) & 3
+                        lb = (4 * nu + od) * kbuf  # where the link's ring starts
+                        got = np.int64(recv_f[np.uint64(i_now + d)])
+                        avail = np.int64(sent_f[np.uint64(b_lat + 4 * nu + od)]) - got
+                        if avail < 0:
+                            avail += wrap
+                        take = 0
+                        for j in range(min(avail, bw)):
+                            i = got + j  # < 3K: got < 2K and j < avail <= K
+                            if i >= kbuf:
+                                i -= kbuf
+                                if i >= kbuf:
+                                    i -= kbuf
+                            m = link_f[np.uint64(lb + i)]
+                            if (m & PKT_FLAG) == 0:
+                                if qlen >= cap:
+                                    break
+                                qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, _task_work(m), _task_birth(m),
+                                                _task_hops(m))
+                                tot_in[r, c] += 1
+                                received += 1
+                            else:
+                                # A packet goes to the output queue it needs (4: ejection) if it has room.
+                                dest_r = np.int64((m >> np.uint64(44)) & U12)
+                                dest_c = np.int64((m >> np.uint64(32)) & U12)
+                                o = _xy_direction(r, c, dest_r, dest_c)
+                                n_o = np.int64(oql_f[np.uint64(8 * u + o)])
+                                # Packets cut through on o this cycle would still be in its queue until
+                                # Send: they count towards its capacity (before Send, every send on o
+                                # this cycle is a cut-through).
+                                # Packets delivered early this cycle count towards the ejection queue likewise.
+                                if n_o + (sent_now[np.uint64(o)] if o < 4 else 0) + \
+                                        (eject_now if o == 4 else 0) >= qo:
+                                    break
+                                if is_lp and o == 4:
+                                    rn, cn = _next_pe(lp_reg, lp_g[r, c], r, c)
+                                    if rn >= 0:
+                                        # Multicast along the region's line: a copy for the next PE.
+                                        birth = np.int64(m & U32)
+                                        entered = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c,
+                                                                cols, pack_packet(rn, cn, birth), rn, cn, sent_f,
+                                                                i_now, sent_now, recv_f, b_cred, wrap, kbuf, bw, qo)
+                                        if entered == 0:
+                                            break
+                                        link_sent += entered == 2
+                                        pk_offered += 1
+                                        pk_injected += 1
+                                        tot_pkt_offered[r, c] += 1
+                                        meas_injected += 1
+                                        meas_hops += 1
+                                    g_here = lp_g[r, c]
+                                    got_now = np.int64(lp_got[r, c]) + 1
+                                    last_wavelet = got_now >= lp_reg[g_here, REG_WAVELETS]
+                                    if n_o == 0 and eject_now < bw and (qlen < cap or not last_wavelet):
+                                        # Early delivery: the packet would be among the first the Send
+                                        # stage delivers, and nothing changes the task queue or the
+                                        # wavelet count before it.
+                                        if last_wavelet:
+                                            qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c,
+                                                            lp_reg[g_here, REG_WORK], t, 0)
+                                            injected += 1
+                                            tot_injected[r, c] += 1
+                                            lp_got[r, c] = 0
+                                        else:
+                                            lp_got[r, c] = got_now
+                                        pk_delivered += 1
+                                        tot_pkt_delivered[r, c] += 1
+                                        meas_delivered, meas_lat_sum, meas_lat_sq, meas_lat_max = _add_latency(
+                                            t - np.int64(m & U32), meas_delivered, meas_lat_sum, meas_lat_sq,
+                                            meas_lat_max)
+                                        eject_now += 1
+                                        take += 1
+                                        continue
+                                if n_o == 0 and o < 4:
+                                    # Cut-through: into an empty queue whose link has room, the packet
+                                    # would be the first the Send stage sends; send it now instead.
+                                    if _has_room(o, _neighbour(u, o, cols), sent_f, i_now, sent_now, recv_f, b_cred,
+                                                 wrap, kbuf, bw):
+                                        _send(link_f, u, o, m, sent_f, i_now, sent_now, wrap, kbuf, lt_f, per_link)
+                                        link_sent += 1
+                                        take += 1
+                                        continue
+                                oq_f[np.uint64((5 * u + o) * qcap + n_o)] = m
+                                oql_f[np.uint64(8 * u + o)] = n_o + 1
+                            take += 1
+                        if take > 0:
+                            got += take
+                            if got >= wrap:
+                                got -= wrap
+                            recv_f[np.uint64(i_now + d)] = got
+                            link_received += take
+
+                # 2. Inject.
+                if is_traffic:
+                    pending = np.int64(src_pending[r, c])
+                    if offer:
+                        dest_r, dest_c = packet_destination(mix64(key_dest ^ (np.uint64(u) * G_UNIT)), r, c, rows, cols,
+                                                            pattern, hot_thr, hot_r, hot_c)
+                        if dest_r >= 0:
+                            if pending == 0:
+                                src_scan[r, c] = t  # the head is this packet
+                            pending += 1
+                            pk_offered += 1
+                            tot_pkt_offered[r, c] += 1
+                    sent_from_source = 0
+                    while pending > 0 and sent_from_source < bw:
+                        # The head: the first packet born at or after src_scan (found again from draws).
+                        tb = np.int64(src_scan[r, c])
+                        while True:
+                            dest_r, dest_c = _offered_packet(seed, tb, u, r, c, thr[r, c], rows, cols, pattern, hot_thr,
+                                                             hot_r, hot_c)
+                            if dest_r >= 0:
+                                break
+                            tb += 1
+                        src_scan[r, c] = tb
+                        entered = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c, cols,
+                                                pack_packet(dest_r, dest_c, tb), dest_r, dest_c, sent_f, i_now,
+                                                sent_now, recv_f, b_cred, wrap, kbuf, bw, qo)
+                        if entered == 0:
+                            break
+                        link_sent += entered == 2
+                        pending -= 1
+                        pk_injected += 1
+                        sent_from_source += 1
+                        if warmup <= tb < measure_end:
+                            meas_injected += 1
+                            meas_wait += t - tb
+                            meas_hops += abs(dest_r - r) + abs(dest_c - c)
+                        src_scan[r, c] = tb + 1
+                    src_pending[r, c] = pending
+                    pk_in_source += pending
+                elif is_lp:
+                    g = np.int64(lp_g[r, c])
+                    if g >= 0:
+                        # A first region takes the chunks admitted to its replica while its queue has room.
+                        if lp_reg[g, REG_FIRST] == 1:
+                            adm = lp_adm[lp_reg[g, REG_REPLICA]]
+                            taken = np.int64(lp_taken[r, c])
+                            while taken < adm and qlen < cap:
+                                qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, lp_reg[g, REG_WORK], t, 0)
+                                taken += 1
+                                injected += 1
+                                tot_injected[r, c] += 1
+                            if taken == adm and taken > lp_taken[r, c]:
+                                took[lp_reg[g, REG_REPLICA]] += 1
+                            lp_taken[r, c] = taken
+                        # The output stage (output index k): packets for inputs k, k + n_out, ... of the successor.
+                        left = np.int64(out_left[r, c])
+                        if left > 0:
+                            nxt = lp_reg[g, REG_NEXT]
+                            k = _out_index(lp_reg, g, r, c)
+                            n_out = _n_out(lp_reg, g)
+                            wv = lp_reg[nxt, REG_WAVELETS]
+                            n_stage = _feeds(k, n_out, _n_in(lp_reg, nxt)) * wv
+                            ob = np.int64(out_birth[r, c])
+                            sent_from_stage = 0
+                            while left > 0 and sent_from_stage < bw:
+                                # All of one input's wavelets, then the next input's.
+                                dest_r, dest_c = _input_pe(lp_reg, nxt, k + ((n_stage - left) // wv) * n_out)
+                                entered = _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c, cols,
+                                                        pack_packet(dest_r, dest_c, ob), dest_r, dest_c, sent_f, i_now,
+                                                        sent_now, recv_f, b_cred, wrap, kbuf, bw, qo)
+                                if entered == 0:
+                                    break
+                                link_sent += entered == 2
+                                left -= 1
+                                sent_from_stage += 1
+                                pk_injected += 1
+                                meas_injected += 1
+                                meas_wait += t - ob
+                                meas_hops += abs(dest_r - r) + abs(dest_c - c)
+                            out_left[r, c] = left
+                elif is_trace:
+                    while ep < ev_hi and ev_unit[ep] == u:
+                        injected += 1
+                        tot_injected[r, c] += 1
+                        if qlen < cap:
+                            qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, ev_work[ep], t, 0)
+                        else:
+                            refused += 1
+                            tot_refused[r, c] += 1
+                        ep += 1
+                else:
+                    uk = key_inject ^ (np.uint64(u) * G_UNIT)
+                    h = mix64(uk)
+                    if (h >> S32) < np.uint64(thr[r, c]):
+                        injected += 1
+                        tot_injected[r, c] += 1
+                        if qlen < cap:
+                            if work_kind == WORK_FIXED:
+                                w = work_fixed
+                            else:
+                                h1 = mix64(uk ^ G_INDEX)
+                                if work_kind == WORK_UNIFORM:
+                                    w = work_min + np.int64(h1 % work_span)
+                                elif work_fixed == 1:
+                                    w = 1
+                                else:
+                                    g = math.floor(math.log(unit_interval_open0(h1)) / geo_log)
+                                    # w = 1 + floor(log(U) / log(1 - 1/m)), capped.
+                                    if g >= work_max - 1:
+                                        w = work_max
+                                    else:
+                                        w = 1 + np.int64(g)
+                            qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, w, t, 0)
+                        else:
+                            refused += 1
+                            tot_refused[r, c] += 1
+
+                # Send: each output queue's head packets go out while their link has room; up to B
+                # packets leave the ejection queue. (oq_len64 holds the five lengths in one word.)
+                if routed and oq_len64[r, c] != 0:
+                    # Only the output queues that hold packets (bytes 0-3 of the lengths word).
+                    busy_out = oq_len64[r, c] & U32
+                    while busy_out != 0:
+                        o = _first_byte(busy_out)
+                        busy_out &= ~(U8 << np.uint64(8 * o))
+                        while oql_f[np.uint64(8 * u + o)] > 0:
+                            if not _has_room(o, _neighbour(u, o, cols), sent_f, i_now, sent_now, recv_f, b_cred, wrap,
+                                             kbuf, bw):
+                                break
+                            _send(link_f, u, o, oq_f[np.uint64((5 * u + o) * qcap)], sent_f, i_now, sent_now, wrap,
+                                  kbuf, lt_f, per_link)
+                            link_sent += 1
+                            _pop_front(oq_f, oql_f, u, o, qcap)
+                    for _ in range(bw - eject_now):
+                        if oql_f[np.uint64(8 * u + 4)] == 0:
+                            break
+                        m = oq_f[np.uint64((5 * u + 4) * qcap)]
+                        if is_lp:
+                            # Each packet is a wavelet of the PE's current chunk; the last makes its
+                            # task, if the queue has room.
+                            g_here = lp_g[r, c]
+                            got_now = np.int64(lp_got[r, c]) + 1
+                            if got_now >= lp_reg[g_here, REG_WAVELETS]:
+                                if qlen >= cap:
+                                    break
+                                qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, lp_reg[g_here, REG_WORK], t, 0)
+                                injected += 1
+                                tot_injected[r, c] += 1
+                                lp_got[r, c] = 0
+                            else:
+                                lp_got[r, c] = got_now
+                        birth = np.int64(m & U32)
+                        _pop_front(oq_f, oql_f, u, 4, qcap)
+                        pk_delivered += 1
+                        tot_pkt_delivered[r, c] += 1
+                        if warmup <= birth < measure_end:
+                            lat = t - birth
+                            meas_delivered, meas_lat_sum, meas_lat_sq, meas_lat_max = _add_latency(
+                                lat, meas_delivered, meas_lat_sum, meas_lat_sq, meas_lat_max)
+                            if is_traffic:  # (layer_pipeline: the histogram is of task latencies)
+                                lhist[min(lat, n_bins - 1)] += 1
+                    # The sum of the five length bytes (each <= 48, so the sum fits in the top byte);
+                    # queues that were empty before Send are still empty.
+                    pk_in_router += np.int64((oq_len64[r, c] * BYTE_SUM) >> np.uint64(56))
+
+                if is_traffic:
+                    # Traffic runs hold no tasks: steps 3-5 have nothing to do (its depth, 0, is recorded).
+                    dhist[c & 3, 0] += 1
+                    continue
+
+                # 3. Start service (layer_pipeline: only once the last output has left).
+                rem = np.int64(s_rem[r, c])
+                if rem == 0 and qlen > 0 and (is_lp == 0 or out_left[r, c] == 0):
+                    rem = np.int64(q_work[0, r, c])
+                    # Busy cycles are derived: work started minus work remaining (no per-cycle update).
+                    tot_started[r, c] += rem
+                    s_birth[r, c] = q_birth[0, r, c]
+                    s_hops[r, c] = q_hops[0, r, c]
                     qlen -= 1
-                    mig_now[best] += 1
-                    migrated += 1
-                    tot_out[r, c] += 1
+                    # The head stays at slot 0 and the rest move up: queues are short on average, and
+                    # keeping tasks in the low slots keeps the memory the kernel touches small.
+                    for i in range(qlen):
+                        q_work[i, r, c] = q_work[i + 1, r, c]
+                        q_birth[i, r, c] = q_birth[i + 1, r, c]
+                        q_hops[i, r, c] = q_hops[i + 1, r, c]
 
-            # 5. Work. Written without a branch on "busy", which is a coin flip at moderate load.
-            b = np.int64(rem > 0)
-            busy += b
-            rem -= b
-            if b == 1 and rem == 0:
-                lat = t + 1 - np.int64(s_birth[r, c])
-                completed += 1
-                tot_completed[r, c] += 1
-                tot_latency[r, c] += lat
-                lat_sum += lat
-                lat_sq += lat * lat
-                hops_sum += s_hops[r, c]
-                if lat > lat_max:
-                    lat_max = lat
-                if is_traffic == 0:
-                    if lat >= n_bins - 1:
-                        lhist[n_bins - 1] += 1
-                    else:
-                        lhist[lat] += 1
-                g = np.int64(lp_g[r, c]) if is_lp else -1
-                k = _out_index(lp_reg, g, r, c) if g >= 0 else -1
-                if k >= 0:
-                    nxt = lp_reg[g, REG_NEXT]
-                    if nxt >= 0:
-                        fan = _feeds(k, _n_out(lp_reg, g), _n_in(lp_reg, nxt)) * lp_reg[nxt, REG_WAVELETS]
-                        out_left[r, c] = fan
-                        out_birth[r, c] = t + 1
-                        pk_offered += fan
-                        tot_pkt_offered[r, c] += fan
-                    else:
-                        n_ev = done_ev[0] + 1
-                        done_ev[n_ev] = (np.int64(tot_completed[r, c]) - 1) * n_rep + lp_reg[g, REG_REPLICA]
-                        done_ev[0] = n_ev
-            in_service += np.int64(rem > 0)
-            s_rem[r, c] = rem
+                # 4. Migrate from the tail to a neighbour known to be less loaded. Messages sent in steps
+                # 1-2 count towards the bandwidth and credits but not towards the known depth.
+                if policy != POLICY_NONE and qlen > threshold:
+                    if not routed:
+                        _start_sends(sent_now)  # (a routed PE started its count above)
+                    for d in range(4):
+                        mig_now[d] = 0
+                        nr = r + (d == 2) - (d == 0)
+                        nc = c + (d == 1) - (d == 3)
+                        if nr < 0 or nr >= rows or nc < 0 or nc >= cols:
+                            known[d] = -1
+                        else:
+                            known[d] = depth_h[s_info, nr, nc]
+                    for k in range(max_mig):
+                        if qlen <= threshold:
+                            break
+                        n_elig = 0
+                        best = -1
+                        for d in range(4):
+                            if known[d] < 0 or known[d] + mig_now[d] + 1 >= qlen:
+                                continue
+                            if not _has_room(d, _neighbour(u, d, cols), sent_f, i_now, sent_now, recv_f, b_cred, wrap,
+                                             kbuf, bw):
+                                continue  # (known[d] >= 0: the neighbour exists)
+                            elig[n_elig] = d
+                            n_elig += 1
+                            if best < 0 or known[d] + mig_now[d] < known[best] + mig_now[best]:
+                                best = d
+                        if n_elig == 0:
+                            break
+                        if policy == POLICY_RANDOM_LOWER:
+                            hm = mix64(key_migrate ^ (np.uint64(u) * G_UNIT) ^ (np.uint64(k) * G_INDEX))
+                            best = elig[np.int64(((hm >> S32) * np.uint64(n_elig)) >> S32)]
+                        tail = qlen - 1
+                        hops = np.int64(q_hops[tail, r, c]) + 1
+                        if hops > 255:
+                            hops = 255
+                        _send(link_f, u, best, pack_task(q_work[tail, r, c], q_birth[tail, r, c], hops), sent_f,
+                              i_now, sent_now, wrap, kbuf, lt_f, per_link)
+                        link_sent += 1
+                        qlen -= 1
+                        mig_now[best] += 1
+                        migrated += 1
+                        tot_out[r, c] += 1
 
-            # 6. End of cycle: own state and the values others may read later.
-            q_len[r, c] = qlen
-            queued += _record_depth(depth_h, dhist, s_now, r, c, qlen)
+                # 5. Work. Written without a branch on "busy", which is a coin flip at moderate load.
+                b = np.int64(rem > 0)
+                busy += b
+                rem -= b
+                if b == 1 and rem == 0:
+                    lat = t + 1 - np.int64(s_birth[r, c])
+                    completed += 1
+                    tot_completed[r, c] += 1
+                    tot_latency[r, c] += lat
+                    lat_sum += lat
+                    lat_sq += lat * lat
+                    hops_sum += s_hops[r, c]
+                    if lat > lat_max:
+                        lat_max = lat
+                    if is_traffic == 0:
+                        if lat >= n_bins - 1:
+                            lhist[n_bins - 1] += 1
+                        else:
+                            lhist[lat] += 1
+                    g = np.int64(lp_g[r, c]) if is_lp else -1
+                    k = _out_index(lp_reg, g, r, c) if g >= 0 else -1
+                    if k >= 0:
+                        nxt = lp_reg[g, REG_NEXT]
+                        if nxt >= 0:
+                            fan = _feeds(k, _n_out(lp_reg, g), _n_in(lp_reg, nxt)) * lp_reg[nxt, REG_WAVELETS]
+                            out_left[r, c] = fan
+                            out_birth[r, c] = t + 1
+                            pk_offered += fan
+                            tot_pkt_offered[r, c] += fan
+                        else:
+                            n_ev = done_ev[0] + 1
+                            done_ev[n_ev] = (np.int64(tot_completed[r, c]) - 1) * n_rep + lp_reg[g, REG_REPLICA]
+                            done_ev[0] = n_ev
+                in_service += np.int64(rem > 0)
+                s_rem[r, c] = rem
+
+                # 6. End of cycle: own state and the values others may read later.
+                q_len[r, c] = qlen
+                queued += _record_depth(depth_h, dhist, s_now, r, c, qlen)
+                q_moved |= qlen != ql_start
+
+            # What the next cycles need to know to skip the segment: whether any count or depth of it
+            # changed, and whether all its PEs are idle.
+            if link_sent + link_received != moved_before or q_moved:
+                chg_now[sg] = t
+            else:
+                chg_now[sg] = chg_prev[sg]
+            seg_idle[r, sg] = n_todo == 0 and seg_busy == 0
 
     acc[S_BUSY] += busy
     acc[S_QUEUED] += queued
@@ -1153,6 +1299,7 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
     scratch = np.zeros((n_blocks, 4, 4), np.int64)
     cols = st.q_len.shape[1]
     arrivals = np.zeros((n_blocks, cols), np.uint32)
+    flags = np.zeros((n_blocks, 3, cols), np.uint8)
     is_lp = cfg[CFG_IS_PIPELINE]
     lp_w = cfg[CFG_CHUNKS_IN_FLIGHT]
     # (Bound here, outside the prange loop below: see MeshState.)
@@ -1234,7 +1381,7 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
             e0 = lo + np.searchsorted(ev_unit[lo:hi], r0 * cols)
             e1 = lo + np.searchsorted(ev_unit[lo:hi], r1 * cols)
             _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_unit, ev_work, e0, e1, acc[b],
-                       dh[b], lat_hist_blocks[b], scratch[b], arrivals[b], done_ev[b], took[b])
+                       dh[b], lat_hist_blocks[b], scratch[b], arrivals[b], flags[b], done_ev[b], took[b])
         # Merge blocks in a fixed order (integer sums: exact in any order anyway).
         for j in range(N_SERIES):
             series[i, j] = 0
@@ -1317,6 +1464,9 @@ def _fast_forward(st, block_rows, t, k, hmask, series, depth_series, i, waiting)
     depth_h = st.depth_h
     sent_h32 = st.sent_h32
     recv_h32 = st.recv_h32
+    seg_idle = st.seg_idle
+    lp_g = st.lp_g
+    lp_reg = st.lp_reg
     cols = q_len.shape[1]
     n_blocks = block_rows.shape[0] - 1
     busy_b = np.zeros(n_blocks, np.int64)
@@ -1339,6 +1489,19 @@ def _fast_forward(st, block_rows, t, k, hmask, series, depth_series, i, waiting)
                     sent_h32[s, r, c] = sent_h32[s_last, r, c]
                     recv_h32[s, r, c] = recv_h32[s_last, r, c]
                     depth_h[s, r, c] = ql
+            # A segment is idle as such a cycle leaves it: no PE serving or holding a task, none of a
+            # first region (nothing is on the move, so nothing else keeps a PE busy).
+            for sg in range(seg_idle.shape[1]):
+                idle = 1
+                for c in range(sg * SEG, min(sg * SEG + SEG, cols)):
+                    g = np.int64(lp_g[r, c])
+                    if s_rem[r, c] != 0 or q_len[r, c] != 0 or (g >= 0 and lp_reg[g, REG_FIRST] == 1):
+                        idle = 0
+                seg_idle[r, sg] = idle
+    # The segments' change cycles carry over (nothing changed in them) into the slot cycles t .. t+k-1
+    # write, which the last of them leaves as it is.
+    seg_chg = st.seg_chg
+    seg_chg[t & 1] = seg_chg[(t - 1) & 1]
     busy = busy_b.sum()
     queued = queued_b.sum()
     for j in range(k):

@@ -196,6 +196,15 @@ def kernel_snapshot(sim: MeshSim) -> dict:
     return out
 
 
+def quiet_segments(sim) -> int:
+    """Segments that the kernel's next cycle skips unless a trace event falls in them (docs/mesh.md,
+    "Implementation notes"): idle, offered nothing, and no change in them or around them for H cycles."""
+    st, t, h = sim.state, sim.cycle, sim.inputs.history
+    calm = np.pad(st.seg_chg[(t - 1) & 1] <= t - h, 1, constant_values=True)
+    around = calm[1:-1, 1:-1] & calm[:-2, 1:-1] & calm[2:, 1:-1] & calm[1:-1, :-2] & calm[1:-1, 2:]
+    return int(((st.seg_idle == 1) & (st.seg_live == 0) & around).sum())
+
+
 def compare_cycle_by_cycle(sc, cycles, trace_events=None):
     """Run kernel and reference together, asserting equal state and observables after every cycle.
 
@@ -204,7 +213,9 @@ def compare_cycle_by_cycle(sc, cycles, trace_events=None):
     ref = reference_for(sc, trace_events)
     sim = MeshSim(build_inputs(sc), max_chunk=1)
     totals = {k: 0 for k in SERIES_KEYS}
+    totals["quiet_segments"] = 0
     for t in range(cycles):
+        totals["quiet_segments"] += quiet_segments(sim)
         obs = ref.step()
         sim.advance(1)
         row = sim.series[0]

@@ -77,6 +77,34 @@ def test_kernel_equals_reference_trace(tmp_path, policy, hop_latency):
     assert totals["refused"] > 0
 
 
+@pytest.mark.parametrize("policy", ["none", "least_loaded"])
+@pytest.mark.parametrize("hop_latency", [1, 2])
+def test_kernel_equals_reference_where_quiet_segments_are_skipped(policy, hop_latency):
+    """A grid of three segments of columns, work offered only in a hot spot: tasks migrate out and
+    back, so segments go quiet, are skipped, and wake again as tasks reach them."""
+    sc = small_scenario(4, 150, workload="hotspot", migration__policy=policy, migration__threshold=1,
+                        machine__hop_latency_cycles=hop_latency, workload__injection_rate=0.0,
+                        workload__hot_rate=0.6, workload__hot_regions=[[1, 60, 3, 66]],
+                        workload__work_distribution="fixed", workload__work_cycles=5)
+    totals = compare_cycle_by_cycle(sc, 260)
+    assert totals["quiet_segments"] > 0 and totals["completed"] > 0
+    if policy != "none":
+        assert totals["migrated"] > 0
+
+
+def test_kernel_equals_reference_trace_on_quiet_segments(tmp_path):
+    """Sparse trace events on a wide grid: a quiet segment with an event in it runs its cycle."""
+    rng = np.random.default_rng(11)
+    rows, cols, n = 3, 140, 120
+    events = sorted((int(rng.integers(0, 200)), int(rng.integers(0, rows)), int(rng.integers(0, cols)),
+                     int(rng.integers(1, 9))) for _ in range(n))
+    path = tmp_path / "t.csv"
+    path.write_text("cycle,row,col,work_cycles\n" + "".join(f"{a},{b},{c},{d}\n" for a, b, c, d in events))
+    sc = small_scenario(rows, cols, workload="trace", trace_file=str(path), migration__threshold=0)
+    totals = compare_cycle_by_cycle(sc, 220, trace_events=events)
+    assert totals["injected"] == n and totals["quiet_segments"] > 0
+
+
 @pytest.mark.parametrize("case, cycles, expect", [
     (dict(machine__link_messages_per_cycle=2, machine__link_buffer_messages=5, migration__max_per_cycle=3), 120,
      "migrated"),

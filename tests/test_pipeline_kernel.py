@@ -62,9 +62,12 @@ CASES = {
     "wide_links": dict(machine__link_messages_per_cycle=2, machine__link_buffer_messages=4,
                        machine__credit_delay_cycles=2),
     "three_layers_uneven": dict(rows=11, cols=13, workload__n_layers=3, workload__tokens_per_chunk=2),
+    # Wider than a segment of columns: regions waiting for their first chunk, and those done with the
+    # last, are skipped while quiet.
+    "wide_quiet_segments": dict(rows=6, cols=140, workload__chunks_in_flight=2),
 }
 # Cycles compared, where the default 160 would finish no chunk.
-CYCLES = {"three_layers_uneven": 320, "training": 340, "slow_links": 240}
+CYCLES = {"three_layers_uneven": 320, "training": 340, "slow_links": 240, "wide_quiet_segments": 400}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -76,6 +79,8 @@ def test_kernel_equals_reference_cycle_by_cycle(case):
     # The case must exercise the pipeline: chunks finish and packets (copies included) move.
     assert totals["chunks_finished"] > 0
     assert totals["packets_delivered"] > 0
+    if case.startswith("wide"):
+        assert totals["quiet_segments"] > 0
 
 
 def test_pipeline_table_follows_the_placement():

@@ -35,6 +35,7 @@ def mesh_layout(rows: int, cols: int, queue_capacity: int, link_buffer_messages:
     pr, pc = (r, c) if traffic else (1, 1)
     n_reg, n_rep, w = pipeline if pipeline is not None else (1, 1, 1)
     lr, lc = (r, c) if pipeline is not None else (1, 1)
+    n_seg = -(-c // K.SEG)
     lp = {
         "lp_g": ((lr, lc), np.int32), "lp_reg": ((n_reg, K.N_REG), np.int64), "lp_rep": ((n_rep, 2), np.int64),
         "lp_taken": ((lr, lc), np.int32), "out_left": ((lr, lc), np.int32), "out_birth": ((lr, lc), np.int32),
@@ -56,6 +57,7 @@ def mesh_layout(rows: int, cols: int, queue_capacity: int, link_buffer_messages:
         "link_total": ((pr, pc, 4), np.int64),
         "oq": ((pr, pc, 5, router_queue_packets if traffic else 1), np.uint64), "oq_len": ((pr, pc, 8), np.uint8),
         **lp,
+        "seg_chg": ((2, r, n_seg), np.int64), "seg_idle": ((r, n_seg), np.uint8), "seg_live": ((r, n_seg), np.uint8),
     }
 
 
@@ -79,6 +81,15 @@ def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_message
                          pipeline_dims(pipeline))
     a = {name: np.zeros(shape, dtype) for name, (shape, dtype) in layout.items()}
     a["thr"][...] = np.asarray(thresholds, dtype=np.uint32).reshape(rows, cols)
+    # Skipping quiet segments: no change "before the run" (every history slot holds the empty
+    # state), every PE idle, and live where a PE can be offered work (a Bernoulli threshold above 0,
+    # or a first region of a pipeline).
+    a["seg_chg"][...] = -(1 << 62)
+    a["seg_idle"][...] = 1
+    live = a["thr"] > 0
+    if pipeline is not None:
+        live = live | np.isin(pipeline.region_of, pipeline.replica_ends[:, 0])
+    a["seg_live"][...] = _segments_any(live)
     if pipeline is not None:
         a["lp_g"][...] = pipeline.region_of
         a["lp_reg"][...] = pipeline.table
@@ -99,6 +110,15 @@ def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_message
         recv_h32=a["recv_h"].view(np.uint32).reshape(history, rows, cols),
         oq_len64=a["oq_len"].view(np.uint64).reshape(a["oq_len"].shape[:2]),
     )
+
+
+def _segments_any(mask: np.ndarray) -> np.ndarray:
+    """uint8[R, S]: 1 where any PE of a row's segment of kernels.mesh.SEG columns is set in `mask`."""
+    rows, cols = mask.shape
+    n_seg = -(-cols // K.SEG)
+    padded = np.zeros((rows, n_seg * K.SEG), bool)
+    padded[:, :cols] = mask
+    return padded.reshape(rows, n_seg, K.SEG).any(axis=2).astype(np.uint8)
 
 
 def available_memory_bytes() -> int | None:
