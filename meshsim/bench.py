@@ -155,6 +155,78 @@ def _speed(fig: dict, sc, cycles: int, log) -> None:
         log(f"speed, {n} thread{'s' if n > 1 else ''}: {n_pe * cycles / dt / 1e6:.1f} million PE-cycles/s "
             f"({cycles} cycles of {fig['grid']} in {dt:.2f} s)")
     log(f"state: {fig['state_bytes_per_pe']:.0f} bytes per PE at queue capacity 16")
+    # The kernel's own roofline: the bytes its PE-cycles touch against what the cores can stream.
+    counted = task_path_bytes(sim, cycles)
+    bw = stream_bandwidth()
+    done = fig["pe_cycles_per_second_all_cores"] * counted["total"]
+    fig["task_path_bytes_per_pe_cycle"] = counted["total"]
+    fig["stream_bandwidth_bytes_per_second"] = bw
+    fig["task_path_roofline_fraction"] = done / bw
+    log(f"roofline, task path: {counted['total']:.1f} bytes of state a PE-cycle (counted: "
+        + "; ".join(f"{k} {v:.2f}" for k, v in counted.items() if k != "total")
+        + f"), {done / 1e9:.1f} GB/s at the 2-thread speed against {bw / 1e9:.1f} GB/s streamed (a triad on all "
+        f"cores): {done / bw:.2f} of the bound")
+
+
+def stream_bandwidth(n: int = 1 << 25, repeats: int = 5) -> float:
+    """Bytes per second a triad a = b + 3c streams with all the threads in use (STREAM's count: two
+    arrays read and one written, 24 bytes an element), the best of `repeats`."""
+    import numpy as np
+    from numba import njit, prange
+
+    @njit(parallel=True, cache=False)
+    def triad(a, b, c):
+        for i in prange(a.shape[0]):
+            a[i] = b[i] + 3.0 * c[i]
+
+    a, b, c = np.zeros(n), np.ones(n), np.ones(n)
+    triad(a[:1024], b[:1024], c[:1024])
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        triad(a, b, c)
+        best = min(best, time.perf_counter() - t)
+    return 24 * n / best
+
+
+def task_path_bytes(sim, n: int) -> dict:
+    """The bytes of state a PE-cycle of the task path reads and writes, over the last `n` cycles of
+    `sim`: counted from what each step of kernels/mesh.py's `_step_rows` touches (the sizes from the
+    state's own dtypes) and how often each step ran (the series). Every PE of a running segment
+    reads and writes its counts, queue length, server and depth; the steps 1-6 that only some PEs
+    take add their fields per event. A field read and written counts twice; the neighbours' rows
+    of counts and depths, read again from the cache, count once. Returns the breakdown, in bytes per
+    PE-cycle, and its sum under "total"."""
+    import numpy as np
+
+    from kernels import mesh as K
+
+    st, s = sim.state, sim.series[:n]
+    n_pe = st.q_len.size
+    b = {name: getattr(st, name).dtype.itemsize for name in st._fields if hasattr(getattr(st, name), "dtype")}
+    migrating = int(sim.inputs.cfg[K.CFG_POLICY]) != K.POLICY_NONE
+    task = b["q_work"] + b["q_birth"] + b["q_hops"]
+    per = lambda col: float(s[:, col].sum()) / (n_pe * n)  # noqa: E731 (events per PE-cycle)
+    injected, refused = per(K.S_INJECTED), per(K.S_REFUSED)
+    completed = per(K.S_COMPLETED)
+    started = completed + float(s[-1, K.S_IN_SERVICE] - s[0, K.S_IN_SERVICE]) / (n_pe * n)
+    depth = sim.depth_series[:n].sum(axis=0).astype(float)
+    q = np.arange(depth.size)
+    behind = float((depth[1:] * (q[1:] - 1)).sum() / max(depth[1:].sum(), 1))  # tasks behind a head that starts
+    out = {
+        "every PE: send and receive counts (read, written)": 2 * b["sent_h"] * 4 + 2 * b["recv_h"] * 4,
+        "every PE: queue length, server, threshold, depth": b["q_len"] + 2 * b["s_rem"] + b["thr"] + b["depth_h"]
+        + (b["depth_h"] if migrating else 0),
+        "offered tasks": injected * 2 * b["tot_injected"] + (injected - refused) * task
+        + refused * 2 * b["tot_refused"],
+        "started tasks": started * (task + 2 * task * behind + 2 * b["tot_started"] + b["s_birth"] + b["s_hops"]),
+        "completed tasks": completed * (b["s_birth"] + b["s_hops"] + 2 * b["tot_completed"] + 2 * b["tot_latency"]
+                                        + 2 * 8),
+        "migrated tasks": per(K.S_MIGRATED) * (task + b["link"] + 2 * b["tot_migrated_out"])
+        + per(K.S_RECEIVED) * (b["link"] + task + 2 * b["tot_migrated_in"]),
+    }
+    out["total"] = sum(out.values())
+    return out
 
 
 def _idle_and_busy(fig: dict, quick: bool, cycles: int, log) -> None:
