@@ -269,7 +269,7 @@ def pack_packet(dest_r, dest_c, birth):
         np.uint64(birth) & U32)
 
 
-@njit(**JIT)
+@njit(inline="always", **JIT)
 def _xy_direction(r, c, dest_r, dest_c):
     """Output of XY routing at (r, c) for a packet to (dest_r, dest_c), columns first: 1 E, 3 W,
     then 2 S, 0 N, and 4 (ejection) at the destination. Arithmetic, not branches: the direction
@@ -335,7 +335,7 @@ def _task_birth(m):
     return np.int32((m >> np.uint64(24)) & U32)
 
 
-@njit(**JIT)
+@njit(inline="always", **JIT)
 def _neighbour(u, o, cols):
     """Index (r * cols + c) of the neighbour of PE u across output o, which must exist: u + 2 - o
     for the odd (E, W), u + (o - 1) cols for the even (N, S). Arithmetic, not a jump table."""
@@ -343,7 +343,7 @@ def _neighbour(u, o, cols):
     return u + odd * (2 - o) + (1 - odd) * (o - 1) * cols
 
 
-@njit(**JIT)
+@njit(inline="always", **JIT)
 def _first_byte(w):
     """Index of the lowest nonzero byte of w (w != 0, bytes 0-3 only), without branches."""
     z0 = np.int64(w & U8 == 0)
@@ -359,7 +359,7 @@ def _start_sends(sent_now):
         sent_now[e] = 0
 
 
-@njit(**JIT)
+@njit(inline="always", **JIT)
 def _has_room(o, nu, sent_f, i_now, sent_now, recv_f, b_cred, wrap, kbuf, bw):
     """Output o of a PE, towards neighbour nu (which exists), can take a message now: fewer than bw
     sent on it this cycle, and a credit (sent minus received by the neighbour as known Lc cycles
@@ -374,7 +374,7 @@ def _has_room(o, nu, sent_f, i_now, sent_now, recv_f, b_cred, wrap, kbuf, bw):
     return outstanding < kbuf
 
 
-@njit(**JIT)
+@njit(inline="always", **JIT)
 def _send(link_f, u, o, m, sent_f, i_now, sent_now, wrap, kbuf, lt_f, per_link):
     """Put message m on output o of PE u (send counts from sent_f[i_now] on) and count it (lt_f,
     the link totals, only when per_link)."""
@@ -393,7 +393,7 @@ def _send(link_f, u, o, m, sent_f, i_now, sent_now, wrap, kbuf, lt_f, per_link):
         lt_f[np.uint64(4 * u + o)] += 1
 
 
-@njit(**JIT)
+@njit(inline="always", **JIT)
 def _pop_front(oq_f, oql_f, u, o, qcap):
     """Remove the head packet of output queue o of PE u; the rest move up one slot."""
     base = (5 * u + o) * qcap
@@ -403,7 +403,7 @@ def _pop_front(oq_f, oql_f, u, o, qcap):
     oql_f[np.uint64(8 * u + o)] = n
 
 
-@njit(**JIT)
+@njit(inline="always", **JIT)
 def _enqueue(q_work, q_birth, q_hops, qlen, r, c, work, birth, hops):
     """Append a task at the tail of the queue of (r, c), which holds qlen tasks; the new length."""
     q_work[qlen, r, c] = work
@@ -422,13 +422,13 @@ def _record_depth(depth_h, dhist, s_now, r, c, qlen):
     return qlen
 
 
-@njit(**JIT)
+@njit(inline="always", **JIT)
 def _add_latency(lat, count, total, total_sq, most):
     """One more latency into the running count, sum, sum of squares and maximum."""
     return count + 1, total + lat, total_sq + lat * lat, max(most, lat)
 
 
-@njit(**JIT)
+@njit(inline="always", **JIT)
 def _enter_router(oq_f, oql_f, qcap, link_f, lt_f, per_link, u, r, c, cols, m, dest_r, dest_c, sent_f, i_now,
                   sent_now, recv_f, b_cred, wrap, kbuf, bw, qo):
     """A packet from PE u = (r, c) itself (source queue or output stage) enters the router: the output
@@ -501,7 +501,7 @@ def _input_pe(lp_reg, g, k):
     return lp_reg[g, REG_ROW0], _up_col(lp_reg, g) + lp_reg[g, REG_FLOW] * k
 
 
-@njit(**JIT)
+@njit(inline="always", **JIT)
 def _next_pe(lp_reg, g, r, c):
     """The PE an input reaching (r, c) is passed on to, or (-1, -1) at the end of its line."""
     if lp_reg[g, REG_INPUT] == INPUT_ROW:
@@ -522,19 +522,6 @@ def _offered_packet(seed, tb, u, r, c, thr_u, rows, cols, pattern, hot_thr, hot_
         return -1, -1
     hd = mix64(cycle_key(seed, STREAM_DEST, tb) ^ (np.uint64(u) * G_UNIT))
     return packet_destination(hd, r, c, rows, cols, pattern, hot_thr, hot_r, hot_c)
-
-
-@njit(**JIT)
-def _prefetch_pe(st, r, c):
-    """Ask for the lines of PE (r, c) that starting, finishing or taking a task touch."""
-    prefetch_write(st.tot_started, (r, c))
-    prefetch_write(st.tot_latency, (r, c))
-    prefetch_write(st.tot_completed, (r, c))
-    prefetch_write(st.tot_injected, (r, c))
-    prefetch_write(st.s_birth, (r, c))
-    prefetch_write(st.q_work, (0, r, c))
-    prefetch_write(st.q_birth, (0, r, c))
-    prefetch_write(st.q_birth, (1, r, c))
 
 
 @njit(**JIT)
@@ -678,8 +665,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     seg_live = st.seg_live
     n_seg = seg_idle.shape[1]
     t_calm = t - (hmask + 1)  # a segment unchanged since then has the same counts in every history slot
-    no_mig = policy == POLICY_NONE
-    check_nb = not no_mig
+    check_nb = policy != POLICY_NONE
 
     for r in range(r0, r1):
         # Row views, indexed below by unsigned column indices (no negative-index code: the loops vectorise).
@@ -751,27 +737,18 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             for c in range(max(a0, np.uint64(1)), a1):
                 arrivals[c] |= (((same[c - np.uint64(1)] >> np.uint32(8)) ^ (rv_row[c] >> np.uint32(24))) &
                                 np.uint32(0xFF)) << np.uint32(24)
-            if routed:
-                # The link slots that messages wait in were written a cycle ago, and the sweep over the
-                # grid has evicted them since: ask for them all before the segment's PEs need them.
-                for c in range(c0, c1):
-                    if arrivals[c] != 0:
-                        # Every input's slot, not only those with something waiting: a branch per input
-                        # would be a coin flip (prefetches never fault, off the grid's edge included).
-                        u = r * cols + c
-                        for d in range(4):
-                            prefetch(link_f, ((4 * _neighbour(u, d, cols) + ((d + 2) & 3)) * kbuf,))
-                        # ... and the lines a PE writes when it passes them on.
-                        prefetch_write(link_f, (4 * u * kbuf,))
-                        prefetch_write(lt_f, (4 * u,))
-
             # Which PEs have something to do this cycle? The others ("simple": nothing arrives,
             # nothing is offered, no task starts or completes, nothing to send, no migration
             # possible) only count down their task in service, done here for the whole segment at
             # once; the rest go through steps 1-6 below. Written to vectorise.
+            deepest = np.uint8(0)
             if check_nb:
+                for c in range(a0, a1):
+                    deepest = max(deepest, ql_r[c])
+            if deepest > threshold:
                 # The least depth of a neighbour as known at t - D (255 where there is none): with
-                # it + 1 >= the queue, step 4 finds no neighbour to migrate to.
+                # it + 1 >= the queue, step 4 finds no neighbour to migrate to. (Needed only where a
+                # queue is longer than the threshold.)
                 for c in range(a0, a1):
                     nb_min[c] = min(i_up[c] | um, i_down[c] | dm)
                 for c in range(max(a0, np.uint64(1)), a1):
@@ -788,9 +765,12 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             elif is_lp:
                 # (First regions take chunks: never simple.)
                 for c in range(a0, a1):
-                    g = np.int64(g_r[c])
-                    first = lp_reg[np.uint64(max(g, 0)), REG_FIRST] & np.int64(g >= 0)
-                    offer_f[c] = np.uint8(first != 0) | np.uint8(oql_r[c] != 0) | np.uint8(left_r[c] != 0)
+                    offer_f[c] = np.uint8(oql_r[c] != 0) | np.uint8(left_r[c] != 0)
+                if seg_live[r, sg] != 0:
+                    for c in range(a0, a1):
+                        g = np.int64(g_r[c])
+                        if g >= 0 and lp_reg[g, REG_FIRST] != 0:
+                            offer_f[c] = 1
             else:
                 # Bernoulli offers (the task path and routed traffic): the draw of step 2.
                 ub = np.uint64(r * cols)
@@ -800,6 +780,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                 if is_traffic:
                     for c in range(a0, a1):
                         offer_f[c] |= np.uint8(oql_r[c] != 0) | np.uint8(pend_r[c] != 0)
+            # With no policy, or no queue above the threshold, no PE can migrate: ql <= shallow for all.
+            shallow = threshold if deepest > threshold else 255
             seg_busy = 0
             todo_bits = np.uint64(0)  # bit c - c0: PE c goes through steps 1-6
             h0 = 0  # simple PEs with 0, 1, 2 and more tasks queued (for the depth histogram)
@@ -810,7 +792,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             for c in range(a0, a1):
                 ql = np.int64(ql_r[c])
                 rem = np.int64(rem_r[c])
-                quiet_mig = np.int64(no_mig) | np.int64(ql <= threshold) | np.int64(np.int64(nb_min[c]) + 1 >= ql)
+                quiet_mig = np.int64(ql <= shallow) | np.int64(np.int64(nb_min[c]) + 1 >= ql)
                 s = np.int64(arrivals[c] == 0) & np.int64(offer_f[c] == 0) & quiet_mig & (
                     np.int64(rem > 1) | np.int64(rem + ql == 0))
                 simple_f[c] = np.uint8(s)
@@ -838,17 +820,44 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             n_todo = 0
             moved_before = link_sent + link_received
             q_moved = False
-            # The lines steps 2-5 touch are far apart (one array per field), and the grid's sweep has
-            # long evicted them: ask for a PE's a few PEs ahead of it.
-            ahead = todo_bits
-            for _ in range(PF_AHEAD):
-                if ahead != 0:
-                    _prefetch_pe(st, r, c0 + trailing_zeros(ahead))
-                    ahead &= ahead - np.uint64(1)
+            # The lines steps 1-6 touch are far apart (one array per field, the neighbours' link
+            # slots), and the grid's sweep has long evicted them: ask for a PE's a few PEs ahead of it.
+            if routed and todo_bits != 0:
+                # The per-PE totals and the wavelet counts that packets update, a stream per array.
+                for k in range(c0, c1, 16):
+                    prefetch_write(tot_pkt_offered, (r, k))
+                    prefetch_write(tot_pkt_delivered, (r, k))
+                    if is_lp:
+                        prefetch_write(lp_got, (r, k))
+            ahead = todo_bits  # the PEs whose lines are asked for, kept PF_AHEAD PEs ahead
+            lead = 0
             while todo_bits != 0:
-                if ahead != 0:
-                    _prefetch_pe(st, r, c0 + trailing_zeros(ahead))
+                while ahead != 0 and lead <= PF_AHEAD:
+                    ca = c0 + trailing_zeros(ahead)
                     ahead &= ahead - np.uint64(1)
+                    lead += 1
+                    if routed:
+                        # The link slots that messages wait in (written a cycle ago, and evicted by the
+                        # sweep over the grid since: every input's slot, since a branch per input would
+                        # be a coin flip; prefetches never fault, off the grid's edge included), and the
+                        # PE's own, which it writes when it passes them on.
+                        ua = r * cols + ca
+                        for d in range(4):
+                            prefetch(link_f, ((4 * _neighbour(ua, d, cols) + ((d + 2) & 3)) * kbuf,))
+                        prefetch_write(link_f, (4 * ua * kbuf,))
+                        prefetch_write(lt_f, (4 * ua,))
+                    if not routed or rem_r[np.uint64(ca)] <= 1:
+                        # The fields that starting, finishing or taking a task touch (routed: where a
+                        # task completes or may start).
+                        prefetch_write(tot_started, (r, ca))
+                        prefetch_write(tot_latency, (r, ca))
+                        prefetch_write(tot_completed, (r, ca))
+                        prefetch_write(tot_injected, (r, ca))
+                        prefetch_write(s_birth, (r, ca))
+                        prefetch_write(q_work, (0, r, ca))
+                        prefetch_write(q_birth, (0, r, ca))
+                        prefetch_write(q_birth, (1, r, ca))
+                lead -= 1
                 c = c0 + trailing_zeros(todo_bits)
                 todo_bits &= todo_bits - np.uint64(1)
                 n_todo += 1
@@ -1322,6 +1331,13 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
     for b in range(n_blocks):
         most_rows = max(most_rows, block_rows[b + 1] - block_rows[b])
     done_ev = np.zeros((n_blocks, 1 + (most_rows * n_rep if is_lp else 0)), np.int64)
+    # Threads take contiguous runs of the loop's index, and the loop visits the blocks with a stride
+    # of about 0.62 of their number (coprime with it, so each once): every thread's run is spread
+    # over the whole grid, and the work shares evenly where the activity is only in some rows (a
+    # pipeline filling from the top, a hot spot). Which thread steps a block changes no result.
+    stride = max(1, (n_blocks * 618) // 1000)
+    while math.gcd(stride, n_blocks) != 1:
+        stride += 1
     i = 0
     while i < n_cycles:
         t = t0 + i
@@ -1374,7 +1390,8 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
                     continue
         lo = ev_cycle_lo[i]
         hi = ev_cycle_lo[i + 1]
-        for b in prange(n_blocks):
+        for k in prange(n_blocks):
+            b = (k * stride) % n_blocks  # (see `stride` above)
             r0 = block_rows[b]
             r1 = block_rows[b + 1]
             # This block's slice of the cycle's trace events (sorted by unit).
