@@ -125,7 +125,7 @@ def test_the_cs2_cases_run_the_shipped_training_scenario_and_skip_leaving_nothin
 
 @pytest.mark.slow
 def test_the_cs2_training_run_reaches_its_steady_state_and_prints_the_errors(capsys):
-    """About four minutes on two cores: GPT-2 small training on the full wafer."""
+    """About two minutes on two cores: GPT-2 small training on the full wafer."""
     import json
 
     assert main(["accuracy", "-q", "--json", "--only", "CS-2"]) == 0
