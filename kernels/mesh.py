@@ -44,7 +44,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
-from .bits import trailing_zeros
+from .bits import popcount, trailing_zeros
 from .config import JIT, JIT_PARALLEL
 from .prefetch import prefetch, prefetch_write
 from .rng import G_INDEX, G_UNIT, S32, STREAM_INJECT, STREAM_MIGRATE, cycle_key, mix64, unit_interval_open0
@@ -782,13 +782,11 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         offer_f[c] |= np.uint8(oql_r[c] != 0) | np.uint8(pend_r[c] != 0)
             # With no policy, or no queue above the threshold, no PE can migrate: ql <= shallow for all.
             shallow = threshold if deepest > threshold else 255
-            seg_busy = 0
             todo_bits = np.uint64(0)  # bit c - c0: PE c goes through steps 1-6
-            h0 = 0  # simple PEs with 0, 1, 2 and more tasks queued (for the depth histogram)
-            h1 = 0
+            h1 = 0  # simple PEs with 1, 2 and more tasks queued (for the depth histogram; the rest have 0)
             h2 = 0
             deep = 0
-            dec_sum = 0
+            dec_sum = 0  # simple PEs serving a task
             for c in range(a0, a1):
                 ql = np.int64(ql_r[c])
                 rem = np.int64(rem_r[c])
@@ -799,24 +797,25 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                 todo_bits |= np.uint64(1 - s) << (c - a0)
                 dec = s & np.int64(rem > 0)  # (a simple PE that is serving has more than 1 cycle left)
                 rem_r[c] = np.uint16(rem - dec)
-                seg_busy |= rem | ql
                 dec_sum += dec
-                queued += s * ql
                 dep_now[c] = np.uint8(ql)
-                h0 += s & np.int64(ql == 0)
                 h1 += s & np.int64(ql == 1)
                 h2 += s & np.int64(ql == 2)
                 deep += s & np.int64(ql > 2)
             busy += dec_sum
             in_service += dec_sum
-            dhist[0, 0] += h0
+            n_simple = (c1 - c0) - popcount(todo_bits)
+            dhist[0, 0] += n_simple - h1 - h2 - deep
             dhist[0, 1] += h1
+            queued += h1 + 2 * h2
             if cap >= 2:
                 dhist[0, 2] += h2
             if deep > 0:
                 for c in range(a0, a1):
                     if simple_f[c] != 0 and ql_r[c] > 2:
                         dhist[c & np.uint64(3), ql_r[c]] += 1
+                        queued += np.int64(ql_r[c])
+            seg_busy = dec_sum + h1 + h2 + deep  # simple PEs that are not idle
             n_todo = 0
             moved_before = link_sent + link_received
             q_moved = False
