@@ -3,7 +3,8 @@
 Prints simulated PE-cycles per second on the full WSE-2 fabric (757 x 996) with migration on at
 moderate load (offered load 0.5: rate 0.05, geometric work of mean 10, least_loaded, threshold 2),
 with 1 thread and with all cores; start-up time cold (compiling) and cached; bytes of state per
-PE; peak memory of a full-fabric 1,000-cycle run; the HDF5 writing overhead; the rdu's time for a
+PE; the bytes of state a PE-cycle of the task path and of routed traffic touches, counted, against
+the bandwidth a triad streams (the simulator's own roofline); peak memory of a full-fabric 1,000-cycle run; the HDF5 writing overhead; the rdu's time for a
 24-layer training step; the ipu's for 100 training steps of a 24-layer model over 8 IPUs; and the
 plain reference's speed on a small grid for the ratio.
 """
@@ -236,6 +237,34 @@ def task_path_bytes(sim, n: int) -> dict:
     return out
 
 
+def traffic_path_bytes(sim, n: int) -> dict:
+    """The bytes of state a PE-cycle of routed traffic reads and writes over the last `n` cycles of
+    `sim`, counted as `task_path_bytes` counts them: every PE's counts, queue length, server,
+    threshold, depth, router-queue lengths and source queue, then per event (from the series) a
+    message put on a link (its slot, the link's total), one taken off (its slot), a packet offered
+    (the PE's offered total and source-queue head) and one delivered (the delivered total and the
+    latency histogram's bin). A packet that waits in a router queue adds its slot's write and read,
+    which the series do not count: the figure is a floor. Breakdown in bytes per PE-cycle, "total"
+    their sum."""
+    from kernels import mesh as K
+
+    st, s = sim.state, sim.series[:n]
+    n_pe = st.q_len.size
+    b = {name: getattr(st, name).dtype.itemsize for name in st._fields if hasattr(getattr(st, name), "dtype")}
+    per = lambda col: float(s[:, col].sum()) / (n_pe * n)  # noqa: E731 (events per PE-cycle)
+    out = {
+        "every PE: send and receive counts (read, written)": 2 * b["sent_h"] * 4 + 2 * b["recv_h"] * 4,
+        "every PE: queue length, server, threshold, depth, router and source queues": b["q_len"] + 2 * b["s_rem"]
+        + b["thr"] + b["depth_h"] + 8 * b["oq_len"] + b["src_pending"],
+        "messages sent": per(K.S_LINK_SENT) * (b["link"] + 2 * b["link_total"]),
+        "messages received": per(K.S_LINK_RECEIVED) * b["link"],
+        "packets offered": per(K.S_PKT_OFFERED) * (2 * b["tot_pkt_offered"] + 2 * b["src_scan"]),
+        "packets delivered": per(K.S_PKT_DELIVERED) * (2 * b["tot_pkt_delivered"] + 2 * 8),
+    }
+    out["total"] = sum(out.values())
+    return out
+
+
 def _idle_and_busy(fig: dict, quick: bool, cycles: int, log) -> None:
     """What an idle PE costs against a busy one on the task path: the bench's fabric with nothing offered
     (every PE idle), and with 50 times its capacity offered in tasks of 1,000 cycles (every PE serving
@@ -316,6 +345,14 @@ def _traffic(fig: dict, sc, cycles: int, log) -> None:
     log(f"routed traffic, uniform at {rate:.5f} packets/PE/cycle (half the channel-load bound), all cores: "
         f"{n * timed / dt / 1e6:.1f} million PE-cycles/s ({timed} cycles after {fill} to fill the network; "
         f"{hops:.2f} hops per PE-cycle)")
+    counted = traffic_path_bytes(tsim, timed)
+    bw = fig.get("stream_bandwidth_bytes_per_second") or _python(_STREAM)[0]["bandwidth"]
+    done = fig["traffic_pe_cycles_per_second_all_cores"] * counted["total"]
+    fig["traffic_bytes_per_pe_cycle"] = counted["total"]
+    fig["traffic_roofline_fraction"] = done / bw
+    log(f"roofline, routed traffic: at least {counted['total']:.1f} bytes of state a PE-cycle (counted: "
+        + "; ".join(f"{k} {v:.2f}" for k, v in counted.items() if k != "total")
+        + f"), {done / 1e9:.1f} GB/s against {bw / 1e9:.1f} GB/s streamed: {done / bw:.2f} of the bound")
 
 
 def _pipeline(fig: dict, quick: bool, log) -> None:
