@@ -23,31 +23,25 @@ if config.DISABLE_JIT:
 else:
     from llvmlite import ir
 
-    @intrinsic
-    def trailing_zeros(typingctx, x):
-        """Index of the lowest set bit of the uint64 x (64 if none), as int64: llvm.cttz."""
-        if not isinstance(x, types.Integer) or x.bitwidth != 64:
-            return None
-        sig = types.int64(x)
+    def _bit_intrinsic(name, flag):
+        """A Numba intrinsic f(x) -> int64 for a uint64 x, calling llvm.<name> (with a false i1 second
+        argument when `flag`: cttz's "zero is poison", which must be off)."""
 
-        def codegen(context, builder, signature, args):
-            i64 = ir.IntType(64)
-            i1 = ir.IntType(1)
-            fn = builder.module.declare_intrinsic("llvm.cttz", [i64], ir.FunctionType(i64, [i64, i1]))
-            return builder.call(fn, [args[0], i1(0)])
+        def typer(typingctx, x):
+            if not isinstance(x, types.Integer) or x.bitwidth != 64:
+                return None
 
-        return sig, codegen
+            def codegen(context, builder, signature, args):
+                i64, i1 = ir.IntType(64), ir.IntType(1)
+                fnty = ir.FunctionType(i64, [i64, i1] if flag else [i64])
+                fn = builder.module.declare_intrinsic(f"llvm.{name}", [i64], fnty)
+                return builder.call(fn, [args[0], i1(0)] if flag else [args[0]])
 
-    @intrinsic
-    def popcount(typingctx, x):
-        """Number of set bits of the uint64 x, as int64: llvm.ctpop."""
-        if not isinstance(x, types.Integer) or x.bitwidth != 64:
-            return None
-        sig = types.int64(x)
+            return types.int64(x), codegen
 
-        def codegen(context, builder, signature, args):
-            i64 = ir.IntType(64)
-            fn = builder.module.declare_intrinsic("llvm.ctpop", [i64], ir.FunctionType(i64, [i64]))
-            return builder.call(fn, [args[0]])
+        return intrinsic(typer)
 
-        return sig, codegen
+    #: Index of the lowest set bit of the uint64 x (64 if none), as int64: llvm.cttz.
+    trailing_zeros = _bit_intrinsic("cttz", True)
+    #: Number of set bits of the uint64 x, as int64: llvm.ctpop.
+    popcount = _bit_intrinsic("ctpop", False)

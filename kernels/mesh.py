@@ -816,7 +816,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         dhist[c & np.uint64(3), ql_r[c]] += 1
                         queued += np.int64(ql_r[c])
             seg_busy = dec_sum + h1 + h2 + deep  # simple PEs that are not idle
-            n_todo = 0
+            all_simple = todo_bits == 0
             moved_before = link_sent + link_received
             q_moved = False
             # The lines steps 1-6 touch are far apart (one array per field, the neighbours' link
@@ -859,7 +859,6 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                 lead -= 1
                 c = c0 + trailing_zeros(todo_bits)
                 todo_bits &= todo_bits - np.uint64(1)
-                n_todo += 1
                 u = r * cols + c
                 i_now = s_now * rc4 + 4 * u  # the PE's send and receive counts (carried over above)
                 qlen = np.int64(q_len[r, c])
@@ -1256,7 +1255,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                 chg_now[sg] = t
             else:
                 chg_now[sg] = chg_prev[sg]
-            seg_idle[r, sg] = n_todo == 0 and seg_busy == 0
+            seg_idle[r, sg] = all_simple and seg_busy == 0
 
     acc[S_BUSY] += busy
     acc[S_QUEUED] += queued

@@ -4,9 +4,10 @@ Prints simulated PE-cycles per second on the full WSE-2 fabric (757 x 996) with 
 moderate load (offered load 0.5: rate 0.05, geometric work of mean 10, least_loaded, threshold 2),
 with 1 thread and with all cores; start-up time cold (compiling) and cached; bytes of state per
 PE; the bytes of state a PE-cycle of the task path and of routed traffic touches, counted, against
-the bandwidth a triad streams (the simulator's own roofline); peak memory of a full-fabric 1,000-cycle run; the HDF5 writing overhead; the rdu's time for a
-24-layer training step; the ipu's for 100 training steps of a 24-layer model over 8 IPUs; and the
-plain reference's speed on a small grid for the ratio.
+the bandwidth a triad streams (the simulator's own roofline); peak memory of a full-fabric
+1,000-cycle run; the HDF5 writing overhead; the rdu's time for a 24-layer training step; the ipu's
+for 100 training steps of a 24-layer model over 8 IPUs; and the plain reference's speed on a small
+grid for the ratio.
 """
 
 from __future__ import annotations
