@@ -18,8 +18,16 @@ itself (docs/mesh.md, "Threads").
 
 import os
 
+from numba.core.cpu_options import ParallelOptions
+
 if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
     os.environ["GOMP_SPINCOUNT"] = "3000"
 
 JIT = dict(cache=True, nogil=True, boundscheck=False, error_model="numpy")
-JIT_PARALLEL = dict(JIT, parallel=True)
+# Only the explicit prange loops run on threads: Numba would otherwise turn every array allocation,
+# slice assignment and reduction in a driver into a parallel region of its own, each compiled
+# apart (a third of the cold compile) and each a fork and barrier of the thread pool when it runs.
+# (An instance, not a dict: Numba consumes a dict's keys when it reads it.)
+JIT_PARALLEL = dict(JIT, parallel=ParallelOptions(dict(
+    prange=True, comprehension=False, reduction=False, inplace_binop=False, setitem=False, numpy=False,
+    stencil=False, fusion=False)))

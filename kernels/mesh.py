@@ -1336,7 +1336,7 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
     stride = max(1, (n_blocks * 618) // 1000)
     while math.gcd(stride, n_blocks) != 1:
         stride += 1
-    i = 0
+    i = np.int64(0)
     while i < n_cycles:
         t = t0 + i
         key_inject = cycle_key(seed, STREAM_INJECT, t)
