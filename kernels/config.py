@@ -2,7 +2,7 @@
 
 - cache=True: compiled machine code is kept on disk, so a second run starts in about a second.
 - no fastmath anywhere: cycle state is integer and floats must round the same as the reference.
-- parallel=True only on the drivers that split rows over threads.
+- parallel only on the drivers that split rows over threads, and there only their prange loops.
 
 Threads spin only briefly at barriers: OpenMP's workers meet at a barrier every simulated cycle,
 and libgomp's default is to spin there for about 3 ms before sleeping. A spinning thread holds a
