@@ -524,7 +524,10 @@ def _offered_packet(seed, tb, u, r, c, thr_u, rows, cols, pattern, hot_thr, hot_
     return packet_destination(hd, r, c, rows, cols, pattern, hot_thr, hot_r, hot_c)
 
 
-@njit(**JIT)
+# Without Numba's reference counting (_nrt=False): the function allocates nothing, and with it on, every
+# array handed to an inlined helper was counted in and out at each call, fourteen calls a multicast
+# wavelet in the layer pipeline. (The arrays it is given belong to its caller, which keeps them alive.)
+@njit(_nrt=False, **JIT)
 def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_unit, ev_work, ev_lo, ev_hi, acc,
                dhist, lhist, scratch, arrivals, flags, done_ev, took):
     """Advance rows r0..r1-1 by cycle t; add this block's observables into acc, dhist, lhist.
