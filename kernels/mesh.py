@@ -45,7 +45,7 @@ import numpy as np
 from numba import njit, prange
 
 from .bits import popcount, trailing_zeros
-from .config import JIT, JIT_PARALLEL
+from .config import JIT, JIT_NO_REFCOUNT, JIT_PARALLEL
 from .prefetch import prefetch, prefetch_write
 from .rng import G_INDEX, G_UNIT, S32, STREAM_INJECT, STREAM_MIGRATE, cycle_key, mix64, unit_interval_open0
 
@@ -524,10 +524,10 @@ def _offered_packet(seed, tb, u, r, c, thr_u, rows, cols, pattern, hot_thr, hot_
     return packet_destination(hd, r, c, rows, cols, pattern, hot_thr, hot_r, hot_c)
 
 
-# Without Numba's reference counting (_nrt=False): the function allocates nothing, and with it on, every
-# array handed to an inlined helper was counted in and out at each call, fourteen calls a multicast
-# wavelet in the layer pipeline. (The arrays it is given belong to its caller, which keeps them alive.)
-@njit(_nrt=False, **JIT)
+# Without Numba's reference counting (kernels/config.py): the function allocates nothing, and with it
+# on, every array handed to an inlined helper was counted in and out at each call, fourteen calls for
+# each wavelet the layer pipeline multicasts. (Its arrays belong to its caller, which keeps them alive.)
+@njit(**JIT_NO_REFCOUNT)
 def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_unit, ev_work, ev_lo, ev_hi, acc,
                dhist, lhist, scratch, arrivals, flags, done_ev, took):
     """Advance rows r0..r1-1 by cycle t; add this block's observables into acc, dhist, lhist.

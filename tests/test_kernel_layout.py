@@ -135,3 +135,22 @@ def test_python_calls_the_kernels_with_keyword_arguments():
                 assert set(names) == set(inspect.signature(kernel.py_func).parameters), where
             seen.add(node.func.attr)
     assert {"run_cycles", "count_in_flight", "new_state", "run_intervals", "run_steps"} <= seen
+
+
+def test_the_drivers_fork_the_threads_once_a_cycle():
+    """Only the drivers' prange loops run on threads (kernels/config.py): Numba's parallelisation of
+    array expressions would make every allocation, clear and sum in run_cycles a parallel region of
+    its own, forked and joined each cycle."""
+    from kernels.config import JIT_PARALLEL
+
+    try:
+        from numba.core.cpu_options import ParallelOptions
+    except ImportError:
+        pytest.skip("this Numba has no ParallelOptions: the drivers take plain parallel=True")
+    opts = JIT_PARALLEL["parallel"]
+    assert isinstance(opts, ParallelOptions)
+    assert opts.enabled and opts.prange
+    assert not any(getattr(opts, k) for k in ("comprehension", "reduction", "inplace_binop", "setitem", "numpy",
+                                               "stencil", "fusion"))
+    for driver in (K.run_cycles, K._fast_forward, K._quiet_cycles):
+        assert driver.targetoptions["parallel"] is opts
