@@ -1339,7 +1339,7 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
     stride = max(1, (n_blocks * 618) // 1000)
     while math.gcd(stride, n_blocks) != 1:
         stride += 1
-    i = np.int64(0)
+    i = np.int64(0)  # (typed int64 from the start: a literal 0 had _fast_forward compiled twice)
     while i < n_cycles:
         t = t0 + i
         key_inject = cycle_key(seed, STREAM_INJECT, t)
