@@ -198,6 +198,24 @@ def stream_bandwidth(n: int = 1 << 25, repeats: int = 5) -> float:
     return 24 * n / best
 
 
+_COUNTS = "every PE: send and receive counts (read, written)"
+
+
+def _sizes_and_rates(sim, n: int):
+    """What both roofline counts start from: the item size of every state array by field name, and
+    a function giving a series column's events per PE-cycle over the last `n` cycles of `sim`."""
+    st, s = sim.state, sim.series[:n]
+    n_pe = st.q_len.size
+    b = {name: getattr(st, name).dtype.itemsize for name in st._fields if hasattr(getattr(st, name), "dtype")}
+    return b, lambda col: float(s[:, col].sum()) / (n_pe * n)
+
+
+def _counts_bytes(b: dict) -> int:
+    """Every PE reads its four send and four receive counts from the last cycle's slot and writes them
+    into this cycle's."""
+    return 2 * b["sent_h"] * 4 + 2 * b["recv_h"] * 4
+
+
 def task_path_bytes(sim, n: int) -> dict:
     """The bytes of state a PE-cycle of the task path reads and writes, over the last `n` cycles of
     `sim`: counted from what each step of kernels/mesh.py's `_step_rows` touches (the sizes from the
@@ -210,12 +228,10 @@ def task_path_bytes(sim, n: int) -> dict:
 
     from kernels import mesh as K
 
-    st, s = sim.state, sim.series[:n]
-    n_pe = st.q_len.size
-    b = {name: getattr(st, name).dtype.itemsize for name in st._fields if hasattr(getattr(st, name), "dtype")}
+    b, per = _sizes_and_rates(sim, n)
+    s, n_pe = sim.series[:n], sim.state.q_len.size
     migrating = int(sim.inputs.cfg[K.CFG_POLICY]) != K.POLICY_NONE
     task = b["q_work"] + b["q_birth"] + b["q_hops"]
-    per = lambda col: float(s[:, col].sum()) / (n_pe * n)  # noqa: E731 (events per PE-cycle)
     injected, refused = per(K.S_INJECTED), per(K.S_REFUSED)
     completed = per(K.S_COMPLETED)
     started = completed + float(s[-1, K.S_IN_SERVICE] - s[0, K.S_IN_SERVICE]) / (n_pe * n)
@@ -223,7 +239,7 @@ def task_path_bytes(sim, n: int) -> dict:
     q = np.arange(depth.size)
     behind = float((depth[1:] * (q[1:] - 1)).sum() / max(depth[1:].sum(), 1))  # tasks behind a head that starts
     out = {
-        "every PE: send and receive counts (read, written)": 2 * b["sent_h"] * 4 + 2 * b["recv_h"] * 4,
+        _COUNTS: _counts_bytes(b),
         "every PE: queue length, server, threshold, depth": b["q_len"] + 2 * b["s_rem"] + b["thr"] + b["depth_h"]
         + (b["depth_h"] if migrating else 0),
         "offered tasks": injected * 2 * b["tot_injected"] + (injected - refused) * task
@@ -249,12 +265,9 @@ def traffic_path_bytes(sim, n: int) -> dict:
     their sum."""
     from kernels import mesh as K
 
-    st, s = sim.state, sim.series[:n]
-    n_pe = st.q_len.size
-    b = {name: getattr(st, name).dtype.itemsize for name in st._fields if hasattr(getattr(st, name), "dtype")}
-    per = lambda col: float(s[:, col].sum()) / (n_pe * n)  # noqa: E731 (events per PE-cycle)
+    b, per = _sizes_and_rates(sim, n)
     out = {
-        "every PE: send and receive counts (read, written)": 2 * b["sent_h"] * 4 + 2 * b["recv_h"] * 4,
+        _COUNTS: _counts_bytes(b),
         "every PE: queue length, server, threshold, depth, router and source queues": b["q_len"] + 2 * b["s_rem"]
         + b["thr"] + b["depth_h"] + 8 * b["oq_len"] + b["src_pending"],
         "messages sent": per(K.S_LINK_SENT) * (b["link"] + 2 * b["link_total"]),
