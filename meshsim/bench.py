@@ -3,8 +3,10 @@
 Prints simulated PE-cycles per second on the full WSE-2 fabric (757 x 996) with migration on at
 moderate load (offered load 0.5: rate 0.05, geometric work of mean 10, least_loaded, threshold 2),
 with 1 thread and with all cores; start-up time cold (compiling) and cached; bytes of state per
-PE; the bytes of state a PE-cycle of the task path and of routed traffic touches, counted, against
-the bandwidth a triad streams (the simulator's own roofline); peak memory of a full-fabric
+PE; the bytes of state a PE-cycle of the task path, of routed traffic and of the layer pipeline
+touches, counted, against the bandwidth a triad streams (the simulator's own roofline), and the
+task path's speed with its state in cache; what an idle and a busy PE cost on the task path, on
+the hotspot scenario and in the layer pipeline's fill; peak memory of a full-fabric
 1,000-cycle run; the HDF5 writing overhead; the rdu's time for a 24-layer training step; the ipu's
 for 100 training steps of a 24-layer model over 8 IPUs; and the plain reference's speed on a small
 grid for the ratio.
@@ -120,6 +122,7 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     _startup(fig, log)
     _speed(fig, sc, cycles, log)
     _idle_and_busy(fig, quick, cycles, log)
+    _hotspot(fig, quick, cycles, log)
     _full_run(fig, quick, log)
     _traffic(fig, sc, cycles, log)
     _pipeline(fig, quick, log)
@@ -149,6 +152,7 @@ def _speed(fig: dict, sc, cycles: int, log) -> None:
     """Simulation speed, kernel only, after a warm-up that fills the queues."""
     from .mesh.sim import MeshSim, available_cores, build_inputs, set_threads
     from .mesh.state import state_bytes_per_pe
+    from .scenario import scenario_from_dict
 
     n_pe = fig["n_pes"]
     sim = MeshSim(build_inputs(sc), cycles)
@@ -175,6 +179,23 @@ def _speed(fig: dict, sc, cycles: int, log) -> None:
         + "; ".join(f"{k} {v:.2f}" for k, v in counted.items() if k != "total")
         + f"), {done / 1e9:.1f} GB/s at the 2-thread speed against {bw / 1e9:.1f} GB/s streamed (a triad on all "
         f"cores): {done / bw:.2f} of the bound")
+    # The same path on a grid whose state the caches hold, on one thread (a grid this small spends
+    # much of a cycle at the threads' barrier): how much of the full fabric's time is memory's.
+    d = _scenario(True)
+    d["machine"].update(rows=128, cols=128)
+    small = MeshSim(build_inputs(scenario_from_dict(d)), 20 * cycles)
+    n = set_threads(1)
+    small.advance(250)
+    t = time.perf_counter()
+    small.advance(20 * cycles)
+    dt = time.perf_counter() - t
+    set_threads(available_cores())
+    rate = 128 * 128 * 20 * cycles / dt
+    mib = 128 * 128 * fig["state_bytes_per_pe"] / 2**20
+    fig["task_path_in_cache_pe_cycles_per_second_1_thread"] = rate
+    log(f"task path in cache, {n} thread: {rate / 1e6:.1f} million PE-cycles/s on 128 x 128 ({mib:.1f} MiB of "
+        f"state), {rate / fig['pe_cycles_per_second_1_thread']:.2f} times the full fabric's on one thread: what "
+        f"the path would gain if memory cost nothing")
 
 
 def stream_bandwidth(n: int = 1 << 25, repeats: int = 5) -> float:
@@ -279,6 +300,37 @@ def traffic_path_bytes(sim, n: int) -> dict:
     return out
 
 
+def pipeline_path_bytes(sim, n: int) -> dict:
+    """The bytes of state a PE-cycle of the layer pipeline reads and writes over the last `n` cycles of
+    `sim`, counted as `task_path_bytes` counts them, for a stretch in which every segment is stepped
+    (the steady state): every PE's counts, queue length, server, depth, router-queue lengths and
+    outputs left to send, then per event from the series a message put on a link and taken off, a
+    wavelet delivered (the PE's wavelet count), a task queued, started and completed. Tasks moved up
+    a queue and wavelets that wait in a router queue are not in the series: the figure is a floor.
+    Breakdown in bytes per PE-cycle, "total" their sum."""
+    from kernels import mesh as K
+
+    b, per = _sizes_and_rates(sim, n)
+    s, n_pe = sim.series[:n], sim.state.q_len.size
+    task = b["q_work"] + b["q_birth"] + b["q_hops"]
+    completed = per(K.S_COMPLETED)
+    started = completed + float(s[-1, K.S_IN_SERVICE] - s[0, K.S_IN_SERVICE]) / (n_pe * n)
+    out = {
+        _COUNTS: _counts_bytes(b),
+        "every PE: queue length, server, depth, router queues, outputs left": b["q_len"] + 2 * b["s_rem"]
+        + b["depth_h"] + b["oq_len64"] + b["out_left"],
+        "messages sent": per(K.S_LINK_SENT) * (b["link"] + 2 * b["link_total"]),
+        "messages received": per(K.S_LINK_RECEIVED) * b["link"],
+        "wavelets delivered": per(K.S_PKT_DELIVERED) * 2 * b["lp_got"],
+        "tasks queued": per(K.S_INJECTED) * task,
+        "started tasks": started * (task + 2 * b["tot_started"] + b["s_birth"] + b["s_hops"]),
+        "completed tasks": completed * (b["s_birth"] + b["s_hops"] + 2 * b["tot_completed"] + 2 * b["tot_latency"]
+                                        + b["lp_g"]),
+    }
+    out["total"] = sum(out.values())
+    return out
+
+
 def _idle_and_busy(fig: dict, quick: bool, cycles: int, log) -> None:
     """What an idle PE costs against a busy one on the task path: the bench's fabric with nothing offered
     (every PE idle), and with 50 times its capacity offered in tasks of 1,000 cycles (every PE serving
@@ -307,6 +359,70 @@ def _idle_and_busy(fig: dict, quick: bool, cycles: int, log) -> None:
     log(f"task path, all cores: an idle PE costs {cost['idle']:.2f} ns a cycle, a busy one {cost['busy']:.2f} ns "
         f"(idle {cost['idle'] / cost['busy']:.2f} of busy; {cycles} cycles of {fig['grid']} with nothing offered, "
         f"and with every PE serving)")
+
+
+def idle_and_busy_fit(busy, ns) -> dict:
+    """What an idle and a busy PE cost a cycle, from stretches of one workload at different busy
+    fractions: the least-squares line through the (busy fraction, ns per PE-cycle) points, read at 0
+    (every PE idle) and 1 (every PE busy). Returns both readings with their standard errors, and the
+    fit's R^2, so that a line that does not fit, or a reading the points do not pin down, is seen."""
+    import numpy as np
+
+    x, y = np.asarray(busy, dtype=float), np.asarray(ns, dtype=float)
+    if x.size < 4 or np.ptp(x) == 0:
+        raise ValueError("the fit needs four or more stretches at different busy fractions")
+    (slope, idle), cov = np.polyfit(x, y, 1, cov="unscaled")
+    resid = y - (idle + slope * x)
+    var = float(resid @ resid) / (x.size - 2)  # the residuals' variance scales the unscaled covariance
+    at_one = np.array([1.0, 1.0])  # d(idle + slope) / d(slope, idle)
+    return {"idle": float(idle), "idle_se": float(np.sqrt(var * cov[1, 1])),
+            "busy": float(idle + slope), "busy_se": float(np.sqrt(var * at_one @ cov @ at_one)),
+            "r2": float(1 - resid @ resid / ((y - y.mean()) @ (y - y.mean())))}
+
+
+def _report_fit(fig: dict, key: str, label: str, how: str, busy: list, ns: list, log) -> None:
+    """Fit `idle_and_busy_fit` to the stretches, keep the points and both readings in `fig` under
+    `key`, and print them, `how` saying what the stretches were."""
+    f = idle_and_busy_fit(busy, ns)
+    fig[f"{key}_busy_fractions"] = busy
+    fig[f"{key}_ns_per_pe_cycle"] = ns
+    fig[f"{key}_idle_ns_per_pe_cycle"] = f["idle"]
+    fig[f"{key}_busy_ns_per_pe_cycle"] = f["busy"]
+    log(f"{label}: an idle PE costs {f['idle']:.2f} +- {f['idle_se']:.2f} ns a cycle, a busy one {f['busy']:.2f} +- "
+        f"{f['busy_se']:.2f} ns (idle {f['idle'] / f['busy']:.2f} of busy; the line through {how}, "
+        f"{min(busy):.3f}-{max(busy):.3f} of the PEs busy, {min(ns):.2f}-{max(ns):.2f} ns a PE-cycle, "
+        f"R^2 {f['r2']:.3f})")
+
+
+def _hotspot(fig: dict, quick: bool, cycles: int, log) -> None:
+    """Sparse activity on the shipped hotspot scenario (16 hot regions on a background at 0.2 of
+    capacity): its background rate scaled by 0.5, 1, 1.5 and 2, each timed on all cores after a
+    warm-up, and the line through (busy fraction, ns per PE-cycle) read at 0 and 1 busy
+    (`idle_and_busy_fit`). Its segments all hold some work, so none is skipped: this is the cost of
+    an idle PE among busy ones."""
+    from .mesh.sim import MeshSim, available_cores, build_inputs, set_threads
+    from .scenario import load_scenario
+
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "wse2_hotspot.toml"
+    if not path.is_file():
+        return
+    base = load_scenario(path)
+    rate = base.get("workload", "injection_rate")
+    small = [("machine.rows", 128), ("machine.cols", 128), ("workload.hot_regions", [[56, 56, 72, 72]])]
+    set_threads(available_cores())
+    busy, ns = [], []
+    for scale in (0.5, 1.0, 1.5, 2.0):
+        sc = load_scenario(path, overrides=(small if quick else []) + [("workload.injection_rate", rate * scale)])
+        n_pe = sc.get("machine", "rows") * sc.get("machine", "cols")
+        sim = MeshSim(build_inputs(sc), max(cycles, 300))
+        sim.advance(300)
+        t = time.perf_counter()
+        sim.advance(cycles)
+        dt = time.perf_counter() - t
+        busy.append(float(sim.series[:cycles, 0].mean()) / n_pe)
+        ns.append(dt / (n_pe * cycles) * 1e9)
+    _report_fit(fig, "hotspot", "hotspot, all cores", f"{len(ns)} runs of {cycles} cycles with the background at "
+                "0.5-2 times the scenario's", busy, ns, log)
 
 
 def _full_run(fig: dict, quick: bool, log) -> None:
@@ -386,22 +502,25 @@ def _pipeline(fig: dict, quick: bool, log) -> None:
         pn = ps.get("machine", "rows") * ps.get("machine", "cols")
         psim = MeshSim(build_inputs(ps), 1000)
         psim.advance(10)
-        t0 = t = time.perf_counter()
-        psim.advance(1000)
-        psim.advance(1000)
-        dt = time.perf_counter() - t
-        busy = float(psim.series[:1000, 0].mean()) / pn
-        fig["pipeline_pe_cycles_per_second_all_cores"] = pn * 2000 / dt
-        fig["pipeline_busy_fraction_at_2000_cycles"] = busy
-        log(f"layer pipeline, GPT-2 small from an empty wafer, all cores: {pn * 2000 / dt / 1e6:.1f} million "
-            f"PE-cycles/s over its first 2,000 cycles ({busy:.2f} of the PEs busy by then)")
-        # The first 10,000 cycles, then the steady state: from 1,000 cycles after the first chunk
-        # finished, 2,000 cycles timed.
-        for _ in range(8):
+        # The first 10,000 cycles, a thousand at a time: each thousand's time and busy fraction.
+        times, busy = [], []
+        for _ in range(10):
+            t = time.perf_counter()
             psim.advance(1000)
-        ten = time.perf_counter() - t0
+            times.append(time.perf_counter() - t)
+            busy.append(float(psim.series[:1000, 0].mean()) / pn)
+        dt = times[0] + times[1]
+        fig["pipeline_pe_cycles_per_second_all_cores"] = pn * 2000 / dt
+        fig["pipeline_busy_fraction_at_2000_cycles"] = busy[1]
+        log(f"layer pipeline, GPT-2 small from an empty wafer, all cores: {pn * 2000 / dt / 1e6:.1f} million "
+            f"PE-cycles/s over its first 2,000 cycles ({busy[1]:.2f} of the PEs busy by then)")
+        ten = sum(times)
         fig["pipeline_first_10000_cycles_seconds"] = ten
         log(f"layer pipeline, GPT-2 small from an empty wafer, all cores: its first 10,000 cycles in {ten:.1f} s")
+        ns = [dt / (pn * 1000) * 1e9 for dt in times]
+        _report_fit(fig, "pipeline_fill", "layer pipeline, its fill", "its first ten thousands of cycles", busy, ns,
+                    log)
+        # Then the steady state: from 1,000 cycles after the first chunk finished, 2,000 cycles timed.
         done = 10010
         while not psim.series[:1000, S_CHUNKS_FINISHED].any() and done < 200_000:
             psim.advance(1000)
@@ -419,6 +538,14 @@ def _pipeline(fig: dict, quick: bool, log) -> None:
         log(f"layer pipeline, GPT-2 small in its steady state, all cores: {pn * 2000 / dt / 1e6:.1f} million "
             f"PE-cycles/s over 2,000 cycles from cycle {done + 1000:,} ({busy:.2f} of the PEs busy, {moved:.3f} "
             f"link sends per PE-cycle)")
+        counted = pipeline_path_bytes(psim, 1000)
+        bw = fig.get("stream_bandwidth_bytes_per_second") or _python(_STREAM)[0]["bandwidth"]
+        done = fig["pipeline_steady_pe_cycles_per_second_all_cores"] * counted["total"]
+        fig["pipeline_bytes_per_pe_cycle"] = counted["total"]
+        fig["pipeline_roofline_fraction"] = done / bw
+        log(f"roofline, layer pipeline in its steady state: at least {counted['total']:.1f} bytes of state a "
+            f"PE-cycle (counted: " + "; ".join(f"{k} {v:.2f}" for k, v in counted.items() if k != "total")
+            + f"), {done / 1e9:.1f} GB/s against {bw / 1e9:.1f} GB/s streamed: {done / bw:.2f} of the bound")
 
 
 def _rdu_step(fig: dict, quick: bool, log) -> None:

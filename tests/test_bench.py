@@ -5,8 +5,9 @@ import pytest
 from mesh_compare import small_scenario
 
 from kernels import mesh as K
-from meshsim.bench import task_path_bytes, traffic_path_bytes
+from meshsim.bench import idle_and_busy_fit, pipeline_path_bytes, task_path_bytes, traffic_path_bytes
 from meshsim.mesh.sim import MeshSim, build_inputs
+from meshsim.scenario import scenario_from_dict
 
 
 def _run(sc, cycles=60):
@@ -35,3 +36,34 @@ def test_routed_traffic_counts_each_message_on_a_link():
     sent = float(sim.series[:60, K.S_LINK_SENT].sum()) / (48 * 60)
     assert sent > 0 and b["messages sent"] == pytest.approx(sent * (8 + 16))
     assert b["total"] == pytest.approx(sum(v for k, v in b.items() if k != "total"))
+
+
+def test_the_layer_pipeline_counts_its_wavelets_and_tasks():
+    sc = scenario_from_dict({
+        "run": {"cycles": 400}, "machine": {"rows": 20, "cols": 20}, "migration": {"policy": "none"},
+        "workload": {"type": "layer_pipeline", "hidden_size": 64, "n_layers": 1, "n_heads": 2, "seq_len": 16,
+                     "batch": 1, "replicas": 3}})
+    sim = _run(sc, 400)
+    b = pipeline_path_bytes(sim, 400)
+    # uint8 queue length and depth, uint16 server read and written, the 8-byte word of router-queue
+    # lengths, int32 outputs left.
+    assert b["every PE: queue length, server, depth, router queues, outputs left"] == 1 + 4 + 1 + 8 + 4
+    got = float(sim.series[:400, K.S_PKT_DELIVERED].sum()) / (400 * 400)
+    assert got > 0 and b["wavelets delivered"] == pytest.approx(got * 2 * 4)
+    assert b["messages sent"] > 0 and b["tasks queued"] > 0 and b["completed tasks"] > 0
+    assert b["total"] == pytest.approx(sum(v for k, v in b.items() if k != "total"))
+
+
+def test_the_idle_and_busy_fit_reads_a_line_at_no_and_at_every_pe_busy():
+    busy = [0.1, 0.2, 0.3, 0.4, 0.5]
+    exact = idle_and_busy_fit(busy, [0.5 + 10 * x for x in busy])
+    assert exact["idle"] == pytest.approx(0.5) and exact["busy"] == pytest.approx(10.5)
+    assert exact["r2"] == pytest.approx(1.0) and exact["idle_se"] == pytest.approx(0, abs=1e-9)
+    noise = (0.1, -0.1, 0.05, 0.1, -0.15)
+    noisy = idle_and_busy_fit(busy, [0.5 + 10 * x + e for x, e in zip(busy, noise, strict=True)])
+    assert noisy["idle_se"] > 0 and noisy["busy_se"] > noisy["idle_se"] and noisy["r2"] < 1
+    assert abs(noisy["idle"] - 0.5) < 3 * noisy["idle_se"] and abs(noisy["busy"] - 10.5) < 3 * noisy["busy_se"]
+    with pytest.raises(ValueError, match="four or more"):
+        idle_and_busy_fit([0.1, 0.2, 0.3], [1, 2, 3])
+    with pytest.raises(ValueError, match="four or more"):
+        idle_and_busy_fit([0.2] * 5, [1, 2, 3, 4, 5])
