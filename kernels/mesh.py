@@ -18,6 +18,8 @@ fields of MeshState below, which the kernels read by name (the configuration vec
     tot_started int64[R, C]   work started in service (busy cycles = tot_started - s_rem)
     tot_*                     other per-PE totals (latency int64, counts int32)
     thr     uint32[R, C]      Bernoulli injection threshold (docs/mesh.md)
+    shed    uint8[R, C]       1 while a PE sheds its surplus (migration with hysteresis only, 1 x 1 otherwise;
+                              docs/mesh.md step 4)
     routed traffic only (shape 1 x 1 otherwise): src_pending, src_scan int32[R, C] (source queues),
     tot_pkt_offered, tot_pkt_delivered int32[R, C], link_total int64[R, C, 4] (messages per link),
     oq uint64[R, C, 5, Qo] and oq_len uint8[R, C, 8] (router output queues N, E, S, W, ejection;
@@ -157,6 +159,7 @@ CFG_WEIGHT_STREAMING = 25
 CFG_CHUNKS_PER_PASS = 26
 CFG_LOAD_CYCLES = 27
 CFG_FAST_FORWARD = 28
+CFG_HYSTERESIS = 29  # Y: a shedding PE migrates down to threshold - Y (docs/mesh.md, step 4)
 
 
 def _cfg_fields(namespace) -> tuple:
@@ -242,6 +245,8 @@ class MeshState(NamedTuple):
     seg_chg: np.ndarray  # int64[2, R, S] last cycle a count or depth of the segment changed, as of cycle t at t & 1
     seg_idle: np.ndarray  # uint8[R, S] 1 if every PE of the segment was idle at the end of its last cycle
     seg_live: np.ndarray  # uint8[R, S] 1 if a PE of the segment can be offered work (never skipped)
+    # Migration with hysteresis only (shape 1 x 1 otherwise):
+    shed: np.ndarray  # uint8[R, C] 1 while the PE sheds: its queue went above T and not yet down to T - Y
 
 # Direction d: 0 N (r-1), 1 E (c+1), 2 S (r+1), 3 W (c-1); opposite (d + 2) & 3.
 
@@ -669,6 +674,13 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     n_seg = seg_idle.shape[1]
     t_calm = t - (hmask + 1)  # a segment unchanged since then has the same counts in every history slot
     check_nb = policy != POLICY_NONE
+    # Hysteresis: a shedding PE migrates down to `stop`, the others only above `threshold`. A PE's
+    # flag implies a queue longer than `stop` at the end of every cycle, and a queue longer than
+    # `threshold` implies the flag: a PE that does nothing this cycle keeps its flag as it is.
+    # (Without hysteresis stop = threshold, and the flags are neither read nor written.)
+    hyst = cfg[CFG_HYSTERESIS] if check_nb else 0
+    stop = threshold - hyst
+    shed = st.shed
 
     for r in range(r0, r1):
         # Row views, indexed below by unsigned column indices (no negative-index code: the loops vectorise).
@@ -748,10 +760,10 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             if check_nb:
                 for c in range(a0, a1):
                     deepest = max(deepest, ql_r[c])
-            if deepest > threshold:
+            if deepest > stop:
                 # The least depth of a neighbour as known at t - D (255 where there is none): with
                 # it + 1 >= the queue, step 4 finds no neighbour to migrate to. (Needed only where a
-                # queue is longer than the threshold.)
+                # queue is longer than the threshold, or than `stop` for a shedding PE.)
                 for c in range(a0, a1):
                     nb_min[c] = min(i_up[c] | um, i_down[c] | dm)
                 for c in range(max(a0, np.uint64(1)), a1):
@@ -784,7 +796,9 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                     for c in range(a0, a1):
                         offer_f[c] |= np.uint8(oql_r[c] != 0) | np.uint8(pend_r[c] != 0)
             # With no policy, or no queue above the threshold, no PE can migrate: ql <= shallow for all.
-            shallow = threshold if deepest > threshold else 255
+            # With hysteresis a shedding PE's limit is `stop`: every PE above it goes through step 4
+            # (where the PEs that are not shedding stay), so that the flags need not be read here.
+            shallow = stop if deepest > stop else 255
             todo_bits = np.uint64(0)  # bit c - c0: PE c goes through steps 1-6
             h1 = 0  # simple PEs with 1, 2 and more tasks queued (for the depth histogram; the rest have 0)
             h2 = 0
@@ -1168,7 +1182,14 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
 
                 # 4. Migrate from the tail to a neighbour known to be less loaded. Messages sent in steps
                 # 1-2 count towards the bandwidth and credits but not towards the known depth.
-                if policy != POLICY_NONE and qlen > threshold:
+                # (With hysteresis, the shedding flag first: set above the threshold, cleared at or below
+                # `stop`, and the limit is `stop` while it is set.)
+                limit = threshold
+                on = np.int64(0)
+                if hyst > 0:
+                    on = np.int64(qlen > threshold) | (np.int64(shed[r, c]) & np.int64(qlen > stop))
+                    limit = threshold - hyst * on
+                if policy != POLICY_NONE and qlen > limit:
                     if not routed:
                         _start_sends(sent_now)  # (a routed PE started its count above)
                     for d in range(4):
@@ -1180,7 +1201,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         else:
                             known[d] = depth_h[s_info, nr, nc]
                     for k in range(max_mig):
-                        if qlen <= threshold:
+                        if qlen <= limit:
                             break
                         n_elig = 0
                         best = -1
@@ -1210,6 +1231,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         mig_now[best] += 1
                         migrated += 1
                         tot_out[r, c] += 1
+                if hyst > 0:
+                    shed[r, c] = np.uint8(on & np.int64(qlen > stop))
 
                 # 5. Work. Written without a branch on "busy", which is a coin flip at moderate load.
                 b = np.int64(rem > 0)

@@ -292,6 +292,10 @@ PARAMS: tuple[Param, ...] = (
     Param("migration", "threshold", "int", "tasks", 4,
           "A PE migrates only while its queue holds more than this many tasks; less than "
           "machine.queue_capacity.", (0, 254), _MESH),
+    Param("migration", "hysteresis", "int", "tasks", 0,
+          "A PE that starts migrating (its queue above threshold) goes on until its queue holds at most "
+          "threshold - hysteresis tasks: a high and a low water mark (0: it stops at the threshold); at "
+          "most migration.threshold.", (0, 254), _MESH),
     Param("migration", "info_delay_cycles", "int", "cycles", 1,
           "Age of the neighbour queue depths a PE decides on.", (1, 8), _MESH),
     Param("migration", "max_per_cycle", "int", "tasks/cycle", 1,

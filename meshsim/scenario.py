@@ -458,6 +458,11 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
         add(t, [q], f"must be less than {q} = {shown(q)}, so an integer in "
                     f"[0, {get(q) - 1}] (tasks)")
 
+    y = "migration.hysteresis"
+    if ok(t, y, pol) and get(pol) != "none" and get(y) > get(t):
+        add(y, [t], f"must be at most {t} = {shown(t)} (the queue a shedding PE stops at is threshold - "
+                    f"hysteresis), so an integer in [0, {get(t)}] (tasks)")
+
     k, b = "machine.link_buffer_messages", "machine.link_messages_per_cycle"
     if ok(k, b) and get(k) < get(b):
         add(k, [b], f"must be at least {b} = {shown(b)}, so an integer in "

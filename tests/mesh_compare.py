@@ -73,7 +73,8 @@ def reference_for(sc, trace_events=None) -> MeshReference:
         hop_latency_cycles=m["hop_latency_cycles"], link_messages_per_cycle=m["link_messages_per_cycle"],
         link_buffer_messages=m["link_buffer_messages"], credit_delay_cycles=m["credit_delay_cycles"],
         policy=mig["policy"], threshold=mig["threshold"], info_delay_cycles=mig["info_delay_cycles"],
-        max_per_cycle=mig["max_per_cycle"], seed=sc.get("run", "seed"), rates=rates,
+        max_per_cycle=mig["max_per_cycle"], hysteresis=mig["hysteresis"] if mig["policy"] != "none" else 0,
+        seed=sc.get("run", "seed"), rates=rates,
         work_distribution=wl["work_distribution"], work_cycles=wl["work_cycles"],
         work_min_cycles=wl["work_min_cycles"], work_max_cycles=wl["work_max_cycles"], trace_events=trace_events,
         **traffic)
@@ -189,7 +190,7 @@ def kernel_snapshot(sim: MeshSim) -> dict:
     if inp.routed:
         totals.update(packets_offered=st.tot_pkt_offered.ravel(), packets_delivered=st.tot_pkt_delivered.ravel())
     out = {"queue": queue, "server": server, "links": links, "sent": sent, "received": received, "source": source,
-           "router": router, "pipeline": pipeline,
+           "router": router, "pipeline": pipeline, "shedding": [int(x) for x in st.shed.ravel()] if inp.sheds else None,
            "totals": {k: [int(x) for x in v] for k, v in totals.items()}, "wrap": wrap}
     if inp.routed:
         out["totals"]["link_sent"] = [[int(x) for x in st.link_total[r, c]] for r in range(rows) for c in range(cols)]
@@ -212,8 +213,11 @@ def compare_cycle_by_cycle(sc, cycles, trace_events=None):
     """
     ref = reference_for(sc, trace_events)
     sim = MeshSim(build_inputs(sc), max_chunk=1)
+    hysteresis = int(sim.inputs.cfg[K.CFG_HYSTERESIS])
+    migrating, threshold = sc.get("migration", "policy") != "none", sc.get("migration", "threshold")
     totals = {k: 0 for k in SERIES_KEYS}
     totals["quiet_segments"] = 0
+    totals["shedding_within_threshold"] = 0  # PE-cycles that go on shedding with a queue at most T
     for t in range(cycles):
         totals["quiet_segments"] += quiet_segments(sim)
         obs = ref.step()
@@ -233,6 +237,13 @@ def compare_cycle_by_cycle(sc, cycles, trace_events=None):
             if fast[key] != slow[key]:
                 u = next(i for i in range(len(fast[key])) if fast[key][i] != slow[key][i])
                 raise AssertionError(f"cycle {t}: {key} of PE {u}: kernel {fast[key][u]} != reference {slow[key][u]}")
+        if hysteresis:
+            assert fast["shedding"] == slow["shedding"], f"cycle {t}: shedding flags"
+            totals["shedding_within_threshold"] += sum(
+                f and len(q) <= threshold for f, q in zip(slow["shedding"], slow["queue"], strict=True))
+        else:  # (docs/mesh.md, step 4: without hysteresis a PE sheds exactly while its queue exceeds T)
+            assert slow["shedding"] == [int(migrating and len(q) > threshold) for q in slow["queue"]], \
+                f"cycle {t}: shedding flags without hysteresis"
         assert fast["sent"] == [[x % wrap for x in v] for v in slow["sent"]], f"cycle {t}: send counts"
         assert fast["received"] == [[x % wrap for x in v] for v in slow["received"]], f"cycle {t}: receive counts"
         for key, v in slow["totals"].items():

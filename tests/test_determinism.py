@@ -23,6 +23,7 @@ link_buffer_messages = 3
 [migration]
 policy = "{policy}"
 threshold = 1
+hysteresis = {hysteresis}
 max_per_cycle = 2
 [workload]
 type = "skewed"
@@ -60,9 +61,9 @@ def first_run_then_the_same_with(tmp_path, text, runs=tuple((n, f"t{n}") for n i
     return first
 
 
-@pytest.mark.parametrize("policy", ["least_loaded", "random_lower"])
-def test_results_are_bit_identical_with_1_2_and_3_threads_and_on_rerun(tmp_path, policy):
-    first = first_run_then_the_same_with(tmp_path, SCENARIO.format(policy=policy),
+@pytest.mark.parametrize("policy, hysteresis", [("least_loaded", 0), ("random_lower", 0), ("least_loaded", 1)])
+def test_results_are_bit_identical_with_1_2_and_3_threads_and_on_rerun(tmp_path, policy, hysteresis):
+    first = first_run_then_the_same_with(tmp_path, SCENARIO.format(policy=policy, hysteresis=hysteresis),
                                          ((2, "t2"), (3, "t3"), (3, "t3again")))
     assert first["summary@migrated"] > 0
 
@@ -73,7 +74,7 @@ def test_in_process_chunking_does_not_change_results(tmp_path):
     from meshsim.scenario import load_scenario
 
     sc = tmp_path / "s.toml"
-    sc.write_text(SCENARIO.format(policy="least_loaded"))
+    sc.write_text(SCENARIO.format(policy="least_loaded", hysteresis=0))
     a = run_scenario(load_scenario(sc), tmp_path / "a.h5", progress=False)
     b = run_scenario(load_scenario(sc), tmp_path / "b.h5", progress=False, max_cycles_per_call=7)
     assert_identical(contents(a.path), contents(b.path))
@@ -149,7 +150,7 @@ def test_an_in_process_run_is_the_same_at_every_thread_count(tmp_path, thread_co
     from meshsim.scenario import load_scenario
 
     sc = tmp_path / "s.toml"
-    sc.write_text(SCENARIO.format(policy="least_loaded"))
+    sc.write_text(SCENARIO.format(policy="least_loaded", hysteresis=0))
     one = run_scenario(load_scenario(sc), tmp_path / "one.h5", threads=1, progress=False).path
     other = run_scenario(load_scenario(sc), tmp_path / "other.h5", threads=thread_count, progress=False).path
     assert_same_results(one, other)

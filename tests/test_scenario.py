@@ -451,6 +451,15 @@ def test_threshold_must_be_below_queue_capacity():
     )
 
 
+def test_hysteresis_may_not_reach_below_an_empty_queue():
+    assert only_problem("[migration]\nthreshold = 2\nhysteresis = 3\n") == (
+        "s.toml: migration.hysteresis = 3: must be at most migration.threshold = 2 (the queue a shedding PE "
+        "stops at is threshold - hysteresis), so an integer in [0, 2] (tasks)"
+    )
+    # with migration off, neither is compared with anything
+    assert load_scenario("s.toml", text="[migration]\npolicy = \"none\"\nthreshold = 2\nhysteresis = 3\n")
+
+
 def test_a_conflict_with_a_default_says_the_value_is_the_default():
     assert only_problem("", overrides=["machine.queue_capacity=4"]) == (
         "override machine.queue_capacity=4: migration.threshold = 4 (default): must be less than "

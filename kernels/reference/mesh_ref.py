@@ -385,6 +385,7 @@ class _Pe:
         self.links = [deque() for _ in range(4)]
         self.sent_total = [0, 0, 0, 0]
         self.received_total = [0, 0, 0, 0]
+        self.shedding = False         # step 4: moving its surplus away, from above T down to S
         self.busy = 0
         self.injected = 0
         self.refused = 0
@@ -443,7 +444,7 @@ class MeshReference:
                  link_buffer_messages, credit_delay_cycles, policy, threshold, info_delay_cycles,
                  max_per_cycle, seed, rates, work_distribution, work_cycles, work_min_cycles,
                  work_max_cycles, trace_events, pattern=None, hot_fraction=0.0, warmup_cycles=0,
-                 measure_cycles=0, router_queue_packets=4, pipeline=None):
+                 measure_cycles=0, router_queue_packets=4, pipeline=None, hysteresis=0):
         _check_range("rows", rows, 1, 1 << 30)
         _check_range("cols", cols, 1, 1 << 30)
         _check_range("queue_capacity", queue_capacity, 1, 255)
@@ -454,6 +455,7 @@ class MeshReference:
         _check_range("info_delay_cycles", info_delay_cycles, 1, 8)
         _check_range("threshold", threshold, 0, queue_capacity - 1)
         _check_range("max_per_cycle", max_per_cycle, 1, 4)
+        _check_range("hysteresis", hysteresis, 0, threshold)
         _check_range("router_queue_packets", router_queue_packets, 1, 64)
         if policy not in POLICIES:
             raise ValueError("policy = %r: must be one of %s" % (policy, POLICIES))
@@ -482,6 +484,7 @@ class MeshReference:
         self.Lc = credit_delay_cycles
         self.D = info_delay_cycles
         self.T = threshold
+        self.S = threshold - hysteresis     # the stop threshold (step 4)
         self.M = max_per_cycle
         self.Qo = router_queue_packets
         self.policy = policy
@@ -1147,10 +1150,16 @@ class MeshReference:
         # 4. Migrate.  sent_now (packets of step 2, tasks of step 4) limits B and is already in
         # sent_total; tasks_now (tasks sent here only) is what the known depth adds.
         if self.policy != "none":
+            depth = len(pe.queue)
+            if depth > self.T:
+                pe.shedding = True
+            elif depth <= self.S:
+                pe.shedding = False
+            limit = self.S if pe.shedding else self.T
             tasks_now = [0, 0, 0, 0]
             for k in range(self.M):
                 depth = len(pe.queue)
-                if depth <= self.T:
+                if depth <= limit:
                     break
                 eligible = []   # (d, kd) in increasing d
                 for d in range(4):
@@ -1177,6 +1186,7 @@ class MeshReference:
                 tasks_now[d_pick] += 1
                 pe.migrated_out += 1
                 obs["migrated"] += 1
+            pe.shedding = pe.shedding and len(pe.queue) > self.S
 
         # 5. Work.
         if pe.server is not None:
@@ -1397,6 +1407,7 @@ class MeshReference:
             "router": [[list(queue) for queue in pe.router] for pe in self.pes],
             "sent": [list(pe.sent_total) for pe in self.pes],
             "received": [list(pe.received_total) for pe in self.pes],
+            "shedding": [int(pe.shedding) for pe in self.pes],
             "totals": {
                 "busy": [pe.busy for pe in self.pes],
                 "injected": [pe.injected for pe in self.pes],

@@ -52,6 +52,11 @@ class MeshInputs:
         """Whether the run carries routed packets (router queues, per-link totals)."""
         return self.traffic or self.pipeline is not None
 
+    @property
+    def sheds(self) -> bool:
+        """Whether a PE keeps a shedding flag (migration with hysteresis, docs/mesh.md step 4)."""
+        return int(self.cfg[K.CFG_HYSTERESIS]) > 0
+
 
 def injection_rates(sc) -> np.ndarray:
     """Per-PE Bernoulli rates, float64[R, C], for the uniform, hotspot and skewed workloads."""
@@ -92,6 +97,7 @@ def compile_scenario(sc) -> MeshInputs:
         credit_delay_cycles=m["credit_delay_cycles"],
         policy=S.POLICIES[mig["policy"]],
         threshold=mig["threshold"],
+        hysteresis=mig["hysteresis"] if mig["policy"] != "none" else 0,
         info_delay_cycles=mig["info_delay_cycles"],
         max_per_cycle=mig["max_per_cycle"],
         work_kind=S.WORK_KINDS[wl["work_distribution"]],
@@ -145,7 +151,7 @@ def check_memory(inputs: MeshInputs, max_chunk: int, n_blocks: int) -> None:
     /proc/meminfo does not show are not seen."""
     layout = S.mesh_layout(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
                            inputs.history, inputs.routed,
-                           int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]), S.pipeline_dims(inputs.pipeline))
+                           int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]), S.pipeline_dims(inputs.pipeline), inputs.sheds)
     buffers = 8 * (max_chunk * (K.N_SERIES + inputs.queue_capacity + 1) + n_blocks * inputs.latency_bins)
     need = S.layout_bytes(layout) + buffers
     have = S.available_memory_bytes()
@@ -172,7 +178,7 @@ class MeshSim:
         self.state = S.allocate_mesh(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
                                      inputs.history, thr, inputs.geo_log, traffic=inputs.routed,
                                      router_queue_packets=int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]),
-                                     pipeline=inputs.pipeline)
+                                     pipeline=inputs.pipeline, hysteresis=inputs.sheds)
         self.blocks = S.row_blocks(inputs.rows)
         self.max_chunk = max_chunk
         self.series = np.zeros((max_chunk, K.N_SERIES), np.int64)
