@@ -50,12 +50,12 @@ _STARTUP = textwrap.dedent("""
 """)
 
 _PEAK = textwrap.dedent("""
-    import json, resource, sys
+    import json, sys
+    from meshsim.bench import peak_memory_bytes
     from meshsim.run import run_scenario
     from meshsim.scenario import scenario_from_dict
     res = run_scenario(scenario_from_dict({d}), sys.argv[1], progress=False)
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps(dict(peak_bytes=peak_kib * 1024, wall=res.summary["wall_seconds"],
+    print(json.dumps(dict(peak_bytes=peak_memory_bytes(), wall=res.summary["wall_seconds"],
                           kernel=res.summary["kernel_seconds"], output=res.summary["output_seconds"])))
 """)
 
@@ -63,15 +63,16 @@ _PEAK = textwrap.dedent("""
 # A scenario (argv[1], with {over}) run into argv[2] in a fresh process: its summary's figures
 # {keys} as they are, and the process's time, wall and kernel seconds and peak memory.
 _FRESH_RUN = textwrap.dedent("""
-    import json, resource, sys, time
+    import json, sys, time
     t0 = time.perf_counter()
+    from meshsim.bench import peak_memory_bytes
     from meshsim.run import run_scenario
     from meshsim.scenario import load_scenario
     sc = load_scenario(sys.argv[1], {over})
     res = run_scenario(sc, sys.argv[2], progress=False)
     s = res.summary
     print(json.dumps(dict(process=time.perf_counter() - t0, wall=s["wall_seconds"], kernel=s["kernel_seconds"],
-                          peak_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                          peak_bytes=peak_memory_bytes(),
                           **{{k: s[k] for k in {keys}}})))
 """)
 
@@ -81,6 +82,24 @@ _STREAM = textwrap.dedent("""
     from meshsim.bench import stream_bandwidth
     print(json.dumps(dict(bandwidth=stream_bandwidth())))
 """)
+
+
+def peak_memory_bytes() -> int:
+    """This process's peak resident memory: Linux's VmHWM, which starts afresh at exec. (getrusage's
+    ru_maxrss does not: a process started from a large one reports at least its parent's size, so
+    the bench's fresh processes read as large as the bench itself.) ru_maxrss where there is no
+    /proc (KiB on Linux and the BSDs, bytes on macOS)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def _scenario(quick: bool, **run):

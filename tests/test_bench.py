@@ -67,3 +67,15 @@ def test_the_idle_and_busy_fit_reads_a_line_at_no_and_at_every_pe_busy():
         idle_and_busy_fit([0.1, 0.2, 0.3], [1, 2, 3])
     with pytest.raises(ValueError, match="four or more"):
         idle_and_busy_fit([0.2] * 5, [1, 2, 3, 4, 5])
+
+
+def test_a_fresh_process_reports_its_own_peak_memory_not_its_parents():
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    big = np.ones(60_000_000)  # 480 MB held, and touched, by this process while the child runs
+    code = "from meshsim.bench import peak_memory_bytes; print(peak_memory_bytes())"
+    child = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 10 * 2**20 < child < big.nbytes / 2
