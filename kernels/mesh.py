@@ -797,7 +797,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         offer_f[c] |= np.uint8(oql_r[c] != 0) | np.uint8(pend_r[c] != 0)
             # With no policy, or no queue above the threshold, no PE can migrate: ql <= shallow for all.
             # With hysteresis a shedding PE's limit is `stop`: every PE above it goes through step 4
-            # (where the PEs that are not shedding stay), so that the flags need not be read here.
+            # (where those that are not shedding move nothing), so that the flags need not be read here.
             shallow = stop if deepest > stop else 255
             todo_bits = np.uint64(0)  # bit c - c0: PE c goes through steps 1-6
             h1 = 0  # simple PEs with 1, 2 and more tasks queued (for the depth histogram; the rest have 0)

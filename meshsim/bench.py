@@ -188,16 +188,8 @@ def _speed(fig: dict, sc, cycles: int, log) -> None:
             f"({cycles} cycles of {fig['grid']} in {dt:.2f} s)")
     log(f"state: {fig['state_bytes_per_pe']:.0f} bytes per PE at queue capacity 16")
     # The kernel's own roofline: the bytes its PE-cycles touch against what the cores can stream.
-    counted = task_path_bytes(sim, cycles)
-    bw = _python(_STREAM)[0]["bandwidth"]  # (in a fresh process: its arrays stay out of this one's memory)
-    done = fig["pe_cycles_per_second_all_cores"] * counted["total"]
-    fig["task_path_bytes_per_pe_cycle"] = counted["total"]
-    fig["stream_bandwidth_bytes_per_second"] = bw
-    fig["task_path_roofline_fraction"] = done / bw
-    log(f"roofline, task path: {counted['total']:.1f} bytes of state a PE-cycle (counted: "
-        + "; ".join(f"{k} {v:.2f}" for k, v in counted.items() if k != "total")
-        + f"), {done / 1e9:.1f} GB/s at the 2-thread speed against {bw / 1e9:.1f} GB/s streamed (a triad on all "
-        f"cores): {done / bw:.2f} of the bound")
+    _report_roofline(fig, "task_path", "task path", fig["pe_cycles_per_second_all_cores"], task_path_bytes(sim, cycles),
+                     log, floor=False, at=" at the 2-thread speed", streamed=" (a triad on all cores)")
     # The same path on a grid whose state the caches hold, on one thread (a grid this small spends
     # much of a cycle at the threads' barrier): how much of the full fabric's time is memory's.
     d = _scenario(True)
@@ -215,6 +207,23 @@ def _speed(fig: dict, sc, cycles: int, log) -> None:
     log(f"task path in cache, {n} thread: {rate / 1e6:.1f} million PE-cycles/s on 128 x 128 ({mib:.1f} MiB of "
         f"state), {rate / fig['pe_cycles_per_second_1_thread']:.2f} times the full fabric's on one thread: what "
         f"the path would gain if memory cost nothing")
+
+
+def _report_roofline(fig: dict, key: str, label: str, speed: float, counted: dict, log, floor: bool = True,
+                     at: str = "", streamed: str = "") -> None:
+    """A path's roofline: the bytes it counted a PE-cycle (`counted`, with "total") at `speed` PE-cycles
+    per second against the bandwidth a triad streams (measured once, in a fresh process so that its
+    arrays stay out of this one's memory, and kept in `fig`); kept under `key` and printed. `floor`:
+    the count leaves some bytes out."""
+    bw = fig.get("stream_bandwidth_bytes_per_second")
+    if bw is None:
+        bw = fig["stream_bandwidth_bytes_per_second"] = _python(_STREAM)[0]["bandwidth"]
+    done = speed * counted["total"]
+    fig[f"{key}_bytes_per_pe_cycle"] = counted["total"]
+    fig[f"{key}_roofline_fraction"] = done / bw
+    log(f"roofline, {label}: {'at least ' if floor else ''}{counted['total']:.1f} bytes of state a PE-cycle (counted: "
+        + "; ".join(f"{k} {v:.2f}" for k, v in counted.items() if k != "total")
+        + f"), {done / 1e9:.1f} GB/s{at} against {bw / 1e9:.1f} GB/s streamed{streamed}: {done / bw:.2f} of the bound")
 
 
 def stream_bandwidth(n: int = 1 << 25, repeats: int = 5) -> float:
@@ -250,6 +259,20 @@ def _sizes_and_rates(sim, n: int):
     return b, lambda col: float(s[:, col].sum()) / (n_pe * n)
 
 
+def _task_bytes(b: dict) -> int:
+    """A queued task's three fields."""
+    return b["q_work"] + b["q_birth"] + b["q_hops"]
+
+
+def _started_per_pe_cycle(sim, n: int, completed: float) -> float:
+    """Tasks started in service per PE-cycle over the last `n` cycles of `sim`: those completed, plus
+    the growth of the number in service."""
+    from kernels import mesh as K
+
+    s = sim.series[:n]
+    return completed + float(s[-1, K.S_IN_SERVICE] - s[0, K.S_IN_SERVICE]) / (sim.state.q_len.size * n)
+
+
 def _counts_bytes(b: dict) -> int:
     """Every PE reads its four send and four receive counts from the last cycle's slot and writes them
     into this cycle's."""
@@ -269,12 +292,11 @@ def task_path_bytes(sim, n: int) -> dict:
     from kernels import mesh as K
 
     b, per = _sizes_and_rates(sim, n)
-    s, n_pe = sim.series[:n], sim.state.q_len.size
     migrating = int(sim.inputs.cfg[K.CFG_POLICY]) != K.POLICY_NONE
-    task = b["q_work"] + b["q_birth"] + b["q_hops"]
+    task = _task_bytes(b)
     injected, refused = per(K.S_INJECTED), per(K.S_REFUSED)
     completed = per(K.S_COMPLETED)
-    started = completed + float(s[-1, K.S_IN_SERVICE] - s[0, K.S_IN_SERVICE]) / (n_pe * n)
+    started = _started_per_pe_cycle(sim, n, completed)
     depth = sim.depth_series[:n].sum(axis=0).astype(float)
     q = np.arange(depth.size)
     behind = float((depth[1:] * (q[1:] - 1)).sum() / max(depth[1:].sum(), 1))  # tasks behind a head that starts
@@ -330,10 +352,9 @@ def pipeline_path_bytes(sim, n: int) -> dict:
     from kernels import mesh as K
 
     b, per = _sizes_and_rates(sim, n)
-    s, n_pe = sim.series[:n], sim.state.q_len.size
-    task = b["q_work"] + b["q_birth"] + b["q_hops"]
+    task = _task_bytes(b)
     completed = per(K.S_COMPLETED)
-    started = completed + float(s[-1, K.S_IN_SERVICE] - s[0, K.S_IN_SERVICE]) / (n_pe * n)
+    started = _started_per_pe_cycle(sim, n, completed)
     out = {
         _COUNTS: _counts_bytes(b),
         "every PE: queue length, server, depth, router queues, outputs left": b["q_len"] + 2 * b["s_rem"]
@@ -494,14 +515,8 @@ def _traffic(fig: dict, sc, cycles: int, log) -> None:
     log(f"routed traffic, uniform at {rate:.5f} packets/PE/cycle (half the channel-load bound), all cores: "
         f"{n * timed / dt / 1e6:.1f} million PE-cycles/s ({timed} cycles after {fill} to fill the network; "
         f"{hops:.2f} hops per PE-cycle)")
-    counted = traffic_path_bytes(tsim, timed)
-    bw = fig.get("stream_bandwidth_bytes_per_second") or _python(_STREAM)[0]["bandwidth"]
-    done = fig["traffic_pe_cycles_per_second_all_cores"] * counted["total"]
-    fig["traffic_bytes_per_pe_cycle"] = counted["total"]
-    fig["traffic_roofline_fraction"] = done / bw
-    log(f"roofline, routed traffic: at least {counted['total']:.1f} bytes of state a PE-cycle (counted: "
-        + "; ".join(f"{k} {v:.2f}" for k, v in counted.items() if k != "total")
-        + f"), {done / 1e9:.1f} GB/s against {bw / 1e9:.1f} GB/s streamed: {done / bw:.2f} of the bound")
+    _report_roofline(fig, "traffic", "routed traffic", fig["traffic_pe_cycles_per_second_all_cores"],
+                     traffic_path_bytes(tsim, timed), log)
 
 
 def _pipeline(fig: dict, quick: bool, log) -> None:
@@ -536,7 +551,7 @@ def _pipeline(fig: dict, quick: bool, log) -> None:
         ten = sum(times)
         fig["pipeline_first_10000_cycles_seconds"] = ten
         log(f"layer pipeline, GPT-2 small from an empty wafer, all cores: its first 10,000 cycles in {ten:.1f} s")
-        ns = [dt / (pn * 1000) * 1e9 for dt in times]
+        ns = [x / (pn * 1000) * 1e9 for x in times]
         _report_fit(fig, "pipeline_fill", "layer pipeline, its fill", "its first ten thousands of cycles", busy, ns,
                     log)
         # Then the steady state: from 1,000 cycles after the first chunk finished, 2,000 cycles timed.
@@ -557,14 +572,8 @@ def _pipeline(fig: dict, quick: bool, log) -> None:
         log(f"layer pipeline, GPT-2 small in its steady state, all cores: {pn * 2000 / dt / 1e6:.1f} million "
             f"PE-cycles/s over 2,000 cycles from cycle {done + 1000:,} ({busy:.2f} of the PEs busy, {moved:.3f} "
             f"link sends per PE-cycle)")
-        counted = pipeline_path_bytes(psim, 1000)
-        bw = fig.get("stream_bandwidth_bytes_per_second") or _python(_STREAM)[0]["bandwidth"]
-        done = fig["pipeline_steady_pe_cycles_per_second_all_cores"] * counted["total"]
-        fig["pipeline_bytes_per_pe_cycle"] = counted["total"]
-        fig["pipeline_roofline_fraction"] = done / bw
-        log(f"roofline, layer pipeline in its steady state: at least {counted['total']:.1f} bytes of state a "
-            f"PE-cycle (counted: " + "; ".join(f"{k} {v:.2f}" for k, v in counted.items() if k != "total")
-            + f"), {done / 1e9:.1f} GB/s against {bw / 1e9:.1f} GB/s streamed: {done / bw:.2f} of the bound")
+        _report_roofline(fig, "pipeline", "layer pipeline in its steady state",
+                         fig["pipeline_steady_pe_cycles_per_second_all_cores"], pipeline_path_bytes(psim, 1000), log)
 
 
 def _rdu_step(fig: dict, quick: bool, log) -> None:
