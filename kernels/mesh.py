@@ -20,6 +20,8 @@ fields of MeshState below, which the kernels read by name (the configuration vec
     thr     uint32[R, C]      Bernoulli injection threshold (docs/mesh.md)
     shed    uint8[R, C]       1 while a PE sheds its surplus (migration with hysteresis only, 1 x 1 otherwise;
                               docs/mesh.md step 4)
+    tot_mig_dir int32[R, C, 4] tasks migrated on each output direction (migration on only, 1 x 1 x 4
+                              otherwise)
     routed traffic only (shape 1 x 1 otherwise): src_pending, src_scan int32[R, C] (source queues),
     tot_pkt_offered, tot_pkt_delivered int32[R, C], link_total int64[R, C, 4] (messages per link),
     oq uint64[R, C, 5, Qo] and oq_len uint8[R, C, 8] (router output queues N, E, S, W, ejection;
@@ -115,6 +117,7 @@ OUTPUT_BOTTOM = 1
 POLICY_NONE = 0
 POLICY_LEAST_LOADED = 1
 POLICY_RANDOM_LOWER = 2
+POLICY_DIFFUSION = 3
 
 WORK_FIXED = 0
 WORK_UNIFORM = 1
@@ -160,6 +163,8 @@ CFG_CHUNKS_PER_PASS = 26
 CFG_LOAD_CYCLES = 27
 CFG_FAST_FORWARD = 28
 CFG_HYSTERESIS = 29  # Y: a shedding PE migrates down to threshold - Y (docs/mesh.md, step 4)
+CFG_DIFFUSION_RATE = 30  # diffusion's rate alpha in units of 2^-16 (docs/mesh.md, step 4)
+DIFFUSION_ONE = 65536  # alpha = 1 in CFG_DIFFUSION_RATE's units
 
 
 def _cfg_fields(namespace) -> tuple:
@@ -247,6 +252,8 @@ class MeshState(NamedTuple):
     seg_live: np.ndarray  # uint8[R, S] 1 if a PE of the segment can be offered work (never skipped)
     # Migration with hysteresis only (shape 1 x 1 otherwise):
     shed: np.ndarray  # uint8[R, C] 1 while the PE sheds: its queue went above T and not yet down to T - Y
+    # Migration on only (shape 1 x 1 x 4 otherwise):
+    tot_mig_dir: np.ndarray  # int32[R, C, 4] tasks sent on each output direction (the regions' crossings)
 
 # Direction d: 0 N (r-1), 1 E (c+1), 2 S (r+1), 3 W (c-1); opposite (d + 2) & 3.
 
@@ -539,7 +546,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
 
     st: the state (MeshState). cfg: int64 vector, indices CFG_* (mesh_config). acc: int64[N_SERIES];
     dhist: int64[4, Q+1] (summed over its first axis); lhist: int64[n_bins] (last bin = overflow);
-    scratch: int64[4, 4], arrivals: uint32[C], and flags: uint8[3, C], work space. For
+    scratch: int64[5, 4], arrivals: uint32[C], and flags: uint8[3, C], work space. For
     traffic runs lhist holds the
     latencies of measured packets. done_ev: int64[1 + n], layer_pipeline: the count, then the
     chunks completed by output-edge PEs of last regions (chunk x replicas + replica); took: int64[P],
@@ -665,6 +672,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     known = scratch[1]
     elig = scratch[2]
     mig_now = scratch[3]
+    quota = scratch[4]
     offer_f = flags[0]
     simple_f = flags[1]
     nb_min = flags[2]
@@ -681,6 +689,9 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     hyst = cfg[CFG_HYSTERESIS] if check_nb else 0
     stop = threshold - hyst
     shed = st.shed
+    mig_dir = st.tot_mig_dir
+    diffusion = policy == POLICY_DIFFUSION
+    alpha = cfg[CFG_DIFFUSION_RATE]
 
     for r in range(r0, r1):
         # Row views, indexed below by unsigned column indices (no negative-index code: the loops vectorise).
@@ -1194,19 +1205,25 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         _start_sends(sent_now)  # (a routed PE started its count above)
                     for d in range(4):
                         mig_now[d] = 0
+                        quota[d] = 255
                         nr = r + (d == 2) - (d == 0)
                         nc = c + (d == 1) - (d == 3)
                         if nr < 0 or nr >= rows or nc < 0 or nc >= cols:
                             known[d] = -1
                         else:
                             known[d] = depth_h[s_info, nr, nc]
+                            if diffusion:
+                                # floor(alpha x (depth - known) + U), U uniform in [0, 1) from the
+                                # migration stream: the expected quota is alpha x the difference.
+                                hq = mix64(key_migrate ^ (np.uint64(u) * G_UNIT) ^ (np.uint64(4 + d) * G_INDEX))
+                                quota[d] = (alpha * max(qlen - known[d], 0) + np.int64(hq >> np.uint64(48))) >> 16
                     for k in range(max_mig):
                         if qlen <= limit:
                             break
                         n_elig = 0
                         best = -1
                         for d in range(4):
-                            if known[d] < 0 or known[d] + mig_now[d] + 1 >= qlen:
+                            if known[d] < 0 or known[d] + mig_now[d] + 1 >= qlen or mig_now[d] >= quota[d]:
                                 continue
                             if not _has_room(d, _neighbour(u, d, cols), sent_f, i_now, sent_now, recv_f, b_cred, wrap,
                                              kbuf, bw):
@@ -1231,6 +1248,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         mig_now[best] += 1
                         migrated += 1
                         tot_out[r, c] += 1
+                        mig_dir[r, c, best] += 1
                 if hyst > 0:
                     shed[r, c] = np.uint8(on & np.int64(qlen > stop))
 
@@ -1329,7 +1347,7 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
     n_blocks = block_rows.shape[0] - 1
     acc = np.zeros((n_blocks, N_SERIES), np.int64)
     dh = np.zeros((n_blocks, 4, depth_series.shape[1]), np.int64)
-    scratch = np.zeros((n_blocks, 4, 4), np.int64)
+    scratch = np.zeros((n_blocks, 5, 4), np.int64)
     cols = st.q_len.shape[1]
     arrivals = np.zeros((n_blocks, cols), np.uint32)
     flags = np.zeros((n_blocks, 3, cols), np.uint8)

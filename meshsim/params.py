@@ -287,8 +287,10 @@ PARAMS: tuple[Param, ...] = (
           "SRAM each tile sets aside for code, vertex state and stacks (an assumption).", (0, 1_048_576), _IPU),
     # [migration]
     Param("migration", "policy", "str", "", "least_loaded",
-          "How an overfull PE picks the neighbour it moves a task to (none disables migration).",
-          ("none", "least_loaded", "random_lower"), _MESH),
+          "How an overfull PE picks the neighbour it moves a task to (none disables migration): the "
+          "least loaded, one at random among those less loaded, or diffusion (a share of the depth "
+          "difference to each less loaded neighbour; migration.diffusion_rate).",
+          ("none", "least_loaded", "random_lower", "diffusion"), _MESH),
     Param("migration", "threshold", "int", "tasks", 4,
           "A PE migrates only while its queue holds more than this many tasks; less than "
           "machine.queue_capacity.", (0, 254), _MESH),
@@ -296,6 +298,9 @@ PARAMS: tuple[Param, ...] = (
           "A PE that starts migrating (its queue above threshold) goes on until its queue holds at most "
           "threshold - hysteresis tasks: a high and a low water mark (0: it stops at the threshold); at "
           "most migration.threshold.", (0, 254), _MESH),
+    Param("migration", "diffusion_rate", "float", "1", 0.2,
+          "diffusion only: the share alpha of the difference between its queue and a neighbour's that a PE "
+          "moves to that neighbour in a cycle (Cybenko's alpha; 0.2 = 1 / (neighbours + 1)).", (0.001, 0.5), _MESH),
     Param("migration", "info_delay_cycles", "int", "cycles", 1,
           "Age of the neighbour queue depths a PE decides on.", (1, 8), _MESH),
     Param("migration", "max_per_cycle", "int", "tasks/cycle", 1,

@@ -74,6 +74,7 @@ def reference_for(sc, trace_events=None) -> MeshReference:
         link_buffer_messages=m["link_buffer_messages"], credit_delay_cycles=m["credit_delay_cycles"],
         policy=mig["policy"], threshold=mig["threshold"], info_delay_cycles=mig["info_delay_cycles"],
         max_per_cycle=mig["max_per_cycle"], hysteresis=mig["hysteresis"] if mig["policy"] != "none" else 0,
+        diffusion_rate=mig["diffusion_rate"],
         seed=sc.get("run", "seed"), rates=rates,
         work_distribution=wl["work_distribution"], work_cycles=wl["work_cycles"],
         work_min_cycles=wl["work_min_cycles"], work_max_cycles=wl["work_max_cycles"], trace_events=trace_events,
@@ -192,6 +193,9 @@ def kernel_snapshot(sim: MeshSim) -> dict:
     out = {"queue": queue, "server": server, "links": links, "sent": sent, "received": received, "source": source,
            "router": router, "pipeline": pipeline, "shedding": [int(x) for x in st.shed.ravel()] if inp.sheds else None,
            "totals": {k: [int(x) for x in v] for k, v in totals.items()}, "wrap": wrap}
+    if inp.migrating:
+        out["totals"]["migrated_dir"] = [[int(x) for x in st.tot_mig_dir[r, c]]
+                                         for r in range(rows) for c in range(cols)]
     if inp.routed:
         out["totals"]["link_sent"] = [[int(x) for x in st.link_total[r, c]] for r in range(rows) for c in range(cols)]
     return out
@@ -249,10 +253,17 @@ def compare_cycle_by_cycle(sc, cycles, trace_events=None):
         for key, v in slow["totals"].items():
             if key == "link_sent" and key not in fast["totals"]:
                 continue  # per-link totals are kept for routed traffic only; "sent" covers the counts
+            if key == "migrated_dir" and key not in fast["totals"]:
+                assert not any(any(x) for x in v), f"cycle {t}: {key} without migration"
+                continue  # (kept only with a policy)
             if key in ("packets_offered", "packets_delivered") and key not in fast["totals"]:
                 assert not any(v), f"cycle {t}: {key} without traffic"
                 continue
             assert fast["totals"][key] == [list(x) if isinstance(x, list) else x for x in v], \
                 f"cycle {t}: per-PE totals {key}"
     sim.audit()
+    if migrating:
+        fast = kernel_snapshot(sim)
+        assert fast["totals"]["migrated_out"] == [sum(x) for x in fast["totals"]["migrated_dir"]], \
+            "the per-direction migrations add up to the migrated tasks"
     return totals

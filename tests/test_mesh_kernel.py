@@ -12,7 +12,7 @@ from kernels.rng import draw
 from meshsim.mesh.sim import MeshSim, build_inputs, injection_rates
 
 GRIDS = [(1, 1), (1, 5), (2, 2), (3, 5), (4, 6)]
-POLICIES = ["none", "least_loaded", "random_lower"]
+POLICIES = ["none", "least_loaded", "random_lower", "diffusion"]
 
 
 def test_counter_based_draws_match_the_reference():

@@ -225,6 +225,29 @@ def test_migrated_task_arrives_exactly_hop_latency_later_and_counts_one_hop(hop_
     assert snap["totals"]["completed"] == [2, 1]
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_diffusion_sends_its_quota_of_the_depth_difference(seed):
+    # Cycle 0 on PE 0: 6 tasks (work 10) injected, one starts: depth 5 against PE 1's known 0. With
+    # alpha = 0.25 the quota is floor(0.25 x 5 + U) = 1 or 2, U from draw(seed, 3, 0, 0, 4 + E); M = 4
+    # and B = 4 would allow more, and the quota stops it. least_loaded sends 2 (depth 3 against 2).
+    def run(policy):
+        ref = make(cols=2, policy=policy, diffusion_rate=0.25, max_per_cycle=4, link_messages_per_cycle=4,
+                   seed=seed, trace_events=[(0, 0, 0, 10)] * 6)
+        return ref.run(1)[0]["migrated"], ref.snapshot()["totals"]["migrated_dir"]
+
+    u = draw(seed, 3, 0, 0, 4 + E) >> 48
+    quota = (16384 * 5 + u) >> 16
+    assert (quota == 2) == (u >= 49152)
+    assert run("diffusion") == (quota, [[0, quota, 0, 0], [0, 0, 0, 0]])
+    assert run("least_loaded") == (2, [[0, 2, 0, 0], [0, 0, 0, 0]])
+
+
+def test_diffusion_rounds_to_the_share_on_average():
+    # Over many cycles' draws the quota's mean is alpha x the difference (rounded at random).
+    quotas = [(16384 * 5 + (draw(1, 3, t, 0, 4 + E) >> 48)) >> 16 for t in range(4000)]
+    assert abs(sum(quotas) / len(quotas) - 1.25) < 0.03
+
+
 def test_message_on_link_is_visible_in_snapshot_with_its_hop():
     ref = make(cols=2, policy="least_loaded", hop_latency_cycles=2,
                trace_events=[(0, 0, 0, 10)] * 3)
@@ -599,7 +622,7 @@ def _random_run_machine(policy, seed=123):
                 work_distribution="geometric", work_cycles=3, work_max_cycles=40)
 
 
-@pytest.mark.parametrize("policy", ["none", "least_loaded", "random_lower"])
+@pytest.mark.parametrize("policy", ["none", "least_loaded", "random_lower", "diffusion"])
 def test_conservation_holds_for_200_cycles_and_runs_are_deterministic(policy):
     a = _random_run_machine(policy)
     b = _random_run_machine(policy)
@@ -645,7 +668,7 @@ def test_different_seeds_give_different_runs():
     assert a.snapshot() != b.snapshot()
 
 
-@pytest.mark.parametrize("policy", ["least_loaded", "random_lower"])
+@pytest.mark.parametrize("policy", ["least_loaded", "random_lower", "diffusion"])
 def test_order_of_visiting_pes_does_not_change_the_result(policy):
     a = _random_run_machine(policy, seed=9)
     b = _random_run_machine(policy, seed=9)

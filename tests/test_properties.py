@@ -6,7 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mesh_compare import compare_cycle_by_cycle, small_scenario
 
-from meshsim.mesh.sim import MeshSim, build_inputs
+from kernels import mesh as K
+from meshsim.mesh.sim import MeshSim, build_inputs, diffusion_units
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -22,7 +23,8 @@ def scenarios(draw):
         machine__link_messages_per_cycle=bw,
         machine__link_buffer_messages=draw(st.integers(bw, 8)),
         machine__credit_delay_cycles=draw(st.integers(1, 4)),
-        migration__policy=draw(st.sampled_from(["none", "least_loaded", "random_lower"])),
+        migration__policy=draw(st.sampled_from(["none", "least_loaded", "random_lower", "diffusion"])),
+        migration__diffusion_rate=draw(st.floats(0.001, 0.5)),
         migration__threshold=(threshold := draw(st.integers(0, cap - 1))),
         migration__hysteresis=draw(st.integers(0, threshold)),
         migration__info_delay_cycles=draw(st.integers(1, 5)),
@@ -45,13 +47,16 @@ def check_migration_rule(sc, cycles=60) -> int:
 
     For each link a PE sent k > 0 tasks on in cycle t, the neighbour's depth as known (at the end
     of t - D) plus k must stay below the PE's depth before its last send on that link, which is at
-    most the PE's end-of-cycle depth plus all it sent in the cycle."""
+    most the PE's end-of-cycle depth plus all it sent in the cycle. With diffusion, k is also at most
+    alpha x (the depth as step 4 started - the known depth), rounded up (docs/mesh.md, step 4)."""
     sim = MeshSim(build_inputs(sc), max_chunk=1)
     inp, state = sim.inputs, sim.state
     rows, cols, h = inp.rows, inp.cols, inp.history
     wrap = 2 * inp.link_buffer_messages
     delay = sc.get("migration", "info_delay_cycles")
     moves = 0
+    diffusion = sc.get("migration", "policy") == "diffusion"
+    alpha = diffusion_units(sc.get("migration", "diffusion_rate"))
     for t in range(cycles):
         sent_before = state.sent_h[(t - 1) % h].astype(np.int64) if t > 0 else np.zeros((rows, cols, 4), np.int64)
         sim.advance(1)
@@ -64,6 +69,9 @@ def check_migration_rule(sc, cycles=60) -> int:
             assert 0 <= nr < rows and 0 <= nc < cols, "sent off the grid"
             k = sent[r, c, d]
             assert known[nr, nc] + k < depth_end[r, c] + total[r, c], (t, r, c, d)
+            if diffusion:
+                share = alpha * max(0, depth_end[r, c] + total[r, c] - known[nr, nc])
+                assert k <= -(-share // K.DIFFUSION_ONE), (t, r, c, d, k)
             moves += int(k)
     return moves
 
@@ -77,6 +85,6 @@ def test_migration_never_moves_a_task_to_a_neighbour_known_to_be_at_least_as_ful
 
 
 def test_the_migration_rule_check_sees_moves_under_heavy_load():
-    for policy in ("least_loaded", "random_lower"):
+    for policy in ("least_loaded", "random_lower", "diffusion"):
         sc = small_scenario(4, 5, migration__policy=policy, migration__threshold=0, workload__injection_rate=0.4)
         assert check_migration_rule(sc) > 50

@@ -265,7 +265,7 @@ MASK64 = 0xFFFFFFFFFFFFFFFF
 
 N, E, S, W = 0, 1, 2, 3
 EJECT = 4       # index of the ejection queue among a router's five output queues
-POLICIES = ("none", "least_loaded", "random_lower")
+POLICIES = ("none", "least_loaded", "random_lower", "diffusion")
 WORK_DISTRIBUTIONS = ("fixed", "uniform", "geometric")
 
 # Stream numbers from the spec ("Streams: 0 set-up, 1 injection, 3 migration").
@@ -391,6 +391,7 @@ class _Pe:
         self.refused = 0
         self.completed = 0
         self.migrated_out = 0
+        self.migrated_dir = [0, 0, 0, 0]   # tasks migrated out on each direction
         self.migrated_in = 0
         self.latency_sum = 0
         self.packets_offered = 0
@@ -444,7 +445,8 @@ class MeshReference:
                  link_buffer_messages, credit_delay_cycles, policy, threshold, info_delay_cycles,
                  max_per_cycle, seed, rates, work_distribution, work_cycles, work_min_cycles,
                  work_max_cycles, trace_events, pattern=None, hot_fraction=0.0, warmup_cycles=0,
-                 measure_cycles=0, router_queue_packets=4, pipeline=None, hysteresis=0):
+                 measure_cycles=0, router_queue_packets=4, pipeline=None, hysteresis=0,
+                 diffusion_rate=0.2):
         _check_range("rows", rows, 1, 1 << 30)
         _check_range("cols", cols, 1, 1 << 30)
         _check_range("queue_capacity", queue_capacity, 1, 255)
@@ -459,6 +461,8 @@ class MeshReference:
         _check_range("router_queue_packets", router_queue_packets, 1, 64)
         if policy not in POLICIES:
             raise ValueError("policy = %r: must be one of %s" % (policy, POLICIES))
+        if not 0.0 < diffusion_rate <= 0.5:
+            raise ValueError("diffusion_rate %r is outside (0, 0.5]" % (diffusion_rate,))
         _check_range("warmup_cycles", warmup_cycles, 0, 1 << 62)
         _check_range("measure_cycles", measure_cycles, 0, 1 << 62)
         if pattern is not None:
@@ -488,6 +492,8 @@ class MeshReference:
         self.M = max_per_cycle
         self.Qo = router_queue_packets
         self.policy = policy
+        # diffusion's rate alpha in units of 2^-16 (step 4)
+        self.A = math.floor(diffusion_rate * 65536 + 0.5)
         self.seed = seed & MASK64
 
         # Exactly one workload source: per-PE rates (Bernoulli or traffic), a trace, or a pipeline.
@@ -1157,6 +1163,17 @@ class MeshReference:
                 pe.shedding = False
             limit = self.S if pe.shedding else self.T
             tasks_now = [0, 0, 0, 0]
+            # diffusion: each neighbour's quota for this cycle, from the depths as step 4 starts
+            quota = [None, None, None, None]
+            if self.policy == "diffusion" and len(pe.queue) > limit:
+                depth0 = len(pe.queue)
+                for d in range(4):
+                    n = self.neighbour(u, d)
+                    if n is None:
+                        continue
+                    diff = max(0, depth0 - self._depth_at(n, t - self.D))
+                    h = draw(self.seed, STREAM_MIGRATION, t, u, 4 + d)
+                    quota[d] = (self.A * diff + (h >> 48)) >> 16
             for k in range(self.M):
                 depth = len(pe.queue)
                 if depth <= limit:
@@ -1167,11 +1184,13 @@ class MeshReference:
                     if n is None:
                         continue
                     kd = self._depth_at(n, t - self.D) + tasks_now[d]
+                    if quota[d] is not None and tasks_now[d] >= quota[d]:
+                        continue
                     if kd + 1 < depth and self._has_room(t, u, d, sent_now):
                         eligible.append((d, kd))
                 if not eligible:
                     break
-                if self.policy == "least_loaded":
+                if self.policy in ("least_loaded", "diffusion"):
                     best_d, best_kd = eligible[0]
                     for (d, kd) in eligible[1:]:
                         if kd < best_kd:        # strict: ties keep the smaller d
@@ -1185,6 +1204,7 @@ class MeshReference:
                 self._send(t, u, d_pick, (work, birth, min(hops + 1, 255)), sent_now)
                 tasks_now[d_pick] += 1
                 pe.migrated_out += 1
+                pe.migrated_dir[d_pick] += 1
                 obs["migrated"] += 1
             pe.shedding = pe.shedding and len(pe.queue) > self.S
 
@@ -1414,6 +1434,7 @@ class MeshReference:
                 "refused": [pe.refused for pe in self.pes],
                 "completed": [pe.completed for pe in self.pes],
                 "migrated_out": [pe.migrated_out for pe in self.pes],
+                "migrated_dir": [list(pe.migrated_dir) for pe in self.pes],
                 "migrated_in": [pe.migrated_in for pe in self.pes],
                 "latency_sum": [pe.latency_sum for pe in self.pes],
                 "packets_offered": [pe.packets_offered for pe in self.pes],

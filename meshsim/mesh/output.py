@@ -11,7 +11,7 @@ from kernels import mesh as K
 
 from ..output import ResultFile, describe
 from .pipeline import BOUNDS
-from .regions import FIGURES
+from .regions import BOUNDARY_FIGURES, FIGURES
 
 # name -> (series column, units, description)
 SERIES = {
@@ -244,6 +244,18 @@ class MeshResultWriter(ResultFile):
             ds = rg.create_dataset(name, data=np.asarray(figures[name], dtype=dtype), chunks=True, **self.comp)
             describe(ds, units, desc)
             ds.dims[0].attach_scale(scale)
+
+    def write_boundaries(self, figures: dict) -> None:
+        """The regions' boundary figures (keys of meshsim.mesh.regions.BOUNDARY_FIGURES), replacing any
+        before."""
+        self._finishing()
+        rg = self.f["regions"]
+        for name, (dtype, units, desc) in BOUNDARY_FIGURES.items():
+            if name in rg:
+                del rg[name]
+            ds = rg.create_dataset(name, data=np.asarray(figures[name], dtype=dtype), chunks=True, **self.comp)
+            describe(ds, units, desc)
+            ds.dims[0].attach_scale(self.region)
 
     def write_pipeline(self, pipe, pe_flops_per_cycle: float) -> None:
         """The layer_pipeline's region table (docs/mesh.md, "Dataflow"), one entry per region."""

@@ -7,7 +7,7 @@ import math
 
 from ..errors import InputError
 from ..report import fmt as _f
-from .regions import FIGURES
+from .regions import BOUNDARY_FIGURES, FIGURES
 
 
 def summary_lines(s: dict, regions: dict | None = None) -> list:
@@ -60,6 +60,9 @@ def read_regions(f, path) -> dict | None:
         raise InputError(f"{path}: the regions group lacks {', '.join(absent)}")
     out = {k: g[k][()] for k in needed}
     out["name"] = [n.decode() if isinstance(n, bytes) else str(n) for n in out["name"]]
+    # The boundary figures: written by runs with migration on (and absent from older files).
+    if all(k in g for k in BOUNDARY_FIGURES):
+        out.update({k: g[k][()] for k in BOUNDARY_FIGURES})
     return out
 
 
@@ -85,6 +88,33 @@ def _region_lines(r: dict) -> list:
                           f"{float(li.min()):.3f}-{float(li.max()):.3f}",
                           _f(float((r["utilization"][rest] * r["n_units"][rest]).sum() / r["n_units"][rest].sum()), 3),
                           r["refused"][rest].sum(), _f(lat, 4)))
+    if "boundary_bound" in r:
+        lines += _boundary_lines(r, shown, n)
+    return lines
+
+
+def _boundary_lines(r: dict, shown, n: int) -> list:
+    """Tasks a cycle across each region's boundary against the most it can carry, and the refusals
+    against the least the offered load, the capacity and that bound allow."""
+    head = f"{'region':<14}{'out':>10}{'in':>8}{'bound':>8}{'out/bound':>11}{'refused':>10}{'least':>8}"
+
+    def pct(x):
+        return "n/a" if math.isnan(x) else f"{100 * x:.1f}%"
+
+    def line(k):
+        bound, out = float(r["boundary_bound"][k]), float(r["crossed_out"][k])
+        injected = int(r["injected"][k])
+        refused = int(r["refused"][k]) / injected if injected else math.nan
+        return (f"{r['name'][k]:<14}{_f(out, 4):>10}{_f(float(r['crossed_in'][k]), 4):>8}{_f(bound, 4):>8}"
+                f"{(_f(out / bound, 3) if bound else 'n/a'):>11}{pct(refused):>10}"
+                f"{pct(float(r['least_refusal_rate'][k])):>8}")
+
+    lines = ["boundary      (tasks a cycle across each region's edge, out and in; the most its edge carries out; "
+             "the share of offered tasks refused, and the least that must be)", head]
+    lines += [line(k) for k in shown]
+    if n > 6:
+        ratio = r["crossed_out"][1:] / r["boundary_bound"][1:]
+        lines.append(f"{r['name'][1]}..{n - 1}: out/bound {float(ratio.min()):.3f}-{float(ratio.max()):.3f}")
     return lines
 
 

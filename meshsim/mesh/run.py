@@ -13,7 +13,7 @@ from kernels import mesh as K
 from .. import metrics
 from ..machine import Run
 from .output import MeshResultWriter
-from .regions import layers_of, region_figures, regions_of
+from .regions import boundary_figures, layers_of, link_rate, mean_work, region_figures, regions_of
 from .sim import MeshInputs, MeshSim
 from .state import busy_cycles, state_bytes_per_pe
 
@@ -204,6 +204,20 @@ class MeshRun(Run):
             if rg is not None:
                 writer.write_regions(region_figures(rg, busy_cycles(st), sim.cycle, st.tot_injected, st.tot_refused,
                                                     st.tot_completed, st.tot_latency), group)
+        if self.regions is not None and self.inputs.migrating:
+            writer.write_boundaries(_boundaries(self.scenario, self.regions, sim, self.inputs))
+
+
+def _boundaries(sc, regions, sim, inputs: MeshInputs) -> dict:
+    """The regions' boundary figures (docs/mesh.md, "Regions and the boundary bound")."""
+    m, wl = sc.values["machine"], sc.values["workload"]
+    rate = link_rate(m["link_messages_per_cycle"], m["link_buffer_messages"], m["hop_latency_cycles"],
+                     m["credit_delay_cycles"])
+    bernoulli = inputs.rates is not None and not inputs.traffic
+    work = mean_work(wl["work_distribution"], wl["work_cycles"], wl["work_min_cycles"], wl["work_max_cycles"]) \
+        if bernoulli else float("nan")
+    return boundary_figures(regions, sim.state.tot_mig_dir, sim.cycle, sc.get("migration", "max_per_cycle"), rate,
+                            inputs.rates if bernoulli else None, work)
 
 
 def _close_window(writer, sim, totals, start: dict, regions) -> None:

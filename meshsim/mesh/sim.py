@@ -57,6 +57,11 @@ class MeshInputs:
         """Whether a PE keeps a shedding flag (migration with hysteresis, docs/mesh.md step 4)."""
         return int(self.cfg[K.CFG_HYSTERESIS]) > 0
 
+    @property
+    def migrating(self) -> bool:
+        """Whether a migration policy is on (the per-direction migration counts are kept)."""
+        return int(self.cfg[K.CFG_POLICY]) != K.POLICY_NONE
+
 
 def injection_rates(sc) -> np.ndarray:
     """Per-PE Bernoulli rates, float64[R, C], for the uniform, hotspot and skewed workloads."""
@@ -75,6 +80,11 @@ def injection_rates(sc) -> np.ndarray:
         return lognormal_rates(n_units=rows * cols, injection_rate=base, sigma=sigma,
                                seed=np.uint64(sc.get("run", "seed"))).reshape(rows, cols)
     raise ValueError(f"no rate map for workload type {kind!r}")
+
+
+def diffusion_units(rate: float) -> int:
+    """diffusion's rate alpha in the kernel's units of 2^-16: floor(alpha x 65536 + 0.5) (docs/mesh.md, step 4)."""
+    return int(math.floor(rate * K.DIFFUSION_ONE + 0.5))
 
 
 def compile_scenario(sc) -> MeshInputs:
@@ -98,6 +108,7 @@ def compile_scenario(sc) -> MeshInputs:
         policy=S.POLICIES[mig["policy"]],
         threshold=mig["threshold"],
         hysteresis=mig["hysteresis"] if mig["policy"] != "none" else 0,
+        diffusion_rate=diffusion_units(mig["diffusion_rate"]),
         info_delay_cycles=mig["info_delay_cycles"],
         max_per_cycle=mig["max_per_cycle"],
         work_kind=S.WORK_KINDS[wl["work_distribution"]],
@@ -151,7 +162,8 @@ def check_memory(inputs: MeshInputs, max_chunk: int, n_blocks: int) -> None:
     /proc/meminfo does not show are not seen."""
     layout = S.mesh_layout(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
                            inputs.history, inputs.routed,
-                           int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]), S.pipeline_dims(inputs.pipeline), inputs.sheds)
+                           int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]), S.pipeline_dims(inputs.pipeline), inputs.sheds,
+                           inputs.migrating)
     buffers = 8 * (max_chunk * (K.N_SERIES + inputs.queue_capacity + 1) + n_blocks * inputs.latency_bins)
     need = S.layout_bytes(layout) + buffers
     have = S.available_memory_bytes()
@@ -178,7 +190,8 @@ class MeshSim:
         self.state = S.allocate_mesh(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
                                      inputs.history, thr, inputs.geo_log, traffic=inputs.routed,
                                      router_queue_packets=int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]),
-                                     pipeline=inputs.pipeline, hysteresis=inputs.sheds)
+                                     pipeline=inputs.pipeline, hysteresis=inputs.sheds,
+                                     migrating=inputs.migrating)
         self.blocks = S.row_blocks(inputs.rows)
         self.max_chunk = max_chunk
         self.series = np.zeros((max_chunk, K.N_SERIES), np.int64)
