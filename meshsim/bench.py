@@ -6,7 +6,8 @@ with 1 thread and with all cores; start-up time cold (compiling) and cached; byt
 PE; the bytes of state a PE-cycle of the task path, of routed traffic and of the layer pipeline
 touches, counted, against the bandwidth a triad streams (the simulator's own roofline), and the
 task path's speed with its state in cache; what an idle and a busy PE cost on the task path, on
-the hotspot scenario and in the layer pipeline's fill; peak memory of a full-fabric
+the hotspot scenario and in the layer pipeline's fill; each migration policy's speed beside
+least_loaded's; peak memory of a full-fabric
 1,000-cycle run; the HDF5 writing overhead; the rdu's time for a 24-layer training step; the ipu's
 for 100 training steps of a 24-layer model over 8 IPUs; and the plain reference's speed on a small
 grid for the ratio.
@@ -141,6 +142,7 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     _startup(fig, log)
     _speed(fig, sc, cycles, log)
     _idle_and_busy(fig, quick, cycles, log)
+    _policies(fig, quick, cycles, log)
     _hotspot(fig, quick, cycles, log)
     _full_run(fig, quick, log)
     _traffic(fig, sc, cycles, log)
@@ -207,6 +209,43 @@ def _speed(fig: dict, sc, cycles: int, log) -> None:
     log(f"task path in cache, {n} thread: {rate / 1e6:.1f} million PE-cycles/s on 128 x 128 ({mib:.1f} MiB of "
         f"state), {rate / fig['pe_cycles_per_second_1_thread']:.2f} times the full fabric's on one thread: what "
         f"the path would gain if memory cost nothing")
+
+
+#: The policies `meshsim bench` times, each beside least_loaded: (label, migration keys).
+POLICY_RUNS = (("none", {"policy": "none"}), ("least_loaded", {"policy": "least_loaded"}),
+               ("random_lower", {"policy": "random_lower"}), ("diffusion", {"policy": "diffusion"}),
+               ("least_loaded, hysteresis 2", {"policy": "least_loaded", "hysteresis": 2}))
+
+
+def _policies(fig: dict, quick: bool, cycles: int, log) -> None:
+    """Each migration policy's speed on the task path at offered load 0.9 (rate 0.09), where queues
+    pass the threshold and the policies move tasks, against least_loaded's; all cores."""
+    from kernels import mesh as K
+
+    from .mesh.sim import MeshSim, available_cores, build_inputs, set_threads
+    from .scenario import scenario_from_dict
+
+    n = set_threads(available_cores())
+    rates = {}
+    moved = {}
+    for label, keys in POLICY_RUNS:
+        d = _scenario(quick)
+        d["workload"]["injection_rate"] = 0.09
+        d["migration"].update(keys)
+        sim = MeshSim(build_inputs(scenario_from_dict(d)), cycles)
+        sim.advance(min(cycles, 250))
+        t = time.perf_counter()
+        sim.advance(cycles)
+        dt = time.perf_counter() - t
+        rates[label] = fig["n_pes"] * cycles / dt
+        moved[label] = float(sim.series[:cycles, K.S_MIGRATED].sum()) / (fig["n_pes"] * cycles)
+    fig["policy_pe_cycles_per_second"] = rates
+    base = rates["least_loaded"]
+    log(f"policies, {n} thread{'s' if n > 1 else ''}, offered load 0.9 (threshold 2), {cycles} cycles of "
+        f"{fig['grid']} each:")
+    for label, rate in rates.items():
+        log(f"  {label}: {rate / 1e6:.1f} million PE-cycles/s, {rate / base:.2f} of least_loaded's "
+            f"({moved[label]:.4f} tasks moved a PE-cycle)")
 
 
 def _report_roofline(fig: dict, key: str, label: str, speed: float, counted: dict, log, floor: bool = True,

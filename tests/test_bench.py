@@ -5,6 +5,7 @@ import pytest
 from mesh_compare import small_scenario
 
 from kernels import mesh as K
+from meshsim import bench
 from meshsim.bench import idle_and_busy_fit, pipeline_path_bytes, task_path_bytes, traffic_path_bytes
 from meshsim.mesh.sim import MeshSim, build_inputs
 from meshsim.scenario import scenario_from_dict
@@ -79,3 +80,15 @@ def test_a_fresh_process_reports_its_own_peak_memory_not_its_parents():
     code = "from meshsim.bench import peak_memory_bytes; print(peak_memory_bytes())"
     child = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert 10 * 2**20 < child < big.nbytes / 2
+
+
+def test_each_policy_is_timed_beside_least_loaded():
+    lines = []
+    fig = {"n_pes": 128 * 128, "grid": "128 x 128"}
+    bench._policies(fig, quick=True, cycles=40, log=lines.append)
+    rates = fig["policy_pe_cycles_per_second"]
+    assert list(rates) == [label for label, _ in bench.POLICY_RUNS] and all(r > 0 for r in rates.values())
+    assert len(lines) == 1 + len(rates)
+    assert "none" in lines[1] and "0.0000 tasks moved" in lines[1]
+    assert "least_loaded: " in lines[2] and "1.00 of least_loaded's" in lines[2]
+    assert all("0.0000 tasks moved" not in line for line in lines[2:])
