@@ -22,6 +22,7 @@ fields of MeshState below, which the kernels read by name (the configuration vec
                               docs/mesh.md step 4)
     tot_mig_dir int32[R, C, 4] tasks migrated on each output direction (migration on only, 1 x 1 x 4
                               otherwise)
+    press_h uint8[H, R, C]    gradient only (1 x 1 x 1 otherwise): the pressure at the end of cycle t
     routed traffic only (shape 1 x 1 otherwise): src_pending, src_scan int32[R, C] (source queues),
     tot_pkt_offered, tot_pkt_delivered int32[R, C], link_total int64[R, C, 4] (messages per link),
     oq uint64[R, C, 5, Qo] and oq_len uint8[R, C, 8] (router output queues N, E, S, W, ejection;
@@ -118,6 +119,8 @@ POLICY_NONE = 0
 POLICY_LEAST_LOADED = 1
 POLICY_RANDOM_LOWER = 2
 POLICY_DIFFUSION = 3
+POLICY_GRADIENT = 4
+PRESSURE_NONE = 255  # gradient: the pressure of a PE that knows of no light PE
 
 WORK_FIXED = 0
 WORK_UNIFORM = 1
@@ -254,6 +257,8 @@ class MeshState(NamedTuple):
     shed: np.ndarray  # uint8[R, C] 1 while the PE sheds: its queue went above T and not yet down to T - Y
     # Migration on only (shape 1 x 1 x 4 otherwise):
     tot_mig_dir: np.ndarray  # int32[R, C, 4] tasks sent on each output direction (the regions' crossings)
+    # The gradient policy only (shape 1 x 1 x 1 otherwise):
+    press_h: np.ndarray  # uint8[H, R, C] pressure at the end of cycle t (docs/mesh.md, step 4), slot t % H
 
 # Direction d: 0 N (r-1), 1 E (c+1), 2 S (r+1), 3 W (c-1); opposite (d + 2) & 3.
 
@@ -546,7 +551,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
 
     st: the state (MeshState). cfg: int64 vector, indices CFG_* (mesh_config). acc: int64[N_SERIES];
     dhist: int64[4, Q+1] (summed over its first axis); lhist: int64[n_bins] (last bin = overflow);
-    scratch: int64[5, 4], arrivals: uint32[C], and flags: uint8[3, C], work space. For
+    scratch: int64[6, 4], arrivals: uint32[C], and flags: uint8[4, C], work space. For
     traffic runs lhist holds the
     latencies of measured packets. done_ev: int64[1 + n], layer_pipeline: the count, then the
     chunks completed by output-edge PEs of last regions (chunk x replicas + replica); took: int64[P],
@@ -673,9 +678,11 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     elig = scratch[2]
     mig_now = scratch[3]
     quota = scratch[4]
+    kp = scratch[5]
     offer_f = flags[0]
     simple_f = flags[1]
     nb_min = flags[2]
+    p_min = flags[3]
     seg_chg = st.seg_chg
     seg_idle = st.seg_idle
     seg_live = st.seg_live
@@ -691,6 +698,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     shed = st.shed
     mig_dir = st.tot_mig_dir
     diffusion = policy == POLICY_DIFFUSION
+    gradient = policy == POLICY_GRADIENT
+    press_h = st.press_h
     alpha = cfg[CFG_DIFFUSION_RATE]
 
     for r in range(r0, r1):
@@ -711,6 +720,11 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
         i_up = depth_h[s_info, max(r - 1, 0)]
         i_down = depth_h[s_info, min(r + 1, rows - 1)]
         i_same = depth_h[s_info, r]
+        pr = r if gradient else 0
+        p_up = press_h[s_info if gradient else 0, max(pr - 1, 0)]
+        p_down = press_h[s_info if gradient else 0, min(pr + 1, press_h.shape[1] - 1)]
+        p_same = press_h[s_info if gradient else 0, pr]
+        p_now = press_h[s_now if gradient else 0, pr]
         um = np.uint8(0) if r > 0 else np.uint8(0xFF)
         dm = np.uint8(0) if r + 1 < rows else np.uint8(0xFF)
         rr = r if routed else 0
@@ -781,6 +795,14 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                     nb_min[c] = min(nb_min[c], i_same[c - np.uint64(1)])
                 for c in range(a0, min(a1, np.uint64(cols - 1))):
                     nb_min[c] = min(nb_min[c], i_same[c + np.uint64(1)])
+            if gradient:
+                # The least pressure of a neighbour as known at t - D (255 where there is none).
+                for c in range(a0, a1):
+                    p_min[c] = min(p_up[c] | um, p_down[c] | dm)
+                for c in range(max(a0, np.uint64(1)), a1):
+                    p_min[c] = min(p_min[c], p_same[c - np.uint64(1)])
+                for c in range(a0, min(a1, np.uint64(cols - 1))):
+                    p_min[c] = min(p_min[c], p_same[c + np.uint64(1)])
             if is_trace:
                 for c in range(a0, a1):
                     offer_f[c] = 0
@@ -818,7 +840,10 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             for c in range(a0, a1):
                 ql = np.int64(ql_r[c])
                 rem = np.int64(rem_r[c])
-                quiet_mig = np.int64(ql <= shallow) | np.int64(np.int64(nb_min[c]) + 1 >= ql)
+                if gradient:  # (no light PE known: nowhere to go)
+                    quiet_mig = np.int64(ql <= shallow) | np.int64(p_min[c] == PRESSURE_NONE)
+                else:
+                    quiet_mig = np.int64(ql <= shallow) | np.int64(np.int64(nb_min[c]) + 1 >= ql)
                 s = np.int64(arrivals[c] == 0) & np.int64(offer_f[c] == 0) & quiet_mig & (
                     np.int64(rem > 1) | np.int64(rem + ql == 0))
                 simple_f[c] = np.uint8(s)
@@ -830,6 +855,10 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                 h1 += s & np.int64(ql == 1)
                 h2 += s & np.int64(ql == 2)
                 deep += s & np.int64(ql > 2)
+            if gradient:
+                # Every PE's pressure from its queue as it stands (the others write theirs again in step 6).
+                for c in range(a0, a1):
+                    p_now[c] = np.uint8(0) if ql_r[c] <= stop else np.uint8(min(np.int64(p_min[c]) + 1, PRESSURE_NONE))
             busy += dec_sum
             in_service += dec_sum
             n_simple = (c1 - c0) - popcount(todo_bits)
@@ -1212,6 +1241,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             known[d] = -1
                         else:
                             known[d] = depth_h[s_info, nr, nc]
+                            if gradient:
+                                kp[d] = press_h[s_info, nr, nc]
                             if diffusion:
                                 # floor(alpha x (depth - known) + U), U uniform in [0, 1) from the
                                 # migration stream: the expected quota is alpha x the difference.
@@ -1223,7 +1254,13 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         n_elig = 0
                         best = -1
                         for d in range(4):
-                            if known[d] < 0 or known[d] + mig_now[d] + 1 >= qlen or mig_now[d] >= quota[d]:
+                            if known[d] < 0 or mig_now[d] >= quota[d]:
+                                continue
+                            if gradient:
+                                # Down the surface: towards the least pressure known, if a light PE is.
+                                if kp[d] != p_min[c] or kp[d] == PRESSURE_NONE:
+                                    continue
+                            elif known[d] + mig_now[d] + 1 >= qlen:
                                 continue
                             if not _has_room(d, _neighbour(u, d, cols), sent_f, i_now, sent_now, recv_f, b_cred, wrap,
                                              kbuf, bw):
@@ -1291,6 +1328,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                 # 6. End of cycle: own state and the values others may read later.
                 q_len[r, c] = qlen
                 queued += _record_depth(depth_h, dhist, s_now, r, c, qlen)
+                if gradient:
+                    p_now[c] = np.uint8(0) if qlen <= stop else np.uint8(min(np.int64(p_min[c]) + 1, PRESSURE_NONE))
                 q_moved |= qlen != ql_start
 
             # What the next cycles need to know to skip the segment: whether any count or depth of it
@@ -1347,10 +1386,10 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
     n_blocks = block_rows.shape[0] - 1
     acc = np.zeros((n_blocks, N_SERIES), np.int64)
     dh = np.zeros((n_blocks, 4, depth_series.shape[1]), np.int64)
-    scratch = np.zeros((n_blocks, 5, 4), np.int64)
+    scratch = np.zeros((n_blocks, 6, 4), np.int64)
     cols = st.q_len.shape[1]
     arrivals = np.zeros((n_blocks, cols), np.uint32)
-    flags = np.zeros((n_blocks, 3, cols), np.uint8)
+    flags = np.zeros((n_blocks, 4, cols), np.uint8)
     is_lp = cfg[CFG_IS_PIPELINE]
     lp_w = cfg[CFG_CHUNKS_IN_FLIGHT]
     # (Bound here, outside the prange loop below: see MeshState.)

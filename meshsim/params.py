@@ -288,9 +288,10 @@ PARAMS: tuple[Param, ...] = (
     # [migration]
     Param("migration", "policy", "str", "", "least_loaded",
           "How an overfull PE picks the neighbour it moves a task to (none disables migration): the "
-          "least loaded, one at random among those less loaded, or diffusion (a share of the depth "
-          "difference to each less loaded neighbour; migration.diffusion_rate).",
-          ("none", "least_loaded", "random_lower", "diffusion"), _MESH),
+          "least loaded, one at random among those less loaded, diffusion (a share of the depth "
+          "difference to each less loaded neighbour; migration.diffusion_rate), or gradient (towards "
+          "the nearest light PE, down a pressure surface).",
+          ("none", "least_loaded", "random_lower", "diffusion", "gradient"), _MESH),
     Param("migration", "threshold", "int", "tasks", 4,
           "A PE migrates only while its queue holds more than this many tasks; less than "
           "machine.queue_capacity.", (0, 254), _MESH),

@@ -192,6 +192,8 @@ def kernel_snapshot(sim: MeshSim) -> dict:
         totals.update(packets_offered=st.tot_pkt_offered.ravel(), packets_delivered=st.tot_pkt_delivered.ravel())
     out = {"queue": queue, "server": server, "links": links, "sent": sent, "received": received, "source": source,
            "router": router, "pipeline": pipeline, "shedding": [int(x) for x in st.shed.ravel()] if inp.sheds else None,
+           "pressure": [int(x) for x in st.press_h[(sim.cycle - 1) % inp.history].ravel()]
+           if inp.gradient and sim.cycle > 0 else None,
            "totals": {k: [int(x) for x in v] for k, v in totals.items()}, "wrap": wrap}
     if inp.migrating:
         out["totals"]["migrated_dir"] = [[int(x) for x in st.tot_mig_dir[r, c]]
@@ -248,6 +250,7 @@ def compare_cycle_by_cycle(sc, cycles, trace_events=None):
         else:  # (docs/mesh.md, step 4: without hysteresis a PE sheds exactly while its queue exceeds T)
             assert slow["shedding"] == [int(migrating and len(q) > threshold) for q in slow["queue"]], \
                 f"cycle {t}: shedding flags without hysteresis"
+        assert fast["pressure"] == slow["pressure"], f"cycle {t}: pressures"
         assert fast["sent"] == [[x % wrap for x in v] for v in slow["sent"]], f"cycle {t}: send counts"
         assert fast["received"] == [[x % wrap for x in v] for v in slow["received"]], f"cycle {t}: receive counts"
         for key, v in slow["totals"].items():

@@ -13,7 +13,7 @@ from meshsim.mesh.regions import Regions, boundary_figures, link_rate, mean_work
 from meshsim.report import format_summary, read_regions, read_summary
 from meshsim.run import run_scenario
 
-POLICIES = ("least_loaded", "random_lower", "diffusion")
+POLICIES = ("least_loaded", "random_lower", "diffusion", "gradient")
 
 
 def hot_square(policy, hot_rate, path):

@@ -12,7 +12,7 @@ from kernels.rng import draw
 from meshsim.mesh.sim import MeshSim, build_inputs, injection_rates
 
 GRIDS = [(1, 1), (1, 5), (2, 2), (3, 5), (4, 6)]
-POLICIES = ["none", "least_loaded", "random_lower", "diffusion"]
+POLICIES = ["none", "least_loaded", "random_lower", "diffusion", "gradient"]
 
 
 def test_counter_based_draws_match_the_reference():
@@ -78,7 +78,7 @@ def test_kernel_equals_reference_trace(tmp_path, policy, hop_latency):
     assert totals["refused"] > 0
 
 
-@pytest.mark.parametrize("policy", ["none", "least_loaded"])
+@pytest.mark.parametrize("policy", ["none", "least_loaded", "gradient"])
 @pytest.mark.parametrize("hop_latency", [1, 2])
 def test_kernel_equals_reference_where_quiet_segments_are_skipped(policy, hop_latency):
     """A grid of three segments of columns, work offered only in a hot spot: tasks migrate out and

@@ -248,6 +248,30 @@ def test_diffusion_rounds_to_the_share_on_average():
     assert abs(sum(quotas) / len(quotas) - 1.25) < 0.03
 
 
+def test_gradient_passes_surplus_through_a_full_pe_towards_a_light_one():
+    # 1 x 3, T = 0: PEs 0 and 1 get 4 tasks of work 100 at cycle 0, PE 2 none. Cycle 0: each starts
+    # one and sends its tail east (every pressure known is 0, the state before cycle 0). At its end
+    # PEs 0 and 1 hold 2 tasks, pressure 1; PE 2 is light, pressure 0. Cycle 1: PE 1 receives PE
+    # 0's task (3 queued), PE 2 receives PE 1's and starts it. PE 0 (2 queued) sends east down the
+    # surface although PE 1 was known to hold 2 (least_loaded would not: 2 + 1 >= 2); PE 1 sends
+    # east towards PE 2. Pressures at the end: PE 0 one more than PE 1's 1, PE 1 one more than
+    # PE 2's 0, PE 2 light.
+    events = [(0, 0, 0, 100)] * 4 + [(0, 0, 1, 100)] * 4
+
+    def first_two_cycles(policy):
+        ref = make(cols=3, policy=policy, trace_events=events)
+        obs = ref.run(2)
+        return [o["migrated"] for o in obs], ref.snapshot()
+
+    moved, snap = first_two_cycles("gradient")
+    assert moved == [2, 2]
+    assert snap["pressure"] == [2, 1, 0]
+    assert snap["totals"]["migrated_dir"] == [[0, 2, 0, 0], [0, 2, 0, 0], [0, 0, 0, 0]]
+    assert [len(q) for q in snap["queue"]] == [1, 2, 0]
+    moved, snap = first_two_cycles("least_loaded")
+    assert moved == [2, 1] and snap["pressure"] is None
+
+
 def test_message_on_link_is_visible_in_snapshot_with_its_hop():
     ref = make(cols=2, policy="least_loaded", hop_latency_cycles=2,
                trace_events=[(0, 0, 0, 10)] * 3)
@@ -622,7 +646,7 @@ def _random_run_machine(policy, seed=123):
                 work_distribution="geometric", work_cycles=3, work_max_cycles=40)
 
 
-@pytest.mark.parametrize("policy", ["none", "least_loaded", "random_lower", "diffusion"])
+@pytest.mark.parametrize("policy", ["none", "least_loaded", "random_lower", "diffusion", "gradient"])
 def test_conservation_holds_for_200_cycles_and_runs_are_deterministic(policy):
     a = _random_run_machine(policy)
     b = _random_run_machine(policy)
@@ -668,7 +692,7 @@ def test_different_seeds_give_different_runs():
     assert a.snapshot() != b.snapshot()
 
 
-@pytest.mark.parametrize("policy", ["least_loaded", "random_lower", "diffusion"])
+@pytest.mark.parametrize("policy", ["least_loaded", "random_lower", "diffusion", "gradient"])
 def test_order_of_visiting_pes_does_not_change_the_result(policy):
     a = _random_run_machine(policy, seed=9)
     b = _random_run_machine(policy, seed=9)

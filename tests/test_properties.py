@@ -23,7 +23,7 @@ def scenarios(draw):
         machine__link_messages_per_cycle=bw,
         machine__link_buffer_messages=draw(st.integers(bw, 8)),
         machine__credit_delay_cycles=draw(st.integers(1, 4)),
-        migration__policy=draw(st.sampled_from(["none", "least_loaded", "random_lower", "diffusion"])),
+        migration__policy=draw(st.sampled_from(["none", "least_loaded", "random_lower", "diffusion", "gradient"])),
         migration__diffusion_rate=draw(st.floats(0.001, 0.5)),
         migration__threshold=(threshold := draw(st.integers(0, cap - 1))),
         migration__hysteresis=draw(st.integers(0, threshold)),
@@ -56,6 +56,7 @@ def check_migration_rule(sc, cycles=60) -> int:
     delay = sc.get("migration", "info_delay_cycles")
     moves = 0
     diffusion = sc.get("migration", "policy") == "diffusion"
+    gradient = sc.get("migration", "policy") == "gradient"
     alpha = diffusion_units(sc.get("migration", "diffusion_rate"))
     for t in range(cycles):
         sent_before = state.sent_h[(t - 1) % h].astype(np.int64) if t > 0 else np.zeros((rows, cols, 4), np.int64)
@@ -68,6 +69,14 @@ def check_migration_rule(sc, cycles=60) -> int:
             nr, nc = r + (d == 2) - (d == 0), c + (d == 1) - (d == 3)
             assert 0 <= nr < rows and 0 <= nc < cols, "sent off the grid"
             k = sent[r, c, d]
+            if gradient:
+                # Down the pressure surface: to a neighbour of the least pressure known, below 255.
+                pressure = state.press_h[(t - delay) % h].astype(np.int64) if t >= delay else np.zeros((rows, cols))
+                around = [pressure[r + dr, c + dc] for dr, dc in ((-1, 0), (0, 1), (1, 0), (0, -1))
+                          if 0 <= r + dr < rows and 0 <= c + dc < cols]
+                assert pressure[nr, nc] == min(around) < 255, (t, r, c, d)
+                moves += int(k)
+                continue
             assert known[nr, nc] + k < depth_end[r, c] + total[r, c], (t, r, c, d)
             if diffusion:
                 share = alpha * max(0, depth_end[r, c] + total[r, c] - known[nr, nc])
@@ -85,6 +94,6 @@ def test_migration_never_moves_a_task_to_a_neighbour_known_to_be_at_least_as_ful
 
 
 def test_the_migration_rule_check_sees_moves_under_heavy_load():
-    for policy in ("least_loaded", "random_lower", "diffusion"):
+    for policy in ("least_loaded", "random_lower", "diffusion", "gradient"):
         sc = small_scenario(4, 5, migration__policy=policy, migration__threshold=0, workload__injection_rate=0.4)
         assert check_migration_rule(sc) > 50

@@ -265,7 +265,7 @@ MASK64 = 0xFFFFFFFFFFFFFFFF
 
 N, E, S, W = 0, 1, 2, 3
 EJECT = 4       # index of the ejection queue among a router's five output queues
-POLICIES = ("none", "least_loaded", "random_lower", "diffusion")
+POLICIES = ("none", "least_loaded", "random_lower", "diffusion", "gradient")
 WORK_DISTRIBUTIONS = ("fixed", "uniform", "geometric")
 
 # Stream numbers from the spec ("Streams: 0 set-up, 1 injection, 3 migration").
@@ -548,6 +548,7 @@ class MeshReference:
         self.cycle = 0
         # End-of-cycle values other PEs may read later, indexed [cycle][u]; cycles < 0 read as 0.
         self.depth_history = []
+        self.pressure_history = []      # gradient only
         self.sent_history = []
         self.received_history = []
         # Cumulative per-cycle observables, used for the conservation check.
@@ -770,6 +771,20 @@ class MeshReference:
         assert x < self.cycle, "read of a cycle that has not ended"
         return self.depth_history[x][n]
 
+    def _pressure_at(self, n, x):
+        if x < 0:
+            return 0
+        assert x < self.cycle, "read of a cycle that has not ended"
+        return self.pressure_history[x][n]
+
+    def _pressure(self, t, u):
+        """gradient: PE u's pressure at the end of cycle t (step 4): 0 while light, else one more
+        than the least its neighbours had at t - D, at most 255 (255 with no neighbour)."""
+        if len(self.pes[u].queue) <= self.S:
+            return 0
+        known = [self._pressure_at(n, t - self.D) for n in (self.neighbour(u, d) for d in range(4)) if n is not None]
+        return min(255, 1 + min(known)) if known else 255
+
     def _received_at(self, n, port, x):
         if x < 0:
             return 0
@@ -892,6 +907,8 @@ class MeshReference:
 
         # Record the end-of-cycle values other PEs may read in later cycles.
         self.depth_history.append([len(pe.queue) for pe in self.pes])
+        if self.policy == "gradient":
+            self.pressure_history.append([self._pressure(t, u) for u in range(self.n_pe)])
         self.sent_history.append([tuple(pe.sent_total) for pe in self.pes])
         self.received_history.append([tuple(pe.received_total) for pe in self.pes])
         self.cycle = t + 1
@@ -1174,6 +1191,14 @@ class MeshReference:
                     diff = max(0, depth0 - self._depth_at(n, t - self.D))
                     h = draw(self.seed, STREAM_MIGRATION, t, u, 4 + d)
                     quota[d] = (self.A * diff + (h >> 48)) >> 16
+            # gradient: the neighbours' pressures as known, and their least (255: no light PE known)
+            pressure = [None, None, None, None]
+            if self.policy == "gradient":
+                for d in range(4):
+                    n = self.neighbour(u, d)
+                    if n is not None:
+                        pressure[d] = self._pressure_at(n, t - self.D)
+            pmin = min((p for p in pressure if p is not None), default=255)
             for k in range(self.M):
                 depth = len(pe.queue)
                 if depth <= limit:
@@ -1186,11 +1211,15 @@ class MeshReference:
                     kd = self._depth_at(n, t - self.D) + tasks_now[d]
                     if quota[d] is not None and tasks_now[d] >= quota[d]:
                         continue
-                    if kd + 1 < depth and self._has_room(t, u, d, sent_now):
+                    if self.policy == "gradient":
+                        downhill = pressure[d] == pmin and pmin < 255
+                    else:
+                        downhill = kd + 1 < depth
+                    if downhill and self._has_room(t, u, d, sent_now):
                         eligible.append((d, kd))
                 if not eligible:
                     break
-                if self.policy in ("least_loaded", "diffusion"):
+                if self.policy in ("least_loaded", "diffusion", "gradient"):
                     best_d, best_kd = eligible[0]
                     for (d, kd) in eligible[1:]:
                         if kd < best_kd:        # strict: ties keep the smaller d
@@ -1428,6 +1457,7 @@ class MeshReference:
             "sent": [list(pe.sent_total) for pe in self.pes],
             "received": [list(pe.received_total) for pe in self.pes],
             "shedding": [int(pe.shedding) for pe in self.pes],
+            "pressure": list(self.pressure_history[-1]) if self.pressure_history else None,
             "totals": {
                 "busy": [pe.busy for pe in self.pes],
                 "injected": [pe.injected for pe in self.pes],

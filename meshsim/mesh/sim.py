@@ -62,6 +62,11 @@ class MeshInputs:
         """Whether a migration policy is on (the per-direction migration counts are kept)."""
         return int(self.cfg[K.CFG_POLICY]) != K.POLICY_NONE
 
+    @property
+    def gradient(self) -> bool:
+        """Whether the policy is gradient (the pressures are kept)."""
+        return int(self.cfg[K.CFG_POLICY]) == K.POLICY_GRADIENT
+
 
 def injection_rates(sc) -> np.ndarray:
     """Per-PE Bernoulli rates, float64[R, C], for the uniform, hotspot and skewed workloads."""
@@ -163,7 +168,7 @@ def check_memory(inputs: MeshInputs, max_chunk: int, n_blocks: int) -> None:
     layout = S.mesh_layout(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
                            inputs.history, inputs.routed,
                            int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]), S.pipeline_dims(inputs.pipeline), inputs.sheds,
-                           inputs.migrating)
+                           inputs.migrating, inputs.gradient)
     buffers = 8 * (max_chunk * (K.N_SERIES + inputs.queue_capacity + 1) + n_blocks * inputs.latency_bins)
     need = S.layout_bytes(layout) + buffers
     have = S.available_memory_bytes()
@@ -191,7 +196,7 @@ class MeshSim:
                                      inputs.history, thr, inputs.geo_log, traffic=inputs.routed,
                                      router_queue_packets=int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]),
                                      pipeline=inputs.pipeline, hysteresis=inputs.sheds,
-                                     migrating=inputs.migrating)
+                                     migrating=inputs.migrating, gradient=inputs.gradient)
         self.blocks = S.row_blocks(inputs.rows)
         self.max_chunk = max_chunk
         self.series = np.zeros((max_chunk, K.N_SERIES), np.int64)
