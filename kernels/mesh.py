@@ -785,16 +785,18 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             if check_nb:
                 for c in range(a0, a1):
                     deepest = max(deepest, ql_r[c])
-            if deepest > stop:
-                # The least depth of a neighbour as known at t - D (255 where there is none): with
-                # it + 1 >= the queue, step 4 finds no neighbour to migrate to. (Needed only where a
-                # queue is longer than the threshold, or than `stop` for a shedding PE.)
+            if deepest > stop and not gradient:
+                # The least depth of a neighbour as known at t - D, plus 1 (255 where there is none, or
+                # it is 255): with it >= the queue, step 4 finds no neighbour to migrate to. (Needed
+                # only where a queue is longer than the threshold, or than `stop` for a shedding PE.)
                 for c in range(a0, a1):
                     nb_min[c] = min(i_up[c] | um, i_down[c] | dm)
                 for c in range(max(a0, np.uint64(1)), a1):
                     nb_min[c] = min(nb_min[c], i_same[c - np.uint64(1)])
                 for c in range(a0, min(a1, np.uint64(cols - 1))):
                     nb_min[c] = min(nb_min[c], i_same[c + np.uint64(1)])
+                for c in range(a0, a1):
+                    nb_min[c] += np.uint8(nb_min[c] != 255)
             if gradient:
                 # The least pressure of a neighbour as known at t - D (255 where there is none).
                 for c in range(a0, a1):
@@ -803,6 +805,10 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                     p_min[c] = min(p_min[c], p_same[c - np.uint64(1)])
                 for c in range(a0, min(a1, np.uint64(cols - 1))):
                     p_min[c] = min(p_min[c], p_same[c + np.uint64(1)])
+                # Where no light PE is known, step 4 finds no direction: 255 (>= any queue) in nb_min
+                # says so to the test below, 0 that a queue above `stop` may move.
+                for c in range(a0, a1):
+                    nb_min[c] = np.uint8(0xFF) if p_min[c] == PRESSURE_NONE else np.uint8(0)
             if is_trace:
                 for c in range(a0, a1):
                     offer_f[c] = 0
@@ -840,10 +846,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             for c in range(a0, a1):
                 ql = np.int64(ql_r[c])
                 rem = np.int64(rem_r[c])
-                if gradient:  # (no light PE known: nowhere to go)
-                    quiet_mig = np.int64(ql <= shallow) | np.int64(p_min[c] == PRESSURE_NONE)
-                else:
-                    quiet_mig = np.int64(ql <= shallow) | np.int64(np.int64(nb_min[c]) + 1 >= ql)
+                quiet_mig = np.int64(ql <= shallow) | np.int64(np.int64(nb_min[c]) >= ql)
                 s = np.int64(arrivals[c] == 0) & np.int64(offer_f[c] == 0) & quiet_mig & (
                     np.int64(rem > 1) | np.int64(rem + ql == 0))
                 simple_f[c] = np.uint8(s)
