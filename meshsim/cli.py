@@ -295,8 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--format", default="png", help="png (default), svg or pdf")
     pl.add_argument("--cycle", type=int, default=None, help="heatmap: the frame nearest this cycle (default: last)")
     pl.add_argument("--metric", help="sweep table: the summary column to draw, e.g. li")
-    pl.add_argument("--x", help="sweep table: the swept key on the x axis, e.g. migration.threshold")
-    pl.add_argument("--y", help="sweep table: a second swept key, for a heat map")
+    pl.add_argument("--x", help="sweep table: the swept key on the x axis, e.g. migration.threshold (keys "
+                                "joined by + make one axis of their values together)")
+    pl.add_argument("--y", help="sweep table: a second swept key, for a heat map (keys joined by + as for --x)")
     pl.set_defaults(func=_cmd_plot)
 
     rf = sub.add_parser("roofline", intermixed=True, help="the platforms' rooflines and a scenario's or result's "

@@ -510,20 +510,32 @@ def read_table(path) -> list[dict]:
     return [{k: value(v) for k, v in r.items()} for r in rows]
 
 
+def _joined(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def sweep(path, out, metric: str, x: str, y: str | None = None, fmt: str = "png") -> list[Path]:
     """A summary figure against one swept parameter (a line, with the range over repetitions and
     any other swept parameter shaded) or two (a heat map of the mean), from a sweep's summary
-    table."""
+    table. An axis may be several swept keys joined by "+" (workload.type+workload.hot_rate): its
+    values are their values together, as zipped keys give them."""
     _check_format(fmt)
     rows = read_table(path)
     cols = list(rows[0])
     for name, key in (("--metric", metric), ("--x", x), ("--y", y)):
-        if key is not None and key not in cols:
-            raise InputError(f"{path}: {name} {key}: no such column; the columns are {', '.join(cols)}")
+        for part in (key.split("+") if key is not None and name != "--metric" else [key]):
+            if part is not None and part not in cols:
+                raise InputError(f"{path}: {name} {part}: no such column; the columns are {', '.join(cols)}")
+    for key in (x, y):
+        if key is not None and "+" in key:
+            for r in rows:
+                r[key] = " ".join(_joined(r[part]) for part in key.split("+"))
     rows = [r for r in rows if isinstance(r[metric], float) and not np.isnan(r[metric])]
     if not rows:
         raise InputError(f"{path}: --metric {metric}: no row has a number there")
     xs = sorted({r[x] for r in rows}, key=lambda v: (isinstance(v, str), v))
+    if "+" in x:
+        xs = list(dict.fromkeys(r[x] for r in rows))
     fig = _figure(8, 5)
     ax = fig.add_subplot()
     label = Path(path).stem
@@ -538,9 +550,11 @@ def sweep(path, out, metric: str, x: str, y: str | None = None, fmt: str = "png"
         ax.set_xlabel(x)
         ax.set_ylabel(metric)
         ax.legend(fontsize=8)
-        name = f"sweep_{metric}_vs_{x}"
+        name = f"sweep_{metric}_vs_{x}".replace("+", "_")
     else:
         ys = sorted({r[y] for r in rows}, key=lambda v: (isinstance(v, str), v))
+        if "+" in y:  # (a joined axis keeps the table's order: zipped values belong together)
+            ys = list(dict.fromkeys(r[y] for r in rows))
         grid = np.full((len(ys), len(xs)), np.nan)
         for j, vy in enumerate(ys):
             for i, vx in enumerate(xs):
@@ -557,7 +571,7 @@ def sweep(path, out, metric: str, x: str, y: str | None = None, fmt: str = "png"
         fig.colorbar(im, ax=ax, label=metric)
         ax.set_xlabel(x)
         ax.set_ylabel(y)
-        name = f"sweep_{metric}_vs_{x}_{y}"
+        name = f"sweep_{metric}_vs_{x}_{y}".replace("+", "_")
     ax.set_title(f"{label}: {metric}")
     return [_save(fig, out, name.replace(".", "_"), fmt)]
 

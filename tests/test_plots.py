@@ -199,6 +199,33 @@ def test_sweep_tables_draw_a_line_and_a_heat_map(tmp_path, monkeypatch):
         plots.sweep(path, tmp_path, "li", "threshold")
 
 
+def test_an_axis_of_keys_joined_by_plus_takes_their_values_together(tmp_path, monkeypatch):
+    import csv
+
+    path = tmp_path / "zipped.csv"
+    rows = [{"migration.policy": p, "workload.type": w, "workload.hot_rate": h, "refused_share": v}
+            for p, base in (("none", 0.0), ("gradient", 1.0))
+            for (w, h), v in zip((("uniform", 0.5), ("hotspot", 0.25), ("hotspot", 0.5)), (0.1, 0.2, 0.3),
+                                 strict=True)
+            for v in [base + v]]
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    figs = capture(monkeypatch)
+    [heat] = plots.sweep(path, tmp_path / "f", "refused_share", "migration.policy", "workload.type+workload.hot_rate")
+    assert heat.name == "sweep_refused_share_vs_migration_policy_workload_type_workload_hot_rate.png"
+    ax = figs[0].axes[0]
+    # The joined axis keeps the table's order; the plain one is sorted.
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["uniform 0.5", "hotspot 0.25", "hotspot 0.5"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["gradient", "none"]
+    grid = np.asarray(ax.images[0].get_array())
+    assert grid[:, 0].tolist() == pytest.approx([1.1, 1.2, 1.3])
+    assert grid[:, 1].tolist() == pytest.approx([0.1, 0.2, 0.3])
+    with pytest.raises(InputError, match="--y workload.hot: no such column"):
+        plots.sweep(path, tmp_path, "refused_share", "migration.policy", "workload.type+workload.hot")
+
+
 def test_the_command_line_draws_a_sweep_table(tmp_path, capsys):
     path, _ = sweep_table(tmp_path)
     assert main(["plot", str(path), "--metric", "latency_mean_cycles", "--x", "machine.hop_latency_cycles"]) == 0

@@ -430,6 +430,7 @@ def _summary(sim, totals: _Totals, timing) -> dict:
         "refused": refused,
         "completed": completed,
         "in_system_at_end": injected - refused - completed,
+        "refused_share": refused / injected if injected else float("nan"),
         "migrated": int(st.tot_migrated_out.sum(dtype=np.int64)),
         "hops_per_completed_task": t["hops_sum"] / completed if completed else float("nan"),
         "throughput_tasks_per_cycle": completed / cycles if cycles else float("nan"),
