@@ -20,8 +20,8 @@ fields of MeshState below, which the kernels read by name (the configuration vec
     thr     uint32[R, C]      Bernoulli injection threshold (docs/mesh.md)
     shed    uint8[R, C]       1 while a PE sheds its surplus (migration with hysteresis only, 1 x 1 otherwise;
                               docs/mesh.md step 4)
-    tot_mig_dir int32[R, C, 4] tasks migrated on each output direction (migration on only, 1 x 1 x 4
-                              otherwise)
+    tot_mig_dir int32[R, C, 4] tasks migrated on each output direction (where the run reports its
+                              regions' boundary crossings, 1 x 1 x 4 otherwise: then not written)
     press_h uint8[H, R, C]    gradient only (1 x 1 x 1 otherwise): the pressure at the end of cycle t
     routed traffic only (shape 1 x 1 otherwise): src_pending, src_scan int32[R, C] (source queues),
     tot_pkt_offered, tot_pkt_delivered int32[R, C], link_total int64[R, C, 4] (messages per link),
@@ -255,7 +255,7 @@ class MeshState(NamedTuple):
     seg_live: np.ndarray  # uint8[R, S] 1 if a PE of the segment can be offered work (never skipped)
     # Migration with hysteresis only (shape 1 x 1 otherwise):
     shed: np.ndarray  # uint8[R, C] 1 while the PE sheds: its queue went above T and not yet down to T - Y
-    # Migration on only (shape 1 x 1 x 4 otherwise):
+    # Where the run reports its regions' crossings (shape 1 x 1 x 4 otherwise, and not written):
     tot_mig_dir: np.ndarray  # int32[R, C, 4] tasks sent on each output direction (the regions' crossings)
     # The gradient policy only (shape 1 x 1 x 1 otherwise):
     press_h: np.ndarray  # uint8[H, R, C] pressure at the end of cycle t (docs/mesh.md, step 4), slot t % H
@@ -697,6 +697,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     stop = threshold - hyst
     shed = st.shed
     mig_dir = st.tot_mig_dir
+    count_dirs = mig_dir.shape[0] == rows and mig_dir.shape[1] == cols
     diffusion = policy == POLICY_DIFFUSION
     gradient = policy == POLICY_GRADIENT
     press_h = st.press_h
@@ -1288,7 +1289,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         mig_now[best] += 1
                         migrated += 1
                         tot_out[r, c] += 1
-                        mig_dir[r, c, best] += 1
+                        if count_dirs:
+                            mig_dir[r, c, best] += 1
                 if hyst > 0:
                     shed[r, c] = np.uint8(on & np.int64(qlen > stop))
 

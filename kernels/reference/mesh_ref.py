@@ -256,6 +256,18 @@ Weight streaming (docs/mesh.md "Weight streaming", ``pipeline["streaming"]`` not
    "load_end" (E of the load under way, or of the last that ended; 0 before any), "wait_cycles"
    (total of weight_wait so far)}, as at the end of the cycle: a load whose E is the next cycle
    is still "loading" there.
+
+Dynamic balancing (step 4):
+
+49. diffusion: the quotas are fixed once, from the queue's length as the loop starts and the
+   depths known at t - D, before the first send; a neighbour's quota bounds the tasks sent to it in
+   the cycle, and the other rules (known depth + sent + 1 < depth, room on the link, at most M)
+   still apply.  A = floor(alpha x 65536 + 0.5) is computed in double precision.
+50. gradient: a PE's pressure is computed after every PE's cycle, from its queue at the end of the
+   cycle and the pressures its neighbours had at the end of t - D (0 before cycle 0); a PE with no
+   neighbour (a 1 x 1 grid) that is not light has pressure 255.  ``snapshot()["pressure"]`` lists
+   the pressures at the end of the last cycle, None for the other policies.  The per-direction
+   counts ``snapshot()["totals"]["migrated_dir"]`` are the tasks each PE sent on N, E, S and W.
 """
 
 import math

@@ -204,7 +204,7 @@ class MeshRun(Run):
             if rg is not None:
                 writer.write_regions(region_figures(rg, busy_cycles(st), sim.cycle, st.tot_injected, st.tot_refused,
                                                     st.tot_completed, st.tot_latency), group)
-        if self.regions is not None and self.inputs.migrating:
+        if self.regions is not None and self.inputs.counts_directions:
             writer.write_boundaries(_boundaries(self.scenario, self.regions, sim, self.inputs))
 
 

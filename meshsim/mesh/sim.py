@@ -46,6 +46,7 @@ class MeshInputs:
     latency_bins: int
     traffic: bool = False
     pipeline: object = None  # meshsim.mesh.pipeline.Pipeline for layer_pipeline, else None
+    regions: bool = False  # whether the run reports per-region figures (a hotspot workload)
 
     @property
     def routed(self) -> bool:
@@ -59,8 +60,15 @@ class MeshInputs:
 
     @property
     def migrating(self) -> bool:
-        """Whether a migration policy is on (the per-direction migration counts are kept)."""
+        """Whether a migration policy is on."""
         return int(self.cfg[K.CFG_POLICY]) != K.POLICY_NONE
+
+    @property
+    def counts_directions(self) -> bool:
+        """Whether the kernel counts each PE's migrations per direction: with a policy on, where the
+        run has regions whose boundary crossings it reports (docs/mesh.md, "Regions and the boundary
+        bound"). Elsewhere nothing reads them, and a migration then costs one counter, not two."""
+        return self.migrating and self.regions
 
     @property
     def gradient(self) -> bool:
@@ -153,7 +161,8 @@ def compile_scenario(sc) -> MeshInputs:
         rows=rows, cols=cols, queue_capacity=m["queue_capacity"], link_buffer_messages=m["link_buffer_messages"],
         history=history, cfg=cfg, seed=sc.get("run", "seed"),
         rates=rates, geo_log=geo_log, ev_cycle=ev_cycle, ev_unit=ev_unit, ev_work=ev_work,
-        latency_bins=sc.get("output", "latency_histogram_max_cycles") + 1, traffic=is_traffic, pipeline=pipe)
+        latency_bins=sc.get("output", "latency_histogram_max_cycles") + 1, traffic=is_traffic, pipeline=pipe,
+        regions=wl["type"] == "hotspot")
 
 
 #: The name the mesh's tests and tools have long used for compile_scenario.
@@ -168,7 +177,7 @@ def check_memory(inputs: MeshInputs, max_chunk: int, n_blocks: int) -> None:
     layout = S.mesh_layout(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
                            inputs.history, inputs.routed,
                            int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]), S.pipeline_dims(inputs.pipeline), inputs.sheds,
-                           inputs.migrating, inputs.gradient)
+                           inputs.counts_directions, inputs.gradient)
     buffers = 8 * (max_chunk * (K.N_SERIES + inputs.queue_capacity + 1) + n_blocks * inputs.latency_bins)
     need = S.layout_bytes(layout) + buffers
     have = S.available_memory_bytes()
@@ -196,7 +205,7 @@ class MeshSim:
                                      inputs.history, thr, inputs.geo_log, traffic=inputs.routed,
                                      router_queue_packets=int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]),
                                      pipeline=inputs.pipeline, hysteresis=inputs.sheds,
-                                     migrating=inputs.migrating, gradient=inputs.gradient)
+                                     migrating=inputs.counts_directions, gradient=inputs.gradient)
         self.blocks = S.row_blocks(inputs.rows)
         self.max_chunk = max_chunk
         self.series = np.zeros((max_chunk, K.N_SERIES), np.int64)

@@ -33,7 +33,8 @@ def mesh_layout(rows: int, cols: int, queue_capacity: int, link_buffer_messages:
     The routed-traffic arrays are 1 x 1 placeholders unless `traffic` (or a pipeline); the
     layer_pipeline arrays unless `pipeline`, a (regions, replicas, chunks_in_flight) triple; the
     shedding flags unless `hysteresis` (migration with a hysteresis above 0); the per-direction
-    migration counts unless `migrating` (a policy other than none); the pressures unless `gradient`."""
+    migration counts unless `migrating` (a policy on, where the run reports its regions' boundary
+    crossings); the pressures unless `gradient`."""
     r, c, q = rows, cols, queue_capacity
     traffic = traffic or pipeline is not None
     pr, pc = (r, c) if traffic else (1, 1)
