@@ -235,27 +235,25 @@ class MeshResultWriter(ResultFile):
     def write_regions(self, figures: dict, group: str = "regions") -> None:
         """Whole-run figures per region (keys of meshsim.mesh.regions.FIGURES), replacing any before;
         group "layers" for the per-layer figures."""
+        self._write_per_region(FIGURES, figures, group)
+
+    def write_boundaries(self, figures: dict) -> None:
+        """The regions' boundary figures (keys of meshsim.mesh.regions.BOUNDARY_FIGURES), replacing any
+        before."""
+        self._write_per_region(BOUNDARY_FIGURES, figures, "regions")
+
+    def _write_per_region(self, table: dict, figures: dict, group: str) -> None:
+        """One dataset per figure of `table` (name: dtype, units, description) in `group`, each over
+        the group's region or layer scale, replacing any before."""
         self._finishing()
         rg = self.f[group]
         scale = self.region if group == "regions" else self.layer
-        for name, (dtype, units, desc) in FIGURES.items():
+        for name, (dtype, units, desc) in table.items():
             if name in rg:
                 del rg[name]
             ds = rg.create_dataset(name, data=np.asarray(figures[name], dtype=dtype), chunks=True, **self.comp)
             describe(ds, units, desc)
             ds.dims[0].attach_scale(scale)
-
-    def write_boundaries(self, figures: dict) -> None:
-        """The regions' boundary figures (keys of meshsim.mesh.regions.BOUNDARY_FIGURES), replacing any
-        before."""
-        self._finishing()
-        rg = self.f["regions"]
-        for name, (dtype, units, desc) in BOUNDARY_FIGURES.items():
-            if name in rg:
-                del rg[name]
-            ds = rg.create_dataset(name, data=np.asarray(figures[name], dtype=dtype), chunks=True, **self.comp)
-            describe(ds, units, desc)
-            ds.dims[0].attach_scale(self.region)
 
     def write_pipeline(self, pipe, pe_flops_per_cycle: float) -> None:
         """The layer_pipeline's region table (docs/mesh.md, "Dataflow"), one entry per region."""

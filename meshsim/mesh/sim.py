@@ -205,7 +205,7 @@ class MeshSim:
                                      inputs.history, thr, inputs.geo_log, traffic=inputs.routed,
                                      router_queue_packets=int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]),
                                      pipeline=inputs.pipeline, hysteresis=inputs.sheds,
-                                     migrating=inputs.counts_directions, gradient=inputs.gradient)
+                                     direction_counts=inputs.counts_directions, gradient=inputs.gradient)
         self.blocks = S.row_blocks(inputs.rows)
         self.max_chunk = max_chunk
         self.series = np.zeros((max_chunk, K.N_SERIES), np.int64)

@@ -28,12 +28,12 @@ def history_length(*delays: int) -> int:
 
 def mesh_layout(rows: int, cols: int, queue_capacity: int, link_buffer_messages: int, history: int,
                 traffic: bool = False, router_queue_packets: int = 1, pipeline=None, hysteresis: bool = False,
-                migrating: bool = False, gradient: bool = False) -> dict:
+                direction_counts: bool = False, gradient: bool = False) -> dict:
     """Shape and dtype of every array a mesh run allocates (the views excluded): name -> (shape, dtype).
     The routed-traffic arrays are 1 x 1 placeholders unless `traffic` (or a pipeline); the
     layer_pipeline arrays unless `pipeline`, a (regions, replicas, chunks_in_flight) triple; the
     shedding flags unless `hysteresis` (migration with a hysteresis above 0); the per-direction
-    migration counts unless `migrating` (a policy on, where the run reports its regions' boundary
+    migration counts unless `direction_counts` (a policy on, where the run reports its regions' boundary
     crossings); the pressures unless `gradient`."""
     r, c, q = rows, cols, queue_capacity
     traffic = traffic or pipeline is not None
@@ -64,7 +64,7 @@ def mesh_layout(rows: int, cols: int, queue_capacity: int, link_buffer_messages:
         **lp,
         "seg_chg": ((2, r, n_seg), np.int64), "seg_idle": ((r, n_seg), np.uint8), "seg_live": ((r, n_seg), np.uint8),
         "shed": ((r, c) if hysteresis else (1, 1), np.uint8),
-        "tot_mig_dir": ((r, c, 4) if migrating else (1, 1, 4), np.int32),
+        "tot_mig_dir": ((r, c, 4) if direction_counts else (1, 1, 4), np.int32),
         "press_h": ((history, r, c) if gradient else (1, 1, 1), np.uint8),
     }
 
@@ -83,11 +83,11 @@ def layout_bytes(layout: dict) -> int:
 def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_messages: int, history: int,
                   thresholds: np.ndarray, geo_log: float = 0.0, traffic: bool = False,
                   router_queue_packets: int = 1, pipeline=None, hysteresis: bool = False,
-                  migrating: bool = False, gradient: bool = False) -> MeshState:
+                  direction_counts: bool = False, gradient: bool = False) -> MeshState:
     """Zeroed state for an empty mesh (before cycle 0); `traffic` allocates the routed-traffic arrays.
     `pipeline` (a meshsim.mesh.pipeline.Pipeline) allocates the layer_pipeline arrays and fills its tables."""
     layout = mesh_layout(rows, cols, queue_capacity, link_buffer_messages, history, traffic, router_queue_packets,
-                         pipeline_dims(pipeline), hysteresis, migrating, gradient)
+                         pipeline_dims(pipeline), hysteresis, direction_counts, gradient)
     a = {name: np.zeros(shape, dtype) for name, (shape, dtype) in layout.items()}
     a["thr"][...] = np.asarray(thresholds, dtype=np.uint32).reshape(rows, cols)
     # Skipping quiet segments: no change "before the run" (every history slot holds the empty
