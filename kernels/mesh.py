@@ -23,6 +23,8 @@ fields of MeshState below, which the kernels read by name (the configuration vec
     tot_mig_dir int32[R, C, 4] tasks migrated on each output direction (where the run reports its
                               regions' boundary crossings, 1 x 1 x 4 otherwise: then not written)
     press_h uint8[H, R, C]    gradient only (1 x 1 x 1 otherwise): the pressure at the end of cycle t
+    steal   uint8[R, C]       work_stealing only (1 x 1 otherwise): bits 0-3 a request from input d is owed
+                              an answer, bits 4-6 the PE's outstanding request, 1 + its direction (0: none)
     routed traffic only (shape 1 x 1 otherwise): src_pending, src_scan int32[R, C] (source queues),
     tot_pkt_offered, tot_pkt_delivered int32[R, C], link_total int64[R, C, 4] (messages per link),
     oq uint64[R, C, 5, Qo] and oq_len uint8[R, C, 8] (router output queues N, E, S, W, ejection;
@@ -36,7 +38,8 @@ the sender writes only into slots the receiver has freed as it knew Lc cycles ag
 touch the same slot in one cycle. The result is therefore independent of thread count and order.
 
 A message is one uint64. A task: work (bits 0-15), hops (16-23), birth (24-55), bit 63 clear. A
-packet: birth (bits 0-31), destination column (32-43) and row (44-55), bit 63 set.
+packet: birth (bits 0-31), destination column (32-43) and row (44-55), bit 63 set. A control message
+(work_stealing): work 0 (no task has it), bits 16-23 its kind (MSG_REQUEST, MSG_REFUSAL).
 
 Packets of the `traffic` workload wait in an unbounded source queue that is kept as a count: the
 packets are a pure function of (seed, cycle, PE), so the head is found again from the draws, from
@@ -85,7 +88,9 @@ S_MEAS_HOPS_SUM = 26
 S_CHUNKS_FINISHED = 27  # layer_pipeline: chunks finished in the cycle
 S_CHUNK_LATENCY_SUM = 28  # and the sum of their latencies
 S_WEIGHT_WAIT = 29  # 1 if the cycle waited for weights (weight streaming)
-N_SERIES = 30
+S_CONTROL_SENT = 30  # control messages (work_stealing's requests and refusals) sent on links
+S_CONTROL_RECEIVED = 31  # and taken off them (both also in S_LINK_SENT, S_LINK_RECEIVED)
+N_SERIES = 32
 
 # The pipeline's control words (lp_ctl): weight streaming, and what the fast-forward needs.
 CTL_LOADED = 0  # passes whose weights are in
@@ -120,6 +125,7 @@ POLICY_LEAST_LOADED = 1
 POLICY_RANDOM_LOWER = 2
 POLICY_DIFFUSION = 3
 POLICY_GRADIENT = 4
+POLICY_WORK_STEALING = 5
 PRESSURE_NONE = 255  # gradient: the pressure of a PE that knows of no light PE
 
 WORK_FIXED = 0
@@ -259,6 +265,8 @@ class MeshState(NamedTuple):
     tot_mig_dir: np.ndarray  # int32[R, C, 4] tasks sent on each output direction (the regions' crossings)
     # The gradient policy only (shape 1 x 1 x 1 otherwise):
     press_h: np.ndarray  # uint8[H, R, C] pressure at the end of cycle t (docs/mesh.md, step 4), slot t % H
+    # The work_stealing policy only (shape 1 x 1 otherwise):
+    steal: np.ndarray  # uint8[R, C] bits 0-3: a request from input d is owed; bits 4-6: 1 + direction asked
 
 # Direction d: 0 N (r-1), 1 E (c+1), 2 S (r+1), 3 W (c-1); opposite (d + 2) & 3.
 
@@ -267,6 +275,8 @@ U8 = np.uint64(0xFF)
 U32 = np.uint64(0xFFFFFFFF)
 U12 = np.uint64(0xFFF)
 PKT_FLAG = np.uint64(1) << np.uint64(63)
+MSG_REQUEST = np.uint64(1) << np.uint64(16)  # work_stealing's control messages (work 0)
+MSG_REFUSAL = np.uint64(2) << np.uint64(16)
 BYTE_SUM = np.uint64(0x0101010101010101)
 SEG = 64  # columns of a segment, the unit a cycle skips when nothing in or around it moves
 PF_AHEAD = 4  # PEs ahead whose lines the slow path asks for
@@ -408,6 +418,17 @@ def _send(link_f, u, o, m, sent_f, i_now, sent_now, wrap, kbuf, lt_f, per_link):
     sent_now[oi] += 1
     if per_link:
         lt_f[np.uint64(4 * u + o)] += 1
+
+
+@njit(inline="always", **JIT)
+def _send_tail(q_work, q_birth, q_hops, qlen, r, c, link_f, u, o, sent_f, i_now, sent_now, wrap, kbuf, lt_f,
+               per_link):
+    """Step 4: the tail task of the queue of PE u = (r, c), which holds qlen > 0 tasks, goes out on output o
+    with one hop more (saturating at 255). The caller shortens the queue."""
+    tail = qlen - 1
+    hops = min(np.int64(q_hops[tail, r, c]) + 1, 255)
+    _send(link_f, u, o, pack_task(q_work[tail, r, c], q_birth[tail, r, c], hops), sent_f, i_now, sent_now, wrap,
+          kbuf, lt_f, per_link)
 
 
 @njit(inline="always", **JIT)
@@ -672,6 +693,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     meas_lat_sum = 0
     meas_lat_sq = 0
     meas_lat_max = acc[S_MEAS_LATENCY_MAX]
+    ctl_sent = 0
+    ctl_received = 0
     ep = ev_lo
     sent_now = scratch[0]
     known = scratch[1]
@@ -702,6 +725,11 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     gradient = policy == POLICY_GRADIENT
     press_h = st.press_h
     alpha = cfg[CFG_DIFFUSION_RATE]
+    # work_stealing moves tasks only as answers to requests (step 4): no PE pushes, and what makes a
+    # PE take part is its steal state, not its depth.
+    stealing = policy == POLICY_WORK_STEALING
+    push = check_nb and not stealing
+    steal = st.steal
 
     for r in range(r0, r1):
         # Row views, indexed below by unsigned column indices (no negative-index code: the loops vectorise).
@@ -738,6 +766,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
         chg_now = seg_chg[t & 1, r]
         chg_up = seg_chg[(t - 1) & 1, max(r - 1, 0)]
         chg_down = seg_chg[(t - 1) & 1, min(r + 1, rows - 1)]
+        stl_r = steal[r if stealing else 0]
         for sg in range(n_seg):
             c0 = sg * SEG
             c1 = min(c0 + SEG, cols)
@@ -783,7 +812,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             # possible) only count down their task in service, done here for the whole segment at
             # once; the rest go through steps 1-6 below. Written to vectorise.
             deepest = np.uint8(0)
-            if check_nb:
+            if push:
                 for c in range(a0, a1):
                     deepest = max(deepest, ql_r[c])
             if deepest > stop and not gradient:
@@ -835,6 +864,12 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                 if is_traffic:
                     for c in range(a0, a1):
                         offer_f[c] |= np.uint8(oql_r[c] != 0) | np.uint8(pend_r[c] != 0)
+            if stealing:
+                # A PE that owes an answer, or is idle or about to be with no request outstanding, has
+                # step 4 to do.
+                for c in range(a0, a1):
+                    sv = stl_r[c]
+                    offer_f[c] |= np.uint8((sv & np.uint8(15)) != 0) | (np.uint8(sv < 16) & np.uint8(rem_r[c] <= 1))
             # With no policy, or no queue above the threshold, no PE can migrate: ql <= shallow for all.
             # With hysteresis a shedding PE's limit is `stop`: every PE above it goes through step 4
             # (where those that are not shedding move nothing), so that the flags need not be read here.
@@ -932,11 +967,12 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                 if routed:
                     _start_sends(sent_now)
                 eject_now = 0  # layer_pipeline: packets delivered early this cycle (see below)
+                stv = np.int64(steal[r, c]) if stealing else 0  # work_stealing's state (owed, asked)
 
                 # 1. Receive and route, rotating priority over input ports (the slow path only where
                 # the row pass above found something waiting). A port stops at its first message that
                 # cannot move.
-                if arrivals[c] != 0 and (qlen < cap or routed):
+                if arrivals[c] != 0 and (qlen < cap or routed or stealing):
                     # Only the inputs with something waiting, in the rotating order from input t mod 4:
                     # byte k of `waiting` is input (t + k) mod 4's byte of the arrivals word.
                     a = np.uint64(arrivals[c])
@@ -961,6 +997,21 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                                     i -= kbuf
                             m = link_f[np.uint64(lb + i)]
                             if (m & PKT_FLAG) == 0:
+                                if stealing:
+                                    if (m & U16) == 0:
+                                        # A control message: always taken. A request is owed an answer; a
+                                        # refusal ends the PE's request.
+                                        if m == MSG_REQUEST:
+                                            stv |= 1 << d
+                                        else:
+                                            stv &= 15
+                                        ctl_received += 1
+                                        take += 1
+                                        continue
+                                    if (stv >> 4) == d + 1:
+                                        if qlen >= cap:
+                                            break
+                                        stv &= 15  # the answer to the PE's request
                                 if qlen >= cap:
                                     break
                                 qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c, _task_work(m), _task_birth(m),
@@ -1233,7 +1284,56 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                 if hyst > 0:
                     on = np.int64(qlen > threshold) | (np.int64(shed[r, c]) & np.int64(qlen > stop))
                     limit = threshold - hyst * on
-                if policy != POLICY_NONE and qlen > limit:
+                if stealing:
+                    if stv != 0 or qlen + rem == 0:
+                        if not routed:
+                            _start_sends(sent_now)
+                        # Answer the requests owed, in increasing d: a task while the queue is above the
+                        # limit (at most M), else a refusal; one whose link has no room waits.
+                        n_sent = 0
+                        for d in range(4):
+                            if (stv >> d) & 1 == 0:
+                                continue
+                            if not _has_room(d, _neighbour(u, d, cols), sent_f, i_now, sent_now, recv_f, b_cred,
+                                             wrap, kbuf, bw):
+                                continue
+                            if qlen > limit:
+                                if n_sent >= max_mig:
+                                    continue
+                                _send_tail(q_work, q_birth, q_hops, qlen, r, c, link_f, u, d, sent_f, i_now,
+                                           sent_now, wrap, kbuf, lt_f, per_link)
+                                qlen -= 1
+                                n_sent += 1
+                                migrated += 1
+                                tot_out[r, c] += 1
+                                if count_dirs:
+                                    mig_dir[r, c, d] += 1
+                            else:
+                                _send(link_f, u, d, MSG_REFUSAL, sent_f, i_now, sent_now, wrap, kbuf, lt_f, per_link)
+                                ctl_sent += 1
+                            link_sent += 1
+                            stv &= ~(1 << d)
+                        # Ask: an idle PE with no request outstanding asks a neighbour at random.
+                        if qlen + rem == 0 and stv < 16:
+                            n_elig = 0
+                            for d in range(4):
+                                nr = r + (d == 2) - (d == 0)
+                                nc = c + (d == 1) - (d == 3)
+                                if nr < 0 or nr >= rows or nc < 0 or nc >= cols:
+                                    continue
+                                if _has_room(d, _neighbour(u, d, cols), sent_f, i_now, sent_now, recv_f, b_cred,
+                                             wrap, kbuf, bw):
+                                    elig[n_elig] = d
+                                    n_elig += 1
+                            if n_elig > 0:
+                                hm = mix64(key_migrate ^ (np.uint64(u) * G_UNIT) ^ (np.uint64(8) * G_INDEX))
+                                d = elig[np.int64(((hm >> S32) * np.uint64(n_elig)) >> S32)]
+                                _send(link_f, u, d, MSG_REQUEST, sent_f, i_now, sent_now, wrap, kbuf, lt_f, per_link)
+                                ctl_sent += 1
+                                link_sent += 1
+                                stv |= (d + 1) << 4
+                    steal[r, c] = np.uint8(stv)
+                elif policy != POLICY_NONE and qlen > limit:
                     if not routed:
                         _start_sends(sent_now)  # (a routed PE started its count above)
                     for d in range(4):
@@ -1278,12 +1378,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         if policy == POLICY_RANDOM_LOWER:
                             hm = mix64(key_migrate ^ (np.uint64(u) * G_UNIT) ^ (np.uint64(k) * G_INDEX))
                             best = elig[np.int64(((hm >> S32) * np.uint64(n_elig)) >> S32)]
-                        tail = qlen - 1
-                        hops = np.int64(q_hops[tail, r, c]) + 1
-                        if hops > 255:
-                            hops = 255
-                        _send(link_f, u, best, pack_task(q_work[tail, r, c], q_birth[tail, r, c], hops), sent_f,
-                              i_now, sent_now, wrap, kbuf, lt_f, per_link)
+                        _send_tail(q_work, q_birth, q_hops, qlen, r, c, link_f, u, best, sent_f, i_now, sent_now,
+                                   wrap, kbuf, lt_f, per_link)
                         link_sent += 1
                         qlen -= 1
                         mig_now[best] += 1
@@ -1371,6 +1467,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     acc[S_MEAS_LATENCY_SUM] += meas_lat_sum
     acc[S_MEAS_LATENCY_SQ_SUM] += meas_lat_sq
     acc[S_MEAS_LATENCY_MAX] = meas_lat_max
+    acc[S_CONTROL_SENT] += ctl_sent
+    acc[S_CONTROL_RECEIVED] += ctl_received
 
 
 @njit(**JIT_PARALLEL)
@@ -1385,8 +1483,9 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
     sorted by cycle then unit) for cycles t0..; empty arrays for Bernoulli workloads.
     block_rows: int64[n_blocks + 1] row bounds of the fixed row blocks split over threads.
     series: int64[>= n_cycles, N_SERIES] and depth_series: int64[>= n_cycles, Q+1], filled per cycle.
-    lat_hist_blocks: int64[n_blocks, n_bins], accumulated. cum: int64[5] running totals (tasks
-    injected + packets offered, refused, completed, in flight, delivered), carried across calls.
+    lat_hist_blocks: int64[n_blocks, n_bins], accumulated. cum: int64[6] running totals (tasks
+    injected + packets offered, refused, completed, messages in flight, delivered, control messages in
+    flight), carried across calls.
     """
     n_blocks = block_rows.shape[0] - 1
     acc = np.zeros((n_blocks, N_SERIES), np.int64)
@@ -1526,9 +1625,11 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
         cum[2] += series[i, S_COMPLETED]
         cum[3] += series[i, S_LINK_SENT] - series[i, S_LINK_RECEIVED]
         cum[4] += series[i, S_PKT_DELIVERED]
+        cum[5] += series[i, S_CONTROL_SENT] - series[i, S_CONTROL_RECEIVED]
         series[i, S_IN_FLIGHT] = cum[3]
+        # (Control messages on links carry no task or packet.)
         if cum[0] != (cum[1] + series[i, S_QUEUED] + series[i, S_IN_SERVICE] + series[i, S_PKT_IN_SOURCE]
-                      + series[i, S_PKT_IN_ROUTER] + cum[3] + cum[2] + cum[4]):
+                      + series[i, S_PKT_IN_ROUTER] + cum[3] - cum[5] + cum[2] + cum[4]):
             return t
         i += 1
     return -1

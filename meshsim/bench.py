@@ -214,7 +214,7 @@ def _speed(fig: dict, sc, cycles: int, log) -> None:
 #: The policies `meshsim bench` times, each beside least_loaded: (label, migration keys).
 POLICY_RUNS = (("none", {"policy": "none"}), ("least_loaded", {"policy": "least_loaded"}),
                ("random_lower", {"policy": "random_lower"}), ("diffusion", {"policy": "diffusion"}),
-               ("gradient", {"policy": "gradient"}),
+               ("gradient", {"policy": "gradient"}), ("work_stealing", {"policy": "work_stealing"}),
                ("least_loaded, hysteresis 2", {"policy": "least_loaded", "hysteresis": 2}))
 
 

@@ -289,12 +289,13 @@ PARAMS: tuple[Param, ...] = (
     Param("migration", "policy", "str", "", "least_loaded",
           "How an overfull PE picks the neighbour it moves a task to (none disables migration): the "
           "least loaded, one at random among those less loaded, diffusion (a share of the depth "
-          "difference to each less loaded neighbour; migration.diffusion_rate), or gradient (towards "
-          "the nearest light PE, down a pressure surface).",
-          ("none", "least_loaded", "random_lower", "diffusion", "gradient"), _MESH),
+          "difference to each less loaded neighbour; migration.diffusion_rate), gradient (towards "
+          "the nearest light PE, down a pressure surface), or work_stealing (an idle PE asks a random "
+          "neighbour for a task; requests and refusals are messages on the links).",
+          ("none", "least_loaded", "random_lower", "diffusion", "gradient", "work_stealing"), _MESH),
     Param("migration", "threshold", "int", "tasks", 4,
-          "A PE migrates only while its queue holds more than this many tasks; less than "
-          "machine.queue_capacity.", (0, 254), _MESH),
+          "A PE migrates only while its queue holds more than this many tasks (work_stealing: gives a "
+          "task to a request only then); less than machine.queue_capacity.", (0, 254), _MESH),
     Param("migration", "hysteresis", "int", "tasks", 0,
           "A PE that starts migrating (its queue above threshold) goes on until its queue holds at most "
           "threshold - hysteresis tasks: a high and a low water mark (0: it stops at the threshold); at "
@@ -303,7 +304,7 @@ PARAMS: tuple[Param, ...] = (
           "diffusion only: the share alpha of the difference between its queue and a neighbour's that a PE "
           "moves to that neighbour in a cycle (Cybenko's alpha; 0.2 = 1 / (neighbours + 1)).", (0.001, 0.5), _MESH),
     Param("migration", "info_delay_cycles", "int", "cycles", 1,
-          "Age of the neighbour queue depths a PE decides on.", (1, 8), _MESH),
+          "Age of the neighbour queue depths a PE decides on (unused by work_stealing).", (1, 8), _MESH),
     Param("migration", "max_per_cycle", "int", "tasks/cycle", 1,
           "Most tasks one PE migrates in one cycle.", (1, 4), _MESH),
     # [workload]

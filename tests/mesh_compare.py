@@ -22,7 +22,8 @@ SERIES_KEYS = {"busy": K.S_BUSY, "queued": K.S_QUEUED, "in_service": K.S_IN_SERV
                "packets_in_router": K.S_PKT_IN_ROUTER, "measured_injected": K.S_MEAS_INJECTED,
                "measured_source_wait_sum": K.S_MEAS_SOURCE_WAIT_SUM, "measured_hops_sum": K.S_MEAS_HOPS_SUM,
                "chunks_finished": K.S_CHUNKS_FINISHED, "chunk_latency_sum": K.S_CHUNK_LATENCY_SUM,
-               "weight_wait": K.S_WEIGHT_WAIT}
+               "weight_wait": K.S_WEIGHT_WAIT, "control_sent": K.S_CONTROL_SENT,
+               "control_received": K.S_CONTROL_RECEIVED}
 
 
 def small_scenario(rows, cols, *, workload="uniform", trace_file=None, path=None, **over):
@@ -159,6 +160,8 @@ def kernel_snapshot(sim: MeshSim) -> dict:
                     m = int(st.link[r, c, d, (got + j) % kbuf])
                     if m >> 63:
                         msgs.append(("p", (m >> 44) & 0xFFF, (m >> 32) & 0xFFF, m & 0xFFFFFFFF))
+                    elif m & 0xFFFF == 0:
+                        msgs.append({1: ("request",), 2: ("refusal",)}[(m >> 16) & 0xFF])
                     else:
                         msgs.append((m & 0xFFFF, (m >> 24) & 0xFFFFFFFF, (m >> 16) & 0xFF))
                 pe_links.append(msgs)
@@ -194,6 +197,8 @@ def kernel_snapshot(sim: MeshSim) -> dict:
            "router": router, "pipeline": pipeline, "shedding": [int(x) for x in st.shed.ravel()] if inp.sheds else None,
            "pressure": [int(x) for x in st.press_h[(sim.cycle - 1) % inp.history].ravel()]
            if inp.gradient and sim.cycle > 0 else None,
+           "stealing": [(int(v >> 4) - 1, tuple(int(v >> d) & 1 for d in range(4))) for v in st.steal.ravel()]
+           if inp.stealing else None,
            "totals": {k: [int(x) for x in v] for k, v in totals.items()}, "wrap": wrap}
     if inp.counts_directions:
         out["totals"]["migrated_dir"] = [[int(x) for x in st.tot_mig_dir[r, c]]
@@ -251,6 +256,7 @@ def compare_cycle_by_cycle(sc, cycles, trace_events=None):
             assert slow["shedding"] == [int(migrating and len(q) > threshold) for q in slow["queue"]], \
                 f"cycle {t}: shedding flags without hysteresis"
         assert fast["pressure"] == slow["pressure"], f"cycle {t}: pressures"
+        assert fast["stealing"] == slow["stealing"], f"cycle {t}: steal states (outstanding request, owed answers)"
         assert fast["sent"] == [[x % wrap for x in v] for v in slow["sent"]], f"cycle {t}: send counts"
         assert fast["received"] == [[x % wrap for x in v] for v in slow["received"]], f"cycle {t}: receive counts"
         for key, v in slow["totals"].items():

@@ -62,7 +62,7 @@ def first_run_then_the_same_with(tmp_path, text, runs=tuple((n, f"t{n}") for n i
 
 
 @pytest.mark.parametrize("policy, hysteresis", [("diffusion", 0), ("random_lower", 0), ("least_loaded", 1),
-                                                ("gradient", 0)])
+                                                ("gradient", 0), ("work_stealing", 0)])
 def test_results_are_bit_identical_with_1_2_and_3_threads_and_on_rerun(tmp_path, policy, hysteresis):
     first = first_run_then_the_same_with(tmp_path, SCENARIO.format(policy=policy, hysteresis=hysteresis),
                                          ((2, "t2"), (3, "t3"), (3, "t3again")))

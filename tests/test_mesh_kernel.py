@@ -12,7 +12,7 @@ from kernels.rng import draw
 from meshsim.mesh.sim import MeshSim, build_inputs, injection_rates
 
 GRIDS = [(1, 1), (1, 5), (2, 2), (3, 5), (4, 6)]
-POLICIES = ["none", "least_loaded", "random_lower", "diffusion", "gradient"]
+POLICIES = ["none", "least_loaded", "random_lower", "diffusion", "gradient", "work_stealing"]
 
 
 def test_counter_based_draws_match_the_reference():
@@ -110,6 +110,20 @@ def test_kernel_equals_reference_with_hysteresis(policy, hop_latency):
     plain.advance(200)
     assert sticky["migrated"] > int(plain.series[:200, K.S_MIGRATED].sum()) > 0
     assert sticky["shedding_within_threshold"] > 0 and sticky["quiet_segments"] > 0
+
+
+@pytest.mark.parametrize("hysteresis, hop_latency, bw", [(0, 1, 2), (2, 2, 1)])
+def test_kernel_equals_reference_with_work_stealing(hysteresis, hop_latency, bw):
+    """work_stealing on a hot spot: idle PEs around it ask, the hot PEs answer with tasks while above
+    the threshold (down to threshold - hysteresis once they shed) and with refusals below it, and
+    requests wait on links that are full (docs/mesh.md, steps 1 and 4)."""
+    sc = small_scenario(6, 7, workload="hotspot", migration__policy="work_stealing", migration__threshold=3,
+                        migration__hysteresis=hysteresis, migration__max_per_cycle=2,
+                        machine__hop_latency_cycles=hop_latency, machine__link_messages_per_cycle=bw,
+                        machine__link_buffer_messages=bw, machine__queue_capacity=8, workload__injection_rate=0.03,
+                        workload__hot_rate=0.9, workload__hot_regions=[[2, 2, 4, 5]])
+    totals = compare_cycle_by_cycle(sc, 300)
+    assert totals["migrated"] > 20 and totals["control_sent"] > totals["migrated"] and totals["refused"] > 0
 
 
 def test_kernel_equals_reference_trace_on_quiet_segments(tmp_path):

@@ -23,7 +23,8 @@ def scenarios(draw):
         machine__link_messages_per_cycle=bw,
         machine__link_buffer_messages=draw(st.integers(bw, 8)),
         machine__credit_delay_cycles=draw(st.integers(1, 4)),
-        migration__policy=draw(st.sampled_from(["none", "least_loaded", "random_lower", "diffusion", "gradient"])),
+        migration__policy=draw(st.sampled_from(["none", "least_loaded", "random_lower", "diffusion", "gradient",
+                                                  "work_stealing"])),
         migration__diffusion_rate=draw(st.floats(0.001, 0.5)),
         migration__threshold=(threshold := draw(st.integers(0, cap - 1))),
         migration__hysteresis=draw(st.integers(0, threshold)),
@@ -58,6 +59,8 @@ def check_migration_rule(sc, cycles=60) -> int:
     diffusion = sc.get("migration", "policy") == "diffusion"
     gradient = sc.get("migration", "policy") == "gradient"
     alpha = diffusion_units(sc.get("migration", "diffusion_rate"))
+    if sc.get("migration", "policy") == "work_stealing":
+        return check_stealing_rule(sc, sim, cycles)
     for t in range(cycles):
         sent_before = state.sent_h[(t - 1) % h].astype(np.int64) if t > 0 else np.zeros((rows, cols, 4), np.int64)
         sim.advance(1)
@@ -85,6 +88,33 @@ def check_migration_rule(sc, cycles=60) -> int:
     return moves
 
 
+def check_stealing_rule(sc, sim, cycles) -> int:
+    """work_stealing's rule, cycle by cycle (docs/mesh.md, step 4): a PE gives at most M tasks a cycle,
+    at most one on each link (it answers one request a link, and a thief has one outstanding), each
+    from a queue above its low water mark, so that its queue ends the cycle at threshold - hysteresis
+    or more; the requests and refusals are all the other messages. Returns the number of tasks given."""
+    state, h = sim.state, sim.inputs.history
+    wrap = 2 * sim.inputs.link_buffer_messages
+    low = sc.get("migration", "threshold") - sc.get("migration", "hysteresis")
+    most = sc.get("migration", "max_per_cycle")
+    moves = 0
+    out_before = state.tot_migrated_out.copy()
+    for t in range(cycles):
+        sent_before = state.sent_h[(t - 1) % h].astype(np.int64) if t > 0 else \
+            np.zeros(state.sent_h.shape[1:], np.int64)
+        sim.advance(1)
+        sent = (state.sent_h[t % h].astype(np.int64) - sent_before) % wrap
+        given = state.tot_migrated_out.astype(np.int64) - out_before
+        out_before = state.tot_migrated_out.copy()
+        depth_end = state.depth_h[t % h].astype(np.int64)
+        for r, c in zip(*np.nonzero(given), strict=True):
+            assert given[r, c] <= min(most, int(np.count_nonzero(sent[r, c]))), (t, r, c)
+            assert depth_end[r, c] >= low, (t, r, c, depth_end[r, c])
+        assert int(sim.series[0, K.S_CONTROL_SENT]) + int(given.sum()) == int(sent.sum()), t
+        moves += int(given.sum())
+    return moves
+
+
 @SETTINGS
 @given(scenarios())
 def test_migration_never_moves_a_task_to_a_neighbour_known_to_be_at_least_as_full(sc):
@@ -97,3 +127,7 @@ def test_the_migration_rule_check_sees_moves_under_heavy_load():
     for policy in ("least_loaded", "random_lower", "diffusion", "gradient"):
         sc = small_scenario(4, 5, migration__policy=policy, migration__threshold=0, workload__injection_rate=0.4)
         assert check_migration_rule(sc) > 50
+    # Stealing needs idle PEs to ask: a hot spot on an idle grid.
+    sc = small_scenario(4, 5, workload="hotspot", migration__policy="work_stealing", migration__threshold=0,
+                        workload__injection_rate=0.0, workload__hot_rate=0.9, workload__hot_regions=[[1, 1, 3, 3]])
+    assert check_migration_rule(sc) > 20

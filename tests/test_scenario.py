@@ -318,7 +318,7 @@ def test_a_string_key_rejects_a_non_string():
 def test_a_choice_outside_the_allowed_strings_suggests_the_closest():
     assert only_problem('[migration]\npolicy = "least"\n') == (
         's.toml: migration.policy = "least": must be one of "none", "least_loaded", '
-        '"random_lower", "diffusion", "gradient"; did you mean "least_loaded"?'
+        '"random_lower", "diffusion", "gradient", "work_stealing"; did you mean "least_loaded"?'
     )
     assert only_problem('[workload]\ntype = "hotspt"\n') == (
         's.toml: workload.type = "hotspt": must be one of "uniform", "hotspot", "skewed", '
@@ -570,7 +570,7 @@ def test_every_problem_is_reported_in_one_error():
         "s.toml: machine.rows = 1.5: must be an integer in [1, 4096] (PEs)",
         "s.toml: machine.hop_latency_cycles = 9: must be an integer in [1, 8] (cycles)",
         's.toml: migration.policy = "least": must be one of "none", "least_loaded", '
-        '"random_lower", "diffusion", "gradient"; did you mean "least_loaded"?',
+        '"random_lower", "diffusion", "gradient", "work_stealing"; did you mean "least_loaded"?',
         's.toml: workload.hot_rate = 0.7: applies only when workload.type is "hotspot" '
         '(it is "uniform")',
     ]

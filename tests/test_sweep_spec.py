@@ -187,7 +187,7 @@ def test_expanding_writes_nothing(tmp_path, monkeypatch):
      ["[set] migration.threshold = [1, 2]: must be an integer in [0, 254] (tasks)"]),
     (HEAD + '[grid]\nmigration.policy = ["least_loaded", "nope"]\n',
      ['[grid] migration.policy = "nope": must be one of "none", "least_loaded", "random_lower", "diffusion", '
-      '"gradient"; did you mean "none"?']),
+      '"gradient", "work_stealing"; did you mean "none"?']),
     (HEAD + "[zip]\nmachine.rows = [8, 16]\nmachine.cols = [4]\n",
      ["[zip]: every list must have the same length; the lengths are machine.rows 2, machine.cols 1"]),
     (HEAD + "[set]\nmigration.threshold = 1\n[grid]\nmigration.threshold = [1, 2]\n",

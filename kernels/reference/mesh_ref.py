@@ -58,7 +58,8 @@ Choices made where docs/mesh.md is ambiguous or silent:
    offered = refused + queued + in service + in source queues + in router queues + in flight +
    completed + delivered) each kind is checked on its own (tasks never turn into packets or back),
    which the combined identity implies but cannot see; and every router queue must hold at most
-   Qo packets, each of which routes to that queue at that PE.
+   Qo packets, each of which routes to that queue at that PE.  work_stealing's control messages
+   are left out of both identities (choice 55).
 
 Routed packets (the ``traffic`` workload, ``pattern`` not None):
 
@@ -268,6 +269,48 @@ Dynamic balancing (step 4):
    neighbour (a 1 x 1 grid) that is not light has pressure 255.  ``snapshot()["pressure"]`` lists
    the pressures at the end of the last cycle, None for the other policies.  The per-direction
    counts ``snapshot()["totals"]["migrated_dir"]`` are the tasks each PE sent on N, E, S and W.
+
+Work stealing (step 4's ``work_stealing``; docs/mesh.md "State", step 1 and step 4):
+
+51. Control messages are ``("request",)`` and ``("refusal",)`` on links (and in
+   snapshot()["links"]).  Like every message they count in the link's send and receive totals
+   (``sent``/``received``, credits) and towards B on both ends, and in ``in_flight``; they are not
+   tasks: not in ``migrated``/``received`` nor in ``migrated_out``/``migrated_in``/
+   ``migrated_dir``.  They are counted by the per-cycle observables ``control_sent`` and
+   ``control_received`` (present for every policy, 0 without work_stealing).  A task sent as an
+   answer is sent exactly as a migrated task: the tail task, hops + 1 (saturating at 255),
+   counted in ``migrated``, ``migrated_out`` and ``migrated_dir``.
+52. Step 1: a control message at the head of its link always moves (it needs no room); one behind
+   a task that cannot move waits behind it (FIFO: the port stops at the first message that cannot
+   move), and one that moves counts towards the port's B like any message.  A request sets the
+   port's owed flag; a refusal ends the outstanding request (it is always the answer to it,
+   asserted).  A task that moves from port d while the request towards d is outstanding ends it.
+53. Step 4: the shedding flag and ``limit`` are set exactly as for the other policies, then the
+   Answer part runs over d = 0..3 in order, each owed direction judged against the queue as it
+   stands after the earlier answers of this cycle and against "has room" counting everything
+   sent on d this cycle (step 2's packets included).  M counts only the tasks sent in this step;
+   refusals do not count towards it.  Then Ask: the PE asks only if, after the answers, its
+   server and queue are empty and no request is outstanding (after Start an empty server means
+   an empty queue); it lists the directions with a neighbour whose link has room (counting the
+   refusals just sent), and draws ``draw(seed, 3, t, u, 8)`` only when that list is non-empty.
+   A refusal received in step 1 of cycle t lets the PE ask again in step 4 of the same cycle,
+   and a request received in step 1 can be answered in step 4 of the same cycle.  After the
+   answers the shedding flag stays true only if the queue holds more than S tasks.
+   The known depths (D) play no part.
+54. Checked at the end of every cycle (AssertionError): for each PE u and direction d with a
+   neighbour n, the requests on link u -> n, plus n's owed flag for u, plus the answers (tasks
+   and refusals) on link n -> u add up to 1 if u's request towards d is outstanding, else 0
+   (every request is answered exactly once, a PE has at most one outstanding, every task on a
+   link is an answer); nothing is owed to or asked of a missing neighbour; a request never
+   arrives at a port already owed.  Without work_stealing no control message or request exists.
+55. Conservation (choice 15) counts control messages apart: tasks injected + packets offered =
+   refused + queued + in service + in source + in router + (in flight - control in flight) +
+   completed + delivered; the task-only identity uses only the tasks on links; and control in
+   flight = control sent - control received, cumulated.
+56. ``snapshot()["stealing"]`` is None without work_stealing, else one ``(asked, owed)`` per PE in
+   unit order: ``asked`` the direction of the outstanding request or -1, ``owed`` a tuple of four
+   0/1 ints for directions 0..3.  A PE with no neighbour (1 x 1) never asks.  work_stealing is
+   refused with the layer_pipeline workload like every policy but "none" (choice 32).
 """
 
 import math
@@ -277,7 +320,7 @@ MASK64 = 0xFFFFFFFFFFFFFFFF
 
 N, E, S, W = 0, 1, 2, 3
 EJECT = 4       # index of the ejection queue among a router's five output queues
-POLICIES = ("none", "least_loaded", "random_lower", "diffusion", "gradient")
+POLICIES = ("none", "least_loaded", "random_lower", "diffusion", "gradient", "work_stealing")
 WORK_DISTRIBUTIONS = ("fixed", "uniform", "geometric")
 
 # Stream numbers from the spec ("Streams: 0 set-up, 1 injection, 3 migration").
@@ -287,6 +330,13 @@ STREAM_DESTINATION = 2
 STREAM_MIGRATION = 3
 
 PATTERNS = ("uniform", "transpose", "bit_complement", "neighbor", "hotspot")
+
+# work_stealing's control messages on links (step 4, choice 51): they carry nothing.
+REQUEST = ("request",)
+REFUSAL = ("refusal",)
+CONTROL_KINDS = ("request", "refusal")
+# Index of the draw that picks the direction a request goes (step 4, Ask).
+ASK_DRAW = 8
 
 # Weight streaming: the PEs hold this many layers' weights (choice 44).
 WEIGHT_BUFFERS = 2
@@ -392,12 +442,17 @@ class _Pe:
         # birth): o = 0..3 the queue of output direction o, o = EJECT (4) the ejection queue.
         self.router = [deque() for _ in range(5)]
         # links[d]: messages sent on output d and not yet received, oldest first, each
-        # (send_cycle, message); a message is a task (work, birth, hops) or a packet
-        # ("p", dest_row, dest_col, birth).  The receiver removes them from here.
+        # (send_cycle, message); a message is a task (work, birth, hops), a packet
+        # ("p", dest_row, dest_col, birth) or a control message ("request",) or ("refusal",)
+        # (work_stealing).  The receiver removes them from here.
         self.links = [deque() for _ in range(4)]
         self.sent_total = [0, 0, 0, 0]
         self.received_total = [0, 0, 0, 0]
         self.shedding = False         # step 4: moving its surplus away, from above T down to S
+        # work_stealing (step 4): the direction of the outstanding request (None: none), and per
+        # input direction whether a request that came from there is owed an answer.
+        self.asked = None
+        self.owed = [False, False, False, False]
         self.busy = 0
         self.injected = 0
         self.refused = 0
@@ -569,6 +624,8 @@ class MeshReference:
         self.cum_completed = 0
         self.cum_packets_offered = 0
         self.cum_packets_delivered = 0
+        self.cum_control_sent = 0
+        self.cum_control_received = 0
         # Only for the order-independence test: visit PEs in decreasing u.
         self._visit_reversed = False
 
@@ -906,7 +963,8 @@ class MeshReference:
                "measured_latency_sum": 0,
                "measured_latency_sq_sum": 0, "measured_latency_max": 0,
                "measured_injected": 0, "measured_source_wait_sum": 0, "measured_hops_sum": 0,
-               "chunks_finished": 0, "chunk_latency_sum": 0, "weight_wait": 0}
+               "chunks_finished": 0, "chunk_latency_sum": 0, "weight_wait": 0,
+               "control_sent": 0, "control_received": 0}
         if self.stream is not None:
             obs["weight_wait"] = self._stream_weights(t)
         if self.pipeline_mode:
@@ -1062,7 +1120,22 @@ class MeshReference:
             taken = 0
             while taken < self.B and link and link[0][0] <= t - self.L:
                 message = link[0][1]
-                if message[0] != "p":
+                if message[0] in CONTROL_KINDS:
+                    # A control message (work_stealing) always moves and is gone: a request marks
+                    # this port owed, a refusal ends the outstanding request (choice 52).
+                    link.popleft()
+                    if message == REQUEST:
+                        assert not pe.owed[d], (
+                            "PE %d: a second request from direction %d while one is owed" % (u, d))
+                        pe.owed[d] = True
+                    else:
+                        assert pe.asked == d, (
+                            "PE %d: a refusal from direction %d, but its request is towards %r"
+                            % (u, d, pe.asked))
+                        pe.asked = None
+                    obs["control_received"] += 1
+                    self.cum_control_received += 1
+                elif message[0] != "p":
                     # A task: to the queue's tail, unchanged (hops were counted when sent).
                     if len(pe.queue) >= self.Q:
                         break
@@ -1070,6 +1143,8 @@ class MeshReference:
                     pe.queue.append(message)
                     pe.migrated_in += 1
                     obs["received"] += 1
+                    if pe.asked == d:
+                        pe.asked = None     # the answer to this PE's request (work_stealing)
                 else:
                     # A packet: to the tail of its output queue (ejection if it is for this PE,
                     # else its XY direction) if that queue holds fewer than Qo packets.
@@ -1182,8 +1257,9 @@ class MeshReference:
         if pe.server is None and pe.queue and not (self.pipeline_mode and pe.source):
             pe.server = list(pe.queue.popleft())    # [remaining, birth, hops]
 
-        # 4. Migrate.  sent_now (packets of step 2, tasks of step 4) limits B and is already in
-        # sent_total; tasks_now (tasks sent here only) is what the known depth adds.
+        # 4. Migrate.  sent_now (packets of step 2, tasks and control messages of step 4) limits B
+        # and is already in sent_total; tasks_now (tasks sent here only) is what the known depth
+        # adds.
         if self.policy != "none":
             depth = len(pe.queue)
             if depth > self.T:
@@ -1191,65 +1267,120 @@ class MeshReference:
             elif depth <= self.S:
                 pe.shedding = False
             limit = self.S if pe.shedding else self.T
-            tasks_now = [0, 0, 0, 0]
-            # diffusion: each neighbour's quota for this cycle, from the depths as step 4 starts
-            quota = [None, None, None, None]
-            if self.policy == "diffusion" and len(pe.queue) > limit:
-                depth0 = len(pe.queue)
-                for d in range(4):
-                    n = self.neighbour(u, d)
-                    if n is None:
-                        continue
-                    diff = max(0, depth0 - self._depth_at(n, t - self.D))
-                    h = draw(self.seed, STREAM_MIGRATION, t, u, 4 + d)
-                    quota[d] = (self.A * diff + (h >> 48)) >> 16
-            # gradient: the neighbours' pressures as known, and their least (255: no light PE known)
-            pressure = [None, None, None, None]
-            if self.policy == "gradient":
-                for d in range(4):
-                    n = self.neighbour(u, d)
-                    if n is not None:
-                        pressure[d] = self._pressure_at(n, t - self.D)
-            pmin = min((p for p in pressure if p is not None), default=255)
-            for k in range(self.M):
-                depth = len(pe.queue)
-                if depth <= limit:
-                    break
-                eligible = []   # (d, kd) in increasing d
-                for d in range(4):
-                    n = self.neighbour(u, d)
-                    if n is None:
-                        continue
-                    kd = self._depth_at(n, t - self.D) + tasks_now[d]
-                    if quota[d] is not None and tasks_now[d] >= quota[d]:
-                        continue
-                    if self.policy == "gradient":
-                        downhill = pressure[d] == pmin and pmin < 255
-                    else:
-                        downhill = kd + 1 < depth
-                    if downhill and self._has_room(t, u, d, sent_now):
-                        eligible.append((d, kd))
-                if not eligible:
-                    break
-                if self.policy in ("least_loaded", "diffusion", "gradient"):
-                    best_d, best_kd = eligible[0]
-                    for (d, kd) in eligible[1:]:
-                        if kd < best_kd:        # strict: ties keep the smaller d
-                            best_d, best_kd = d, kd
-                    d_pick = best_d
-                else:
-                    h = draw(self.seed, STREAM_MIGRATION, t, u, k)
-                    idx = ((h >> 32) * len(eligible)) >> 32
-                    d_pick = eligible[idx][0]
-                work, birth, hops = pe.queue.pop()      # the tail task
-                self._send(t, u, d_pick, (work, birth, min(hops + 1, 255)), sent_now)
-                tasks_now[d_pick] += 1
-                pe.migrated_out += 1
-                pe.migrated_dir[d_pick] += 1
-                obs["migrated"] += 1
+            if self.policy == "work_stealing":
+                self._work_stealing(t, u, limit, sent_now, obs)
+            else:
+                self._migrate_loop(t, u, limit, sent_now, obs)
             pe.shedding = pe.shedding and len(pe.queue) > self.S
 
         # 5. Work.
+        self._work(t, u, obs)
+
+    def _migrate_loop(self, t, u, limit, sent_now, obs):
+        """Step 4's loop for least_loaded, random_lower, diffusion and gradient."""
+        pe = self.pes[u]
+        tasks_now = [0, 0, 0, 0]
+        # diffusion: each neighbour's quota for this cycle, from the depths as step 4 starts
+        quota = [None, None, None, None]
+        if self.policy == "diffusion" and len(pe.queue) > limit:
+            depth0 = len(pe.queue)
+            for d in range(4):
+                n = self.neighbour(u, d)
+                if n is None:
+                    continue
+                diff = max(0, depth0 - self._depth_at(n, t - self.D))
+                h = draw(self.seed, STREAM_MIGRATION, t, u, 4 + d)
+                quota[d] = (self.A * diff + (h >> 48)) >> 16
+        # gradient: the neighbours' pressures as known, and their least (255: no light PE known)
+        pressure = [None, None, None, None]
+        if self.policy == "gradient":
+            for d in range(4):
+                n = self.neighbour(u, d)
+                if n is not None:
+                    pressure[d] = self._pressure_at(n, t - self.D)
+        pmin = min((p for p in pressure if p is not None), default=255)
+        for k in range(self.M):
+            depth = len(pe.queue)
+            if depth <= limit:
+                break
+            eligible = []   # (d, kd) in increasing d
+            for d in range(4):
+                n = self.neighbour(u, d)
+                if n is None:
+                    continue
+                kd = self._depth_at(n, t - self.D) + tasks_now[d]
+                if quota[d] is not None and tasks_now[d] >= quota[d]:
+                    continue
+                if self.policy == "gradient":
+                    downhill = pressure[d] == pmin and pmin < 255
+                else:
+                    downhill = kd + 1 < depth
+                if downhill and self._has_room(t, u, d, sent_now):
+                    eligible.append((d, kd))
+            if not eligible:
+                break
+            if self.policy in ("least_loaded", "diffusion", "gradient"):
+                best_d, best_kd = eligible[0]
+                for (d, kd) in eligible[1:]:
+                    if kd < best_kd:        # strict: ties keep the smaller d
+                        best_d, best_kd = d, kd
+                d_pick = best_d
+            else:
+                h = draw(self.seed, STREAM_MIGRATION, t, u, k)
+                idx = ((h >> 32) * len(eligible)) >> 32
+                d_pick = eligible[idx][0]
+            self._send_tail(t, u, d_pick, sent_now, obs)
+            tasks_now[d_pick] += 1
+
+    def _send_tail(self, t, u, d, sent_now, obs):
+        """The task at the queue's tail leaves, one more hop (saturating at 255), on link d with
+        send cycle t; it counts as migrated out (on direction d)."""
+        pe = self.pes[u]
+        work, birth, hops = pe.queue.pop()
+        self._send(t, u, d, (work, birth, min(hops + 1, 255)), sent_now)
+        pe.migrated_out += 1
+        pe.migrated_dir[d] += 1
+        obs["migrated"] += 1
+
+    def _send_control(self, t, u, d, message, sent_now, obs):
+        """A request or a refusal on link d with send cycle t (work_stealing)."""
+        self._send(t, u, d, message, sent_now)
+        obs["control_sent"] += 1
+        self.cum_control_sent += 1
+
+    def _work_stealing(self, t, u, limit, sent_now, obs):
+        """Step 4 of work_stealing, after the shedding flag: first Answer, then Ask (choice 53)."""
+        pe = self.pes[u]
+        tasks_now = 0               # tasks sent in this step (M counts these only)
+        # Answer the owed requests in increasing d.
+        for d in range(4):
+            if not pe.owed[d]:
+                continue
+            if not self._has_room(t, u, d, sent_now):
+                continue            # stays owed, tried again next cycle
+            if len(pe.queue) > limit:
+                if tasks_now >= self.M:
+                    continue        # M reached: stays owed
+                self._send_tail(t, u, d, sent_now, obs)
+                tasks_now += 1
+            else:
+                self._send_control(t, u, d, REFUSAL, sent_now, obs)
+            pe.owed[d] = False
+        # Ask: an idle PE with no request outstanding asks one neighbour drawn at random among
+        # those whose link has room.
+        if pe.server is None and not pe.queue and pe.asked is None:
+            choices = [d for d in range(4)
+                       if self.neighbour(u, d) is not None
+                       and self._has_room(t, u, d, sent_now)]
+            if choices:
+                h = draw(self.seed, STREAM_MIGRATION, t, u, ASK_DRAW)
+                d = choices[((h >> 32) * len(choices)) >> 32]
+                self._send_control(t, u, d, REQUEST, sent_now, obs)
+                pe.asked = d
+
+    def _work(self, t, u, obs):
+        """Step 5: the server works one cycle; a task whose work runs out completes."""
+        pe = self.pes[u]
         if pe.server is not None:
             pe.busy += 1
             obs["busy"] += 1
@@ -1278,7 +1409,8 @@ class MeshReference:
         messages = [msg for pe in self.pes for link in pe.links for (_sent_at, msg) in link]
         in_flight = len(messages)
         packets_in_flight = sum(1 for msg in messages if msg[0] == "p")
-        tasks_in_flight = in_flight - packets_in_flight
+        control_in_flight = sum(1 for msg in messages if msg[0] in CONTROL_KINDS)
+        tasks_in_flight = in_flight - packets_in_flight - control_in_flight
         injected = sum(pe.injected for pe in self.pes)
         refused = sum(pe.refused for pe in self.pes)
         completed = sum(pe.completed for pe in self.pes)
@@ -1288,14 +1420,15 @@ class MeshReference:
         sent = sum(sum(pe.sent_total) for pe in self.pes)
         received = sum(sum(pe.received_total) for pe in self.pes)
         cycle = self.cycle - 1
+        # Control messages (work_stealing) carry nothing: they are counted on their own.
         if (injected + offered != refused + queued + in_service + in_source + in_router
-                + in_flight + completed + delivered):
+                + (in_flight - control_in_flight) + completed + delivered):
             raise AssertionError(
                 "conservation violated at the end of cycle %d: tasks injected %d + packets offered "
                 "%d != refused %d + queued %d + in service %d + in source queues %d + in router "
-                "queues %d + in flight %d + completed %d + delivered %d"
+                "queues %d + (in flight %d - control in flight %d) + completed %d + delivered %d"
                 % (cycle, injected, offered, refused, queued, in_service, in_source, in_router,
-                   in_flight, completed, delivered))
+                   in_flight, control_in_flight, completed, delivered))
         if injected != refused + queued + in_service + tasks_in_flight + completed:
             raise AssertionError("conservation of tasks violated at the end of cycle %d" % cycle)
         if offered != in_source + in_router + packets_in_flight + delivered:
@@ -1317,6 +1450,15 @@ class MeshReference:
         if in_flight != sent - received:
             raise AssertionError("cycle %d: in flight %d != sent %d - received %d"
                                  % (cycle, in_flight, sent, received))
+        if control_in_flight != self.cum_control_sent - self.cum_control_received:
+            raise AssertionError("cycle %d: control messages in flight %d != sent %d - received %d"
+                                 % (cycle, control_in_flight, self.cum_control_sent,
+                                    self.cum_control_received))
+        if self.policy == "work_stealing":
+            self._check_stealing(cycle)
+        elif control_in_flight or any(pe.asked is not None or any(pe.owed) for pe in self.pes):
+            raise AssertionError("cycle %d: control messages or requests without work_stealing"
+                                 % cycle)
         if (injected, refused, completed, offered, delivered) != (
                 self.cum_injected, self.cum_refused, self.cum_completed,
                 self.cum_packets_offered, self.cum_packets_delivered):
@@ -1329,6 +1471,32 @@ class MeshReference:
                 obs["packets_in_router"]):
             raise AssertionError("cycle %d: end-of-cycle observables disagree with the state"
                                  % cycle)
+
+    def _check_stealing(self, cycle):
+        """work_stealing's book-keeping (choice 54).  Every request is answered exactly once, a PE
+        has at most one outstanding and every task on a link is an answer, so for each PE u and
+        each direction d towards a neighbour n: the requests on link u -> n, plus n's owed flag
+        for u, plus the answers (tasks and refusals) on link n -> u make exactly 1 if u's request
+        towards d is outstanding, else 0; and no PE is owed anything from a missing neighbour."""
+        for u, pe in enumerate(self.pes):
+            if pe.asked is not None and pe.asked not in range(4):
+                raise AssertionError("cycle %d: PE %d asked %r" % (cycle, u, pe.asked))
+            for d in range(4):
+                n = self.neighbour(u, d)
+                if n is None:
+                    if pe.owed[d] or pe.asked == d or pe.links[d]:
+                        raise AssertionError("cycle %d: PE %d has a request or a message towards "
+                                             "missing direction %d" % (cycle, u, d))
+                    continue
+                requests = sum(1 for (_sent_at, msg) in pe.links[d] if msg == REQUEST)
+                answers = sum(1 for (_sent_at, msg) in self.pes[n].links[opp(d)]
+                              if msg == REFUSAL or msg[0] not in CONTROL_KINDS + ("p",))
+                count = requests + int(self.pes[n].owed[opp(d)]) + answers
+                if count != int(pe.asked == d):
+                    raise AssertionError(
+                        "cycle %d: PE %d asked %r, but towards direction %d there are %d requests "
+                        "on the link, owed %s, %d answers on the way back"
+                        % (cycle, u, pe.asked, d, requests, self.pes[n].owed[opp(d)], answers))
 
     def _check_pipeline(self, cycle):
         """Invariants of the layer_pipeline book-keeping (beyond the spec's conservation)."""
@@ -1470,6 +1638,10 @@ class MeshReference:
             "received": [list(pe.received_total) for pe in self.pes],
             "shedding": [int(pe.shedding) for pe in self.pes],
             "pressure": list(self.pressure_history[-1]) if self.pressure_history else None,
+            # work_stealing: per PE (asked direction or -1, owed flags of directions 0..3)
+            "stealing": None if self.policy != "work_stealing" else [
+                (-1 if pe.asked is None else pe.asked, tuple(int(f) for f in pe.owed))
+                for pe in self.pes],
             "totals": {
                 "busy": [pe.busy for pe in self.pes],
                 "injected": [pe.injected for pe in self.pes],

@@ -23,13 +23,17 @@ SERIES = {
     "completed": (K.S_COMPLETED, "tasks", "tasks completed in the cycle"),
     "migrated": (K.S_MIGRATED, "tasks", "tasks sent to a neighbour in the cycle"),
     "received": (K.S_RECEIVED, "tasks", "tasks received from a neighbour in the cycle"),
-    "in_flight": (K.S_IN_FLIGHT, "tasks", "tasks on links (sent, not yet received) at the end of the cycle"),
+    "in_flight": (K.S_IN_FLIGHT, "messages", "messages on links (sent, not yet received) at the end of the cycle"),
     "latency_sum": (K.S_LATENCY_SUM, "cycles", "sum of the latencies of the tasks completed in the cycle"),
     "latency_sq_sum": (K.S_LATENCY_SQ_SUM, "cycles^2", "sum of the squared latencies of the tasks completed"),
     "hops_sum": (K.S_HOPS_SUM, "hops", "sum of the hops of the tasks completed in the cycle"),
     "latency_max": (K.S_LATENCY_MAX, "cycles", "largest latency of a task completed in the cycle (0: none)"),
-    "link_sent": (K.S_LINK_SENT, "messages", "messages (tasks and packets) sent on links in the cycle"),
-    "link_received": (K.S_LINK_RECEIVED, "messages", "messages (tasks and packets) taken off links in the cycle"),
+    "link_sent": (K.S_LINK_SENT, "messages", "messages (tasks, packets, control messages) sent on links in the cycle"),
+    "link_received": (K.S_LINK_RECEIVED, "messages",
+                      "messages (tasks, packets, control messages) taken off links in the cycle"),
+    "control_sent": (K.S_CONTROL_SENT, "messages",
+                     "control messages (work_stealing's requests and refusals) sent on links in the cycle"),
+    "control_received": (K.S_CONTROL_RECEIVED, "messages", "control messages taken off links in the cycle"),
 }
 
 # Routed traffic only: name -> (series column, units, description).

@@ -75,6 +75,11 @@ class MeshInputs:
         """Whether the policy is gradient (the pressures are kept)."""
         return int(self.cfg[K.CFG_POLICY]) == K.POLICY_GRADIENT
 
+    @property
+    def stealing(self) -> bool:
+        """Whether the policy is work_stealing (the steal states are kept)."""
+        return int(self.cfg[K.CFG_POLICY]) == K.POLICY_WORK_STEALING
+
 
 def injection_rates(sc) -> np.ndarray:
     """Per-PE Bernoulli rates, float64[R, C], for the uniform, hotspot and skewed workloads."""
@@ -177,7 +182,7 @@ def check_memory(inputs: MeshInputs, max_chunk: int, n_blocks: int) -> None:
     layout = S.mesh_layout(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
                            inputs.history, inputs.routed,
                            int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]), S.pipeline_dims(inputs.pipeline), inputs.sheds,
-                           inputs.counts_directions, inputs.gradient)
+                           inputs.counts_directions, inputs.gradient, inputs.stealing)
     buffers = 8 * (max_chunk * (K.N_SERIES + inputs.queue_capacity + 1) + n_blocks * inputs.latency_bins)
     need = S.layout_bytes(layout) + buffers
     have = S.available_memory_bytes()
@@ -205,14 +210,15 @@ class MeshSim:
                                      inputs.history, thr, inputs.geo_log, traffic=inputs.routed,
                                      router_queue_packets=int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]),
                                      pipeline=inputs.pipeline, hysteresis=inputs.sheds,
-                                     direction_counts=inputs.counts_directions, gradient=inputs.gradient)
+                                     direction_counts=inputs.counts_directions, gradient=inputs.gradient,
+                                     stealing=inputs.stealing)
         self.blocks = S.row_blocks(inputs.rows)
         self.max_chunk = max_chunk
         self.series = np.zeros((max_chunk, K.N_SERIES), np.int64)
         self.depth_series = np.zeros((max_chunk, inputs.queue_capacity + 1), np.int64)
         self.lat_hist_blocks = np.zeros((len(self.blocks) - 1, inputs.latency_bins), np.int64)
         # tasks injected + packets offered, refused, completed, in flight, delivered
-        self.cum = np.zeros(5, np.int64)
+        self.cum = np.zeros(6, np.int64)
         self.cycle = 0
         self._ev_lo = np.zeros(max_chunk + 1, np.int64)
 
