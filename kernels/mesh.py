@@ -512,6 +512,21 @@ def _out_index(lp_reg, g, r, c):
     return abs(c - _down_col(lp_reg, g))
 
 
+@njit(inline="always", **JIT)
+def _migrates(lp_g, lp_reg, r, c):
+    """layer_pipeline with a policy on: whether (r, c) takes part in migration, in a region and not on
+    its output edge (docs/mesh.md, "Migration in the pipeline")."""
+    g = np.int64(lp_g[r, c])
+    return g >= 0 and _out_index(lp_reg, g, r, c) < 0
+
+
+@njit(inline="always", **JIT)
+def _migration_neighbour(lp_g, lp_reg, r, c, nr, nc):
+    """layer_pipeline: whether (nr, nc), a neighbour of (r, c) that takes part in migration, is one
+    of its migration neighbours: in the same region and not on its output edge."""
+    return lp_g[nr, nc] == lp_g[r, c] and _migrates(lp_g, lp_reg, nr, nc)
+
+
 @njit(**JIT)
 def _n_out(lp_reg, g):
     return lp_reg[g, REG_HEIGHT] if lp_reg[g, REG_OUTPUT] == OUTPUT_SIDE else lp_reg[g, REG_WIDTH]
@@ -782,7 +797,9 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             # changed in the last H cycles. Its PEs have nothing arriving (docs/mesh.md,
             # "Implementation notes") and every history slot already holds their counts: the cycle
             # leaves them as they are, and they add only idle PEs to the depth histogram.
-            if seg_idle[r, sg] == 1 and seg_live[r, sg] == 0 and not has_ev and chg_prev[sg] <= t_calm and \
+            # (With work_stealing an idle PE with no request outstanding asks: no segment is quiet.)
+            if seg_idle[r, sg] == 1 and seg_live[r, sg] == 0 and not has_ev and not stealing and \
+                    chg_prev[sg] <= t_calm and \
                     (sg == 0 or chg_prev[sg - 1] <= t_calm) and (sg + 1 == n_seg or chg_prev[sg + 1] <= t_calm) and \
                     chg_up[sg] <= t_calm and chg_down[sg] <= t_calm:
                 chg_now[sg] = chg_prev[sg]
@@ -835,6 +852,18 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                     p_min[c] = min(p_min[c], p_same[c - np.uint64(1)])
                 for c in range(a0, min(a1, np.uint64(cols - 1))):
                     p_min[c] = min(p_min[c], p_same[c + np.uint64(1)])
+                if is_lp:
+                    # In a pipeline, over the migration neighbours only (255 where there are none).
+                    for c in range(c0, c1):
+                        pm = PRESSURE_NONE
+                        if _migrates(lp_g, lp_reg, r, c):
+                            for d in range(4):
+                                nr = r + (d == 2) - (d == 0)
+                                nc = c + (d == 1) - (d == 3)
+                                if 0 <= nr < rows and 0 <= nc < cols and \
+                                        _migration_neighbour(lp_g, lp_reg, r, c, nr, nc):
+                                    pm = min(pm, np.int64(press_h[s_info, nr, nc]))
+                        p_min[c] = np.uint8(pm)
                 # Where no light PE is known, step 4 finds no direction: 255 (>= any queue) in nb_min
                 # says so to the test below, 0 that a queue above `stop` may move.
                 for c in range(a0, a1):
@@ -867,9 +896,18 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             if stealing:
                 # A PE that owes an answer, or is idle or about to be with no request outstanding, has
                 # step 4 to do.
-                for c in range(a0, a1):
-                    sv = stl_r[c]
-                    offer_f[c] |= np.uint8((sv & np.uint8(15)) != 0) | (np.uint8(sv < 16) & np.uint8(rem_r[c] <= 1))
+                if is_lp:
+                    # (A pipeline PE that takes no part in migration never asks, nor is asked.)
+                    for c in range(c0, c1):
+                        if _migrates(lp_g, lp_reg, r, c):
+                            sv = stl_r[c]
+                            offer_f[c] |= np.uint8((sv & np.uint8(15)) != 0) | (np.uint8(sv < 16) &
+                                                                                  np.uint8(rem_r[c] <= 1))
+                else:
+                    for c in range(a0, a1):
+                        sv = stl_r[c]
+                        offer_f[c] |= np.uint8((sv & np.uint8(15)) != 0) | (np.uint8(sv < 16) &
+                                                                              np.uint8(rem_r[c] <= 1))
             # With no policy, or no queue above the threshold, no PE can migrate: ql <= shallow for all.
             # With hysteresis a shedding PE's limit is `stop`: every PE above it goes through step 4
             # (where those that are not shedding move nothing), so that the flags need not be read here.
@@ -1050,10 +1088,12 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                                     g_here = lp_g[r, c]
                                     got_now = np.int64(lp_got[r, c]) + 1
                                     last_wavelet = got_now >= lp_reg[g_here, REG_WAVELETS]
-                                    if n_o == 0 and eject_now < bw and (qlen < cap or not last_wavelet):
+                                    if n_o == 0 and eject_now < bw and (qlen < cap or not last_wavelet) and \
+                                            not check_nb:
                                         # Early delivery: the packet would be among the first the Send
                                         # stage delivers, and nothing changes the task queue or the
-                                        # wavelet count before it.
+                                        # wavelet count before it (with migration off: else a task may
+                                        # still arrive on a later port).
                                         if last_wavelet:
                                             qlen = _enqueue(q_work, q_birth, q_hops, qlen, r, c,
                                                             lp_reg[g_here, REG_WORK], t, 0)
@@ -1281,6 +1321,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                 # `stop`, and the limit is `stop` while it is set.)
                 limit = threshold
                 on = np.int64(0)
+                mine = is_lp and policy != POLICY_NONE and _migrates(lp_g, lp_reg, r, c)
                 if hyst > 0:
                     on = np.int64(qlen > threshold) | (np.int64(shed[r, c]) & np.int64(qlen > stop))
                     limit = threshold - hyst * on
@@ -1321,6 +1362,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                                 nc = c + (d == 1) - (d == 3)
                                 if nr < 0 or nr >= rows or nc < 0 or nc >= cols:
                                     continue
+                                if is_lp and not (mine and _migration_neighbour(lp_g, lp_reg, r, c, nr, nc)):
+                                    continue
                                 if _has_room(d, _neighbour(u, d, cols), sent_f, i_now, sent_now, recv_f, b_cred,
                                              wrap, kbuf, bw):
                                     elig[n_elig] = d
@@ -1341,7 +1384,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         quota[d] = 255
                         nr = r + (d == 2) - (d == 0)
                         nc = c + (d == 1) - (d == 3)
-                        if nr < 0 or nr >= rows or nc < 0 or nc >= cols:
+                        if nr < 0 or nr >= rows or nc < 0 or nc >= cols or \
+                                (is_lp and not (mine and _migration_neighbour(lp_g, lp_reg, r, c, nr, nc))):
                             known[d] = -1
                         else:
                             known[d] = depth_h[s_info, nr, nc]

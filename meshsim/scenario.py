@@ -560,10 +560,6 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
 def _check_layer_pipeline(ok, get, add, shown) -> None:
     """Problems of a layer_pipeline workload that involve several keys (docs/mesh.md, "Dataflow"),
     each reported through `add`."""
-    wtype, pol = "workload.type", "migration.policy"
-    if ok(pol) and get(pol) != "none":
-        add(pol, [wtype], "must be \"none\" when workload.type is \"layer_pipeline\" (tasks stay "
-                          "in their kernel's region)")
     seq, tpc = "workload.seq_len", "workload.tokens_per_chunk"
     if ok(seq, tpc) and get(seq) % get(tpc) != 0:
         add(tpc, [seq], f"must divide {seq} = {shown(seq)}")

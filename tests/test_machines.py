@@ -173,10 +173,11 @@ def test_a_mistyped_machine_still_gets_every_problem_of_its_workload():
     """Every problem at once: with machine.type misspelt, the layer pipeline's own rules are still
     checked, and an rdu asked for a layer pipeline hears of its replicas too."""
     with pytest.raises(InputError) as e:
-        scenario_from_dict({"machine": {"type": "mseh"}, "migration": {"policy": "least_loaded"},
-                            "workload": {"type": "layer_pipeline", "replicas": 100}})
+        scenario_from_dict({"machine": {"type": "mseh"},
+                            "workload": {"type": "layer_pipeline", "replicas": 100, "seq_len": 10,
+                                         "tokens_per_chunk": 4}})
     assert len(e.value.problems) == 3, e.value.problems
-    assert any("migration.policy" in p for p in e.value.problems)
+    assert any("workload.tokens_per_chunk" in p for p in e.value.problems)
     with pytest.raises(InputError) as e:
         scenario_from_dict({"machine": {"type": "rdu"}, "workload": {"type": "layer_pipeline", "replicas": 100}})
     assert [p.split(": ")[1].split(" =")[0] for p in e.value.problems] == ["workload.type", "workload.replicas"]

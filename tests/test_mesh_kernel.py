@@ -126,6 +126,15 @@ def test_kernel_equals_reference_with_work_stealing(hysteresis, hop_latency, bw)
     assert totals["migrated"] > 20 and totals["control_sent"] > totals["migrated"] and totals["refused"] > 0
 
 
+def test_work_stealing_wakes_idle_segments_that_are_offered_nothing():
+    """A hot spot on a grid of two segments of columns with no background: the idle PEs far from it
+    ask all the same (no segment is skipped as quiet under work_stealing, docs/mesh.md)."""
+    sc = small_scenario(3, 70, workload="hotspot", migration__policy="work_stealing", migration__threshold=0,
+                        workload__injection_rate=0.0, workload__hot_rate=0.8, workload__hot_regions=[[0, 30, 3, 33]])
+    totals = compare_cycle_by_cycle(sc, 80)
+    assert totals["migrated"] > 0 and totals["control_sent"] > 2 * 3 * 70
+
+
 def test_kernel_equals_reference_trace_on_quiet_segments(tmp_path):
     """Sparse trace events on a wide grid: a quiet segment with an event in it runs its cycle."""
     rng = np.random.default_rng(11)

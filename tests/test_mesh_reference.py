@@ -1795,6 +1795,14 @@ def test_lost_request_is_caught():
         ref.step()
 
 
-def test_work_stealing_needs_no_pipeline():
-    with pytest.raises(ValueError, match="needs policy 'none'"):
-        make(policy="work_stealing", pipeline={"regions": [], "chunks_in_flight": 1})
+def test_work_stealing_runs_with_a_pipeline():
+    # Every policy now runs with the layer_pipeline workload (docs/mesh.md, "Migration in the
+    # pipeline"; tests/test_pipeline_reference.py has the cases).  One 1 x 2 region (work 1):
+    # (0, 0)'s only neighbour is the output edge (0, 1), so no PE has a migration neighbour and
+    # nothing ever asks; chunk j is admitted at j and finishes at j.
+    region = {"row0": 0, "col0": 0, "row1": 1, "col1": 2, "work": 1, "next": -1, "replica": 0,
+              "flow": 1, "input": "row", "output": "side"}
+    ref = make(cols=2, policy="work_stealing",
+               pipeline={"regions": [region], "chunks_in_flight": 1})
+    obs = ref.run(10)
+    assert all(o["control_sent"] == 0 and o["chunks_finished"] == 1 for o in obs)

@@ -18,6 +18,7 @@ from kernels.reference.mesh_ref import MeshReference  # noqa: E402
 
 N, E, S, W = 0, 1, 2, 3
 EJECT = 4
+POLICIES = ("least_loaded", "random_lower", "diffusion", "gradient", "work_stealing")
 
 
 def region(row0, col0, row1, col1, work, next=-1, replica=0, flow=1, input="row",  # noqa: A002
@@ -889,8 +890,11 @@ def test_invalid_pipeline_settings_are_rejected():
     for w in (0, 1_048_577):
         with pytest.raises(ValueError, match="chunks_in_flight"):
             make(1, 4, GOOD_1X4, w)
+    # Every policy runs with a pipeline (docs/mesh.md, "Migration in the pipeline").
+    for policy in ("none",) + POLICIES:
+        make(1, 4, GOOD_1X4, 1, policy=policy)
     with pytest.raises(ValueError, match="policy"):
-        make(1, 4, GOOD_1X4, 1, policy="least_loaded")
+        make(1, 4, GOOD_1X4, 1, policy="nearest")
     with pytest.raises(ValueError, match="no rates"):
         make(1, 4, GOOD_1X4, 1, rates=[0.1] * 4)
     with pytest.raises(ValueError, match="no rates"):
@@ -1024,3 +1028,217 @@ def test_other_workloads_report_zero_chunks_and_no_pipeline_snapshot():
     assert all(o["chunks_finished"] == 0 and o["chunk_latency_sum"] == 0 for o in obs)
     assert all(o["weight_wait"] == 0 for o in obs)
     assert ref.snapshot()["pipeline"] is None
+
+
+# ------------------------------------------------------------------------------------------------
+# Migration in the pipeline (docs/mesh.md, "Migration in the pipeline").
+# ------------------------------------------------------------------------------------------------
+# 4 x 5 grid.  Region 0 = rows 0-1 x column 0 (first, work 1, output side: w = 1, so both PEs are
+# its output edge, n_out = 2) -> region 1 = rows 0-2 x columns 1-4 (last, work 5, flow +1, input
+# row: n_in = 3, so (0, 0) feeds inputs 0 and 2 and line 2 gets its chunks late; output edge
+# column 4).  (2, 0) and row 3 are idle.  Only rows 0-2 x columns 1-3 have migration neighbours:
+# each other, in region 1 and off its output edge.
+FAN = [region(0, 0, 2, 1, 1, next=1), region(0, 1, 3, 5, 5)]
+FAN_MIGRATING = {(r, c) for r in range(3) for c in range(1, 4)}
+FAN_OUTPUT_EDGE = {(0, 0), (1, 0), (0, 4), (1, 4), (2, 4)}
+FAN_IDLE = {(2, 0)} | {(3, c) for c in range(5)}
+
+
+def _neighbour(rows, cols, u, d):
+    r, c = divmod(u, cols)
+    r, c = (r - 1, c) if d == N else (r, c + 1) if d == E else (r + 1, c) if d == S else (r, c - 1)
+    return r * cols + c if 0 <= r < rows and 0 <= c < cols else None
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_migration_stays_inside_a_region_and_off_its_output_edge(policy):
+    """FAN with threshold 0, D = 2, Q = 4, W = 8, 300 cycles.  Tasks migrate (the fan-out and the
+    one-cycle hops along a line make queues differ inside region 1), the oracle checks its own
+    conservation and pipeline invariants every cycle, and from outside, every cycle: no task and
+    no control message is on a link unless both its ends are in FAN_MIGRATING (hand-listed from the
+    geometry above); at the end, output-edge and idle PEs never sent or received a task, every PE
+    has injected + migrated in = queued + in service + completed + migrated out, chunks finished,
+    migrated tasks completed with their hops, and visiting the PEs in reverse gives the same run.
+    """
+    ref = make(4, 5, FAN, 8, policy=policy, queue_capacity=4, info_delay_cycles=2)
+    rev = make(4, 5, FAN, 8, policy=policy, queue_capacity=4, info_delay_cycles=2)
+    rev._visit_reversed = True
+    migrated = hops = control = 0
+    for t in range(300):
+        o = ref.step()
+        assert o == rev.step(), t
+        migrated += o["migrated"]
+        hops += o["hops_sum"]
+        control += o["control_sent"]
+        links = ref.snapshot()["links"]
+        for u in range(20):
+            for d in range(4):
+                if any(msg[0] != "p" for msg in links[u][d]):
+                    n = _neighbour(4, 5, u, d)
+                    assert divmod(u, 5) in FAN_MIGRATING and divmod(n, 5) in FAN_MIGRATING, (t, u, d)
+    snap = ref.snapshot()
+    assert snap == rev.snapshot()
+    totals = snap["totals"]
+    on_links = sum(1 for links in snap["links"] for link in links for msg in link
+                   if msg[0] not in ("p", "request", "refusal"))
+    assert migrated > 0 and migrated == sum(totals["migrated_out"])
+    assert migrated == sum(totals["migrated_in"]) + on_links
+    assert 0 < hops and (policy == "work_stealing") == (control > 0)
+    assert snap["pipeline"]["finished"][0] >= 40
+    for u in range(20):
+        if divmod(u, 5) in FAN_OUTPUT_EDGE | FAN_IDLE:
+            assert totals["migrated_out"][u] == totals["migrated_in"][u] == 0, u
+            assert totals["migrated_dir"][u] == [0, 0, 0, 0], u
+        if divmod(u, 5) in FAN_IDLE:
+            assert totals["injected"][u] == totals["completed"][u] == totals["busy"][u] == 0
+        in_service = 0 if snap["server"][u] is None else 1
+        assert (totals["injected"][u] + totals["migrated_in"][u]
+                == len(snap["queue"][u]) + in_service + totals["completed"][u]
+                + totals["migrated_out"][u]), u
+    # The output edge completes its own chunks in order: at least every finished chunk.
+    assert all(totals["completed"][r * 5 + 4] >= snap["pipeline"]["finished"][0]
+               for r in range(3))
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_two_replicas_with_migration_conserve_and_do_not_depend_on_pe_order(policy):
+    """TWO_REPLICAS on the tight machine with each policy (threshold 0, D = 2), 300 cycles: the
+    oracle's own checks hold every cycle, chunks finish in both replicas, and visiting the PEs in
+    reverse gives the same run."""
+    a = make(5, 5, TWO_REPLICAS, 3, policy=policy, info_delay_cycles=2, **TIGHT)
+    b = make(5, 5, TWO_REPLICAS, 3, policy=policy, info_delay_cycles=2, **TIGHT)
+    b._visit_reversed = True
+    assert a.run(300) == b.run(300)
+    assert a.snapshot() == b.snapshot()
+    assert all(f >= 20 for f in a.snapshot()["pipeline"]["finished"])
+
+
+# 3 x 2 grid, two one-region replicas.  Replica 0: rows 0-1 (work 20, flow +1, input row, output
+# side: its output edge is column 1, (0, 1) and (1, 1)); replica 1: row 2 (work 1, output edge
+# (2, 1)).  The only migration neighbours are (0, 0) and (1, 0), of each other: (1, 0)'s S
+# neighbour (2, 0) is in the other region, its E neighbour (1, 1) on the output edge.
+SIDE = [region(0, 0, 2, 2, 20, replica=0), region(2, 0, 3, 2, 1, replica=1)]
+
+
+def test_migration_neighbours_of_a_small_table():
+    """Hand-listed from SIDE's comment; without a pipeline (a Bernoulli run on the same grid)
+    every neighbour is a migration neighbour."""
+    ref = make(3, 2, SIDE, 8, policy="least_loaded")
+    assert ref.mig_nbr == [[None, None, 2, None], [None] * 4, [0, None, None, None],
+                           [None] * 4, [None] * 4, [None] * 4]
+    plain = MeshReference(rows=3, cols=2, queue_capacity=8, hop_latency_cycles=1,
+                          link_messages_per_cycle=1, link_buffer_messages=8, credit_delay_cycles=1,
+                          policy="least_loaded", threshold=0, info_delay_cycles=1, max_per_cycle=1,
+                          seed=1, rates=[0.5] * 6, work_distribution="fixed", work_cycles=1,
+                          work_min_cycles=1, work_max_cycles=100, trace_events=None)
+    assert plain.mig_nbr == [[_neighbour(3, 2, u, d) for d in range(4)] for u in range(6)]
+
+
+def test_least_loaded_never_picks_the_lighter_neighbour_across_a_region_boundary():
+    """SIDE, least_loaded, threshold 0, M = 1, D = 2, W = 8, Q = 8.  Write a = (0, 0), c = (1, 0),
+    b = (0, 1), d = (1, 1); a and c behave alike (a towards S, c towards N).  Replica 1 admits a
+    chunk every cycle and completes it at once (work 1): (2, 0) and (2, 1) end every cycle with
+    depth 0.  Replica 0 admits chunks 0..7 at cycles 0..7 (then A = D + W until chunk 0 finishes
+    at 19), and each of its PEs takes each at once; every server runs its first task 0..19.
+    Depths at the end of a cycle (the known depth kd is the neighbour's at the end of t - 2):
+
+    c0: taken and started: 0.  b and d (output edge, no migration neighbour) just take: depth
+        min(t, 7) at the end of t, up to 39 (at 20 they take chunk 8 and start a task).
+    c1: taken: 1; a's kd of c = 0 (end of -1): 0 + 1 < 1 fails.
+    c2: taken: 2; kd = 0 (end of 0): 1 < 2: a sends its tail task (chunk 2's) S, c its own N: 1.
+    c3: each receives the other's task (L = 1) and takes chunk 3: 3; kd = 1 (end of 1): 2 < 3,
+        sends: 2.  Here c knows (2, 0) at depth 0, below its kd of a (1), and still sends N: the
+        S neighbour is in another region, not a migration neighbour.
+    ct, 3 <= t <= 7: receive, take: t; kd = t - 2 (end of t - 2); send: t - 1.
+    c8: receive: 7 (nothing left to take); kd = 5 (end of 6): 6 < 7, sends: 6.
+    c9: receive: 7; kd = 6 (end of 7): 7 < 7 fails.  Nothing moves from then on (c20: take chunk
+        8, Start: 7 again; no other chunk until 39).  So migrated is 2 a cycle at 2..8: 7 tasks
+        each way, all on the link a <-> c, none towards (2, 0) although it stays at depth 0.
+    c19: b and d complete chunk 0, which finishes whatever a and c hold; c39: chunk 1 (b and d
+        serve their own chunk 1 at 20..39).
+    """
+    ref = make(3, 2, SIDE, 8, policy="least_loaded", info_delay_cycles=2)
+    depths, migrated, finished = [], [], []
+    for _ in range(40):
+        o = ref.step()
+        snap = ref.snapshot()
+        depths.append([len(q) for q in snap["queue"]])
+        migrated.append(o["migrated"])
+        finished.append(snap["pipeline"]["finished"][0])
+        # Never a task on a link between the two replicas' PEs (rows 1 and 2).
+        assert not any(msg[0] != "p" for msg in snap["links"][2][S] + snap["links"][3][S]
+                       + snap["links"][4][N] + snap["links"][5][N])
+    ac = [0, 1, 1, 2, 3, 4, 5, 6, 6] + [7] * 31
+    bd = [min(t, 7) for t in range(40)]
+    assert depths == [[x, y, x, y, 0, 0] for x, y in zip(ac, bd, strict=True)]
+    assert migrated == [0, 0] + [2] * 7 + [0] * 31
+    totals = ref.snapshot()["totals"]
+    assert totals["migrated_dir"] == [[0, 0, 7, 0], [0] * 4, [7, 0, 0, 0], [0] * 4, [0] * 4,
+                                      [0] * 4]
+    assert totals["migrated_in"] == [7, 0, 7, 0, 0, 0]
+    assert finished[18:20] == [0, 1] and finished[38:40] == [1, 2]
+
+
+def test_gradient_pressure_counts_migration_neighbours_only():
+    """SIDE with gradient, threshold 0 (S = 0: light means an empty queue), M = 1, D = 1, W = 8.
+    (2, 0) and (2, 1) are always light: pressure 0.  c = (1, 0)'s only lighter neighbour from c2
+    on is (2, 0), in the other region: its pressure is taken over a = (0, 0) alone.
+
+    c0: every PE takes chunk 0 and starts it: all light, pressures 0.
+    c1: replica 0 takes chunk 1: depth 1, not light.  a: kp[S] = p_c(0) = 0 = pmin < 255, the
+        link has room: it sends its tail task S (depth 0); c likewise N.  End: a, c light (0);
+        b, d depth 1 with no migration neighbour: 255.
+    c2: each receives the other's task and takes chunk 2: 2; kp = p(1) = 0: sends: 1.  End:
+        p_a = 1 + p_c(1) = 1, p_c = 1 + p_a(1) = 1.
+    c3: receive, take: 3; kp = 1 = pmin: sends: 2.  p_a = p_c = 1 + 1 = 2, while (2, 0) had 0 at
+        the end of 2: counted over every neighbour, c would have 1 (and d 1).
+    ct: p_a = p_c = t - 1 (one more than the other's at t - 1, both count up: nothing light is
+        known in their region), until 255; a and c swap a task each way every cycle from c1 on.
+    """
+    ref = make(3, 2, SIDE, 8, policy="gradient")
+    pressures, migrated = [], []
+    for _ in range(12):
+        migrated.append(ref.step()["migrated"])
+        pressures.append(ref.snapshot()["pressure"])
+    assert pressures[:2] == [[0] * 6, [0, 255, 0, 255, 0, 0]]
+    assert pressures[2:] == [[t - 1, 255, t - 1, 255, 0, 0] for t in range(2, 12)]
+    assert migrated == [0] + [2] * 11
+    totals = ref.snapshot()["totals"]
+    assert totals["migrated_dir"][2] == [11, 0, 0, 0] and totals["migrated_dir"][0] == [0, 0, 11, 0]
+    assert totals["migrated_in"][4] == totals["migrated_in"][5] == 0
+
+
+def test_work_stealing_pe_without_migration_neighbours_never_asks():
+    """1 x 3 grid: region 0 = (0, 0) (work 1) -> region 1 = (0, 1)-(0, 2) (work 1, flow +1, input
+    row, output edge (0, 2)).  (0, 0) is region 0's output edge, (0, 2) region 1's, and (0, 1)'s
+    neighbours are one in another region and one on the output edge: no PE has a migration
+    neighbour.  W = 1: chunk j is admitted at 4j and (0, 0) completes it at once; its stage packet
+    leaves and is sent at 4j + 1, (0, 1) gets it at 4j + 2 (task done at once, copy sent), (0, 2)
+    the copy at 4j + 3: chunk j finishes at 4j + 3, latency 4, and chunk j + 1 is admitted at
+    4j + 4.  (0, 1) is idle (server and queue empty) at step 4 of every cycle but 4j + 2, so
+    without the pipeline it would ask; here nothing asks, ever.
+    """
+    ref = make(1, 3, [region(0, 0, 1, 1, 1, next=1), region(0, 1, 1, 3, 1)], 1,
+               policy="work_stealing")
+    assert ref.mig_nbr == [[None] * 4] * 3
+    obs = ref.run(20)
+    assert all(o["control_sent"] == o["migrated"] == 0 for o in obs)
+    assert ref.snapshot()["stealing"] == [(-1, (0, 0, 0, 0))] * 3
+    assert finishes(obs) == [(3, 1, 4), (7, 1, 4), (11, 1, 4), (15, 1, 4), (19, 1, 4)]
+
+
+def test_a_task_sent_across_a_region_boundary_is_caught():
+    """SIDE, least_loaded: moving a task from c = (1, 0) to (2, 0) (another region) behind the
+    simulator's back, counted as a migration on S, fails the end-of-cycle check.  The task is put
+    on the link with the next cycle as its send cycle, as if c sent it in that cycle's step 4, so
+    that every count agrees and only the region rule is broken."""
+    ref = make(3, 2, SIDE, 8, policy="least_loaded")
+    ref.run(3)
+    pe = ref.pes[2]
+    task = pe.queue.pop()
+    pe.links[S].append((ref.cycle, task))
+    pe.sent_total[S] += 1
+    pe.migrated_out += 1
+    pe.migrated_dir[S] += 1
+    with pytest.raises(AssertionError, match="not a migration neighbour"):
+        ref.step()

@@ -145,9 +145,9 @@ Dataflow (the ``layer_pipeline`` workload, ``pipeline`` not None):
    NOT checked: the rules give every destination whatever the geometry (a feed is routed by XY
    like any packet; a next PE is always a neighbour, as it lies in the same row or column).
    Replica ids are any integers; the per-replica lists of snapshot()["pipeline"] follow
-   increasing replica id.  Pipeline mode takes neither rates nor trace_events nor a pattern, and
-   needs policy "none"; the work-distribution arguments are ignored.  ``router_queue_packets`` is
-   Qo as for traffic.
+   increasing replica id.  Pipeline mode takes neither rates nor trace_events nor a pattern; it
+   takes every policy (with one on, step 4 uses migration neighbours: choices 57-60); the
+   work-distribution arguments are ignored.  ``router_queue_packets`` is Qo as for traffic.
 33. Geometry, literally: upstream column col0 (flow +1) or col1 - 1 (flow -1), downstream the other
    end (the same column when w = 1).  Input "row": input edge = upstream column, index r - row0,
    next PE (r, c + flow); input "col": input edge = row0, index |c - upstream|, next PE (r + 1, c);
@@ -168,8 +168,9 @@ Dataflow (the ``layer_pipeline`` workload, ``pipeline`` not None):
    in the network, the ejection queue and the conservation counts alike.
 35. Tasks, servers and packets keep the representations of the other workloads: tasks ``(work,
    birth, hops)``, server ``(remaining, birth, hops)``, packets on links ``("p", dest_row,
-   dest_col, birth)``, in router queues and output stages ``(dest_row, dest_col, birth)``.  hops
-   is always 0 (no migration).  The packets of a task completed at t are born t + 1.
+   dest_col, birth)``, in router queues and output stages ``(dest_row, dest_col, birth)``.  A
+   task is made with hops 0; only a migrated one has more (choice 57).  The packets of a task
+   completed at t are born t + 1.
 36. Multicast (step 1): only a packet whose destination is this PE, arriving on a link, is copied,
    and only if this PE has a next PE.  The packet moves iff the ejection queue AND the output
    queue of the copy's direction (the XY direction to the adjacent next PE) each hold fewer than
@@ -309,8 +310,44 @@ Work stealing (step 4's ``work_stealing``; docs/mesh.md "State", step 1 and step
    flight = control sent - control received, cumulated.
 56. ``snapshot()["stealing"]`` is None without work_stealing, else one ``(asked, owed)`` per PE in
    unit order: ``asked`` the direction of the outstanding request or -1, ``owed`` a tuple of four
-   0/1 ints for directions 0..3.  A PE with no neighbour (1 x 1) never asks.  work_stealing is
-   refused with the layer_pipeline workload like every policy but "none" (choice 32).
+   0/1 ints for directions 0..3.  A PE with no neighbour (1 x 1) never asks, nor, in a pipeline, a
+   PE with no migration neighbour (choice 57).
+
+Migration in the pipeline (docs/mesh.md "Migration in the pipeline"; a policy with layer_pipeline):
+
+57. Migration neighbours are precomputed once (``self.mig_nbr[u][d]``, the unit index or None):
+   the neighbour n of u in direction d when u is in a region, n is in the same region, and neither
+   u nor n is on that region's output edge (``output_index`` not None: every output-edge PE, also
+   one whose k >= n_in, and one of a last region).  Without a pipeline it is ``neighbour(u, d)``.
+   Step 4 uses only them: the known depths looked at and the eligible directions (all policies of
+   the loop), diffusion's quotas (a direction that is not a migration neighbour gets none and its
+   draw ``4 + d`` is not made), gradient's kp, pmin and pressure (``min(255, 1 + least p_n(t -
+   D))`` over the migration neighbours; 255 for a PE that is not light and has none, so an
+   output-edge PE with a queue above S shows 255; an idle PE is always light: 0), and
+   work_stealing's Ask list (a PE with none never asks and draws nothing).  Everything else keeps
+   using the grid's neighbours: step 1 (it receives from every neighbour), packets' routing and
+   Send, "has room" (its credit rule is the link's, whoever uses it).  A request can only come
+   from a migration neighbour (asserted when it is answered).
+58. The shedding flag follows step 4's rule at every PE while a policy is on, a PE with no
+   migration neighbour included (its depth sets and clears it; it moves nothing): the flag is
+   state and shows in snapshot()["shedding"], but nothing there ever reads it.
+59. Book-keeping (checked each cycle in ``_check_pipeline``): a task completes where it ends up and
+   counts in that PE's ``completed``, latency and hops; ``injected`` stays the tasks *made* at the
+   PE (taken chunks, or a chunk's last wavelet), so first-region ``taken == injected`` and
+   ``packets_delivered == wavelets_g x injected + got`` still hold.  The old per-PE rule
+   injected = queued + in service + completed becomes injected + migrated_in = queued + in
+   service + completed + migrated_out; an output-edge or idle PE has migrated_in = migrated_out
+   = 0 and every migrated_dir 0 (so the old rule holds there, and an output-edge PE of a last
+   region still completes its chunks in order: chunk n - 1 at its n-th completion, asserted);
+   no task and no control message is ever on a link u -> n, nor any migrated_dir[d] > 0, unless
+   n is u's migration neighbour; and per region, the tasks made at its PEs = completed + queued +
+   in service at its PEs + tasks on links leaving its PEs (all of which end at its PEs).  Only
+   the last region's output edge's completions are read as chunks (Finish), as before.
+60. Nothing else changes with migration on: Admit, the first region's takes (gated by the queue,
+   which migrated tasks now share), the wavelets' ejection (the chunk's last wavelet needs room in
+   the queue, migrated tasks included), Start (an output stage exists only at an output-edge PE,
+   which has no migration neighbour), Finish.  The reference has no fast-forward: it steps every
+   cycle whatever the policy (docs/mesh.md's fast-forward is the fast kernel's business).
 """
 
 import math
@@ -568,9 +605,6 @@ class MeshReference:
         if self.pipeline_mode:
             if rates is not None or trace_events is not None or pattern is not None:
                 raise ValueError("a pipeline takes no rates, trace_events or pattern")
-            if policy != "none":
-                raise ValueError("policy = %r: the layer_pipeline workload needs policy 'none'"
-                                 % (policy,))
         elif (rates is None) == (trace_events is None):
             raise ValueError("give exactly one of rates (Bernoulli workloads) and trace_events")
         self.trace_mode = trace_events is not None
@@ -640,6 +674,10 @@ class MeshReference:
         self.stream = None          # _WeightStream with weight streaming, else None
         if self.pipeline_mode:
             self._setup_pipeline(pipeline)
+        # Step 4's migration neighbours (choice 57): mig_nbr[u][d] is u's neighbour in direction
+        # d if it is one, else None.  Without a pipeline every neighbour is one.
+        self.mig_nbr = [[self._migration_neighbour(u, d) for d in range(4)]
+                        for u in range(self.n_pe)]
 
     REGION_KEYS = ("row0", "col0", "row1", "col1", "work", "next", "replica", "flow", "input",
                    "output")
@@ -809,6 +847,19 @@ class MeshReference:
             return r * self.cols + c
         return None
 
+    def _migration_neighbour(self, u, d):
+        """u's migration neighbour in direction d (docs/mesh.md, "Migration in the pipeline"), or
+        None: in a pipeline, a neighbour in u's region when neither u nor it is on the region's
+        output edge (an idle PE has none); without a pipeline, the neighbour itself."""
+        n = self.neighbour(u, d)
+        if n is None or not self.pipeline_mode:
+            return n
+        g = self.region_of[u]
+        if (g is None or self.region_of[n] != g or self.output_index[u] is not None
+                or self.output_index[n] is not None):
+            return None
+        return n
+
     def output_queue(self, u, dest_row, dest_col):
         """Index of the output queue a packet for (dest_row, dest_col) joins at u: EJECT if the
         destination is u itself, else its XY output direction."""
@@ -848,10 +899,10 @@ class MeshReference:
 
     def _pressure(self, t, u):
         """gradient: PE u's pressure at the end of cycle t (step 4): 0 while light, else one more
-        than the least its neighbours had at t - D, at most 255 (255 with no neighbour)."""
+        than the least its migration neighbours had at t - D, at most 255 (255 with none)."""
         if len(self.pes[u].queue) <= self.S:
             return 0
-        known = [self._pressure_at(n, t - self.D) for n in (self.neighbour(u, d) for d in range(4)) if n is not None]
+        known = [self._pressure_at(n, t - self.D) for n in self.mig_nbr[u] if n is not None]
         return min(255, 1 + min(known)) if known else 255
 
     def _received_at(self, n, port, x):
@@ -1079,6 +1130,9 @@ class MeshReference:
                     obs["packets_offered"] += 1
                     self.cum_packets_offered += 1
         else:
+            # An output-edge PE never sends or receives a task (choice 59), so its completed tasks
+            # are its own chunks, in order.
+            assert pe.migrated_in == pe.migrated_out == 0, "an output-edge PE migrated a task"
             rep = self.replicas[region["replica_index"]]
             chunk = pe.completed - 1
             assert rep.finished <= chunk < rep.admitted, "completed a chunk not in flight"
@@ -1285,9 +1339,9 @@ class MeshReference:
         if self.policy == "diffusion" and len(pe.queue) > limit:
             depth0 = len(pe.queue)
             for d in range(4):
-                n = self.neighbour(u, d)
+                n = self.mig_nbr[u][d]
                 if n is None:
-                    continue
+                    continue        # no quota: not a migration neighbour (choice 57)
                 diff = max(0, depth0 - self._depth_at(n, t - self.D))
                 h = draw(self.seed, STREAM_MIGRATION, t, u, 4 + d)
                 quota[d] = (self.A * diff + (h >> 48)) >> 16
@@ -1295,7 +1349,7 @@ class MeshReference:
         pressure = [None, None, None, None]
         if self.policy == "gradient":
             for d in range(4):
-                n = self.neighbour(u, d)
+                n = self.mig_nbr[u][d]
                 if n is not None:
                     pressure[d] = self._pressure_at(n, t - self.D)
         pmin = min((p for p in pressure if p is not None), default=255)
@@ -1305,9 +1359,9 @@ class MeshReference:
                 break
             eligible = []   # (d, kd) in increasing d
             for d in range(4):
-                n = self.neighbour(u, d)
+                n = self.mig_nbr[u][d]
                 if n is None:
-                    continue
+                    continue        # only migration neighbours (choice 57)
                 kd = self._depth_at(n, t - self.D) + tasks_now[d]
                 if quota[d] is not None and tasks_now[d] >= quota[d]:
                     continue
@@ -1356,6 +1410,7 @@ class MeshReference:
         for d in range(4):
             if not pe.owed[d]:
                 continue
+            assert self.mig_nbr[u][d] is not None, "a request from a non-migration neighbour"
             if not self._has_room(t, u, d, sent_now):
                 continue            # stays owed, tried again next cycle
             if len(pe.queue) > limit:
@@ -1370,7 +1425,7 @@ class MeshReference:
         # those whose link has room.
         if pe.server is None and not pe.queue and pe.asked is None:
             choices = [d for d in range(4)
-                       if self.neighbour(u, d) is not None
+                       if self.mig_nbr[u][d] is not None
                        and self._has_room(t, u, d, sent_now)]
             if choices:
                 h = draw(self.seed, STREAM_MIGRATION, t, u, ASK_DRAW)
@@ -1535,7 +1590,8 @@ class MeshReference:
             g = self.region_of[u]
             if g is None:
                 if (pe.queue or pe.server is not None or pe.source or pe.taken or pe.injected
-                        or pe.packets_delivered or pe.packets_offered or pe.got):
+                        or pe.packets_delivered or pe.packets_offered or pe.got
+                        or pe.migrated_in or pe.migrated_out or any(pe.migrated_dir)):
                     raise AssertionError("cycle %d: idle PE %d holds pipeline work" % (cycle, u))
                 continue
             region = self.regions[g]
@@ -1554,8 +1610,14 @@ class MeshReference:
                                      % (cycle, u, pe.taken, pe.injected, pe.packets_delivered,
                                         pe.got, region["wavelets"], A))
             in_service = 0 if pe.server is None else 1
-            if pe.injected != len(pe.queue) + in_service + pe.completed:
+            # Tasks made here or received = queued + in service + completed here + sent away
+            # (choice 59); a PE that never migrates (an output-edge PE) completes its own.
+            if (pe.injected + pe.migrated_in
+                    != len(pe.queue) + in_service + pe.completed + pe.migrated_out):
                 raise AssertionError("cycle %d: PE %d tasks do not add up" % (cycle, u))
+            if self.output_index[u] is not None and (pe.migrated_in or pe.migrated_out):
+                raise AssertionError("cycle %d: output-edge PE %d migrated in %d, out %d"
+                                     % (cycle, u, pe.migrated_in, pe.migrated_out))
             if pe.server is not None and pe.source:
                 raise AssertionError("cycle %d: PE %d serves a task with a non-empty output "
                                      "stage" % (cycle, u))
@@ -1571,6 +1633,39 @@ class MeshReference:
                     or len(set(p[2] for p in stage)) > 1):
                 raise AssertionError("cycle %d: PE %d output stage %r, feeds %r"
                                      % (cycle, u, stage, feeds))
+        # Migration (choice 59): a task or a control message is only ever on a link between
+        # migration neighbours, and a PE sends tasks only to them; so per region, the tasks made at
+        # its PEs are completed, queued, in service or on links between its PEs. (With no policy
+        # no task is ever on a link: the per-PE identity above says so.)
+        if self.policy != "none":
+            self._check_pipeline_migration(cycle)
+        self._check_pipeline_packets(cycle)
+
+    def _check_pipeline_migration(self, cycle):
+        """Choice 59's checks of migration in the pipeline (above)."""
+        made = [0] * len(self.regions)
+        held = [0] * len(self.regions)
+        for u, pe in enumerate(self.pes):
+            for d in range(4):
+                if self.mig_nbr[u][d] is None and (
+                        pe.migrated_dir[d]
+                        or any(msg[0] != "p" for (_sent_at, msg) in pe.links[d])):
+                    raise AssertionError("cycle %d: PE %d sent a task or control message towards "
+                                         "direction %d, which is not a migration neighbour"
+                                         % (cycle, u, d))
+            g = self.region_of[u]
+            if g is None:
+                continue
+            made[g] += pe.injected
+            held[g] += len(pe.queue) + (pe.server is not None) + pe.completed + sum(
+                1 for link in pe.links for (_sent_at, msg) in link
+                if msg[0] != "p" and msg[0] not in CONTROL_KINDS)
+        if made != held:
+            raise AssertionError("cycle %d: tasks made per region %r != completed + queued + in "
+                                 "service + on links %r" % (cycle, made, held))
+
+    def _check_pipeline_packets(self, cycle):
+        """Every PE receives exactly wavelets_g packets per admitted chunk (below)."""
         # Every PE receives exactly wavelets_g packets per admitted chunk: the packets ever sent
         # to a PE (delivered, or still in the network or a stage) number at most wavelets_g * A.
         towards = [0] * self.n_pe

@@ -149,7 +149,8 @@ def compile_scenario(sc) -> MeshInputs:
         weight_streaming=int(bool(pipe and pipe.streaming)),
         chunks_per_pass=pipe.chunks_per_pass if pipe and pipe.streaming else 1,
         load_cycles=pipe.load_cycles if pipe and pipe.streaming else 1,
-        fast_forward=1,
+        # (With migration a queued task may move while every server counts down.)
+        fast_forward=int(mig["policy"] == "none"),
     )
     geo_log = 0.0
     if not is_trace and wl["work_distribution"] == "geometric" and wl["work_cycles"] > 1:
