@@ -563,6 +563,8 @@ def sweep(path, out, metric: str, x: str, y: str | None = None, fmt: str = "png"
                     grid[j, i] = np.mean(g)
         im = ax.imshow(grid, cmap="viridis", origin="lower", aspect="auto")
         ax.set_xticks(range(len(xs)), [f"{v:g}" if isinstance(v, float) else v for v in xs])
+        if len(xs) * max(len(str(v)) for v in xs) > 60:  # (long names side by side run into each other)
+            ax.tick_params(axis="x", labelrotation=20)
         ax.set_yticks(range(len(ys)), [f"{v:g}" if isinstance(v, float) else v for v in ys])
         for j in range(len(ys)):
             for i in range(len(xs)):
