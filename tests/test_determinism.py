@@ -124,7 +124,9 @@ sram_read_bytes_per_cycle = 64
 sram_write_bytes_per_cycle = 32
 wavelet_bytes = 8
 [migration]
-policy = "none"
+policy = "{policy}"
+threshold = 0
+info_delay_cycles = 2
 [workload]
 type = "layer_pipeline"
 hidden_size = 32
@@ -140,8 +142,11 @@ flush_every_cycles = 150
 """
 
 
-def test_layer_pipeline_is_bit_identical_with_1_2_and_3_threads(tmp_path):
-    assert first_run_then_the_same_with(tmp_path, PIPELINE)["summary@chunks_finished"] > 0
+@pytest.mark.parametrize("policy", ["none", "gradient"])
+def test_layer_pipeline_is_bit_identical_with_1_2_and_3_threads(tmp_path, policy):
+    first = first_run_then_the_same_with(tmp_path, PIPELINE.format(policy=policy))
+    assert first["summary@chunks_finished"] > 0
+    assert (first["summary@migrated"] > 0) == (policy != "none")
 
 
 def test_an_in_process_run_is_the_same_at_every_thread_count(tmp_path, thread_count):

@@ -169,7 +169,7 @@ def test_the_kernel_matches_the_reference_when_sections_spill():
     compare(prog)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hidden=st.sampled_from([16, 24, 32, 48]), layers=st.integers(1, 3), seq=st.sampled_from([8, 16]),
        tile=st.sampled_from([4, 8]), fusion=st.sampled_from(["o0", "o1", "o3"]), training=st.booleans(),
        prefetch=st.booleans(), elastic=st.booleans(), pcus=st.integers(2, 24), pmus=st.integers(4, 24),
