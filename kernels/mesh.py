@@ -896,18 +896,11 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
             if stealing:
                 # A PE that owes an answer, or is idle or about to be with no request outstanding, has
                 # step 4 to do.
-                if is_lp:
-                    # (A pipeline PE that takes no part in migration never asks, nor is asked.)
-                    for c in range(c0, c1):
-                        if _migrates(lp_g, lp_reg, r, c):
-                            sv = stl_r[c]
-                            offer_f[c] |= np.uint8((sv & np.uint8(15)) != 0) | (np.uint8(sv < 16) &
-                                                                                  np.uint8(rem_r[c] <= 1))
-                else:
-                    for c in range(a0, a1):
+                # (A pipeline PE that takes no part in migration never asks, nor is asked.)
+                for c in range(c0, c1):
+                    if not is_lp or _migrates(lp_g, lp_reg, r, c):
                         sv = stl_r[c]
-                        offer_f[c] |= np.uint8((sv & np.uint8(15)) != 0) | (np.uint8(sv < 16) &
-                                                                              np.uint8(rem_r[c] <= 1))
+                        offer_f[c] |= np.uint8((sv & np.uint8(15)) != 0) | (np.uint8(sv < 16) & np.uint8(rem_r[c] <= 1))
             # With no policy, or no queue above the threshold, no PE can migrate: ql <= shallow for all.
             # With hysteresis a shedding PE's limit is `stop`: every PE above it goes through step 4
             # (where those that are not shedding move nothing), so that the flags need not be read here.

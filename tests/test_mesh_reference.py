@@ -1690,12 +1690,15 @@ def test_idle_pes_ask_the_drawn_neighbour_and_are_refused(seed):
             chosen.append(dirs[((h >> 32) * len(dirs)) >> 32])
         return chosen
 
+    def assert_asked(snap, chosen):
+        """Every PE has one request on the link it chose, and it outstanding, nothing owed."""
+        assert snap["links"] == [[[REQUEST] if d == chosen[u] else [] for d in range(4)]
+                                 for u in range(9)]
+        assert snap["stealing"] == [(chosen[u], NOTHING_OWED) for u in range(9)]
+
     first = picks(0)
     o0 = ref.step()
-    snap = ref.snapshot()
-    assert snap["links"] == [[[REQUEST] if d == first[u] else [] for d in range(4)]
-                             for u in range(9)]
-    assert snap["stealing"] == [(first[u], NOTHING_OWED) for u in range(9)]
+    assert_asked(ref.snapshot(), first)
     assert (o0["control_sent"], o0["control_received"]) == (9, 0)
     o1 = ref.step()
     snap = ref.snapshot()
@@ -1707,10 +1710,7 @@ def test_idle_pes_ask_the_drawn_neighbour_and_are_refused(seed):
     assert (o1["control_sent"], o1["control_received"]) == (9, 9)
     second = picks(2)
     o2 = ref.step()
-    snap = ref.snapshot()
-    assert snap["links"] == [[[REQUEST] if d == second[u] else [] for d in range(4)]
-                             for u in range(9)]
-    assert snap["stealing"] == [(second[u], NOTHING_OWED) for u in range(9)]
+    assert_asked(ref.snapshot(), second)
     assert (o2["control_sent"], o2["control_received"]) == (9, 9)
     assert o2["in_flight"] == 9 and o2["migrated"] == 0
 

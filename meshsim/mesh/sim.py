@@ -218,7 +218,8 @@ class MeshSim:
         self.series = np.zeros((max_chunk, K.N_SERIES), np.int64)
         self.depth_series = np.zeros((max_chunk, inputs.queue_capacity + 1), np.int64)
         self.lat_hist_blocks = np.zeros((len(self.blocks) - 1, inputs.latency_bins), np.int64)
-        # tasks injected + packets offered, refused, completed, in flight, delivered
+        # tasks injected + packets offered, refused, completed, messages in flight, delivered, control
+        # messages in flight
         self.cum = np.zeros(6, np.int64)
         self.cycle = 0
         self._ev_lo = np.zeros(max_chunk + 1, np.int64)
