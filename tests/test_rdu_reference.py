@@ -169,14 +169,16 @@ def test_the_kernel_matches_the_reference_when_sections_spill():
     compare(prog)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(hidden=st.sampled_from([16, 24, 32, 48]), layers=st.integers(1, 3), seq=st.sampled_from([8, 16]),
-       tile=st.sampled_from([4, 8]), fusion=st.sampled_from(["o0", "o1", "o3"]), training=st.booleans(),
-       prefetch=st.booleans(), elastic=st.booleans(), pcus=st.integers(2, 24), pmus=st.integers(4, 24),
-       buffers=st.integers(1, 3), switch=st.integers(0, 40), burst=st.integers(1, 3),
-       bw=st.sampled_from([3.0, 20.0, 150.0]), par=st.sampled_from(["T1P1D1", "T2P1D1", "T1P2D1", "T2P2D2"]))
-def test_the_kernel_matches_the_reference_on_random_models(hidden, layers, seq, tile, fusion, training, prefetch,
-                                                           elastic, pcus, pmus, buffers, switch, burst, bw, par):
+RANDOM_MODELS = st.fixed_dictionaries(dict(
+    hidden=st.sampled_from([16, 24, 32, 48]), layers=st.integers(1, 3), seq=st.sampled_from([8, 16]),
+    tile=st.sampled_from([4, 8]), fusion=st.sampled_from(["o0", "o1", "o3"]), training=st.booleans(),
+    prefetch=st.booleans(), elastic=st.booleans(), pcus=st.integers(2, 24), pmus=st.integers(4, 24),
+    buffers=st.integers(1, 3), switch=st.integers(0, 40), burst=st.integers(1, 3),
+    bw=st.sampled_from([3.0, 20.0, 150.0]), par=st.sampled_from(["T1P1D1", "T2P1D1", "T1P2D1", "T2P2D2"])))
+
+
+def compare_random_model(hidden, layers, seq, tile, fusion, training, prefetch, elastic, pcus, pmus, buffers,
+                         switch, burst, bw, par):
     p = int(par[3])
     spec = spec_for("sn10", hidden_size=hidden, n_heads=2, seq_len=seq, batch=4, n_layers=max(layers, p),
                     fusion=fusion, training=training, prefetch=prefetch, elastic_pmus=elastic, pcus=pcus,
@@ -188,3 +190,17 @@ def test_the_kernel_matches_the_reference_on_random_models(hidden, layers, seq, 
     except InputError:  # a layout the chip cannot hold is refused, as a run would refuse it
         return
     compare(prog, chunk=5)
+
+
+# A few random models in the default run (hypothesis draws new ones each run); many under -m slow.
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(RANDOM_MODELS)
+def test_the_kernel_matches_the_reference_on_random_models(model):
+    compare_random_model(**model)
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(RANDOM_MODELS)
+def test_the_kernel_matches_the_reference_on_many_random_models(model):
+    compare_random_model(**model)
