@@ -366,6 +366,21 @@ PARAMS: tuple[Param, ...] = (
           "Sequences per step; reports give the time per step.", (1, 1_048_576), _MODEL),
     Param("workload", "ffn_multiplier", "int", "", 4,
           "Feed-forward width as a multiple of the hidden size.", (1, 64), _MODEL),
+    Param("workload", "ffn_width", "int", "elements", 0,
+          "Feed-forward width F in elements, for widths that are not a multiple of the hidden size (Llama's "
+          "intermediate_size); 0 means ffn_multiplier x hidden_size.", (0, 1_048_576), _MODEL),
+    Param("workload", "n_kv_heads", "int", "heads", 0,
+          "Heads of keys and values: fewer than n_heads is grouped-query attention (n_heads / n_kv_heads "
+          "query heads share each); 0 means n_heads. Must divide n_heads.", (0, 1024), _MODEL),
+    Param("workload", "mlp", "str", "", "gelu",
+          "The feed-forward block: gelu (up, GeLU, down: GPT-2) or gated (gate and up projections, "
+          "SiLU(gate) x up, down: Llama's SwiGLU).", ("gelu", "gated"), _MODEL),
+    Param("workload", "bias", "bool", "", True,
+          "The projections carry biases (GPT-2: true; Llama and Mistral: false).", None, _MODEL),
+    Param("workload", "model_config", "str", "", "",
+          "Path of a Hugging Face config.json (relative to the scenario file) that fills the model's "
+          "shape: the keys of the model that the scenario does not set (docs/design.md, \"Models from a "
+          "config.json\"); empty: none.", None, _MODEL),
     Param("workload", "precision", "str", "", "bf16",
           "Element type of weights and activations, and the compute rate: fp32 and tf32 (a 4-byte fp32 "
           "value these machines compute as fp32) at machine.fp32_rate of the 16-bit peak, bf16, fp16 and "

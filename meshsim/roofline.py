@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from . import machine as machines
 from .params import RDU_PRESETS
-from .transformer import Model, operators
+from .transformer import Model, model_from_workload, operators
 
 WSE2_PEAK_FLOPS = 7.5e15
 WSE2_PES = 850_000
@@ -91,8 +91,7 @@ def model_of(values: dict) -> tuple[Model, bool] | None:
     w = values["workload"]
     if w["type"] not in ("layer_pipeline", "transformer"):
         return None
-    return Model(w["hidden_size"], w["n_layers"], w["n_heads"], w["seq_len"], w["batch"], w["ffn_multiplier"],
-                 w["precision"]), w["training"]
+    return model_from_workload(w), w["training"]
 
 
 def kernels(model: Model, training: bool, platform: Platform) -> list[dict]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import tomli_w
 
 from . import machine as machines
+from . import modelconfig
 from .errors import InputError
 from .errors import closest as _closest
 from .params import (
@@ -302,6 +303,8 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
                             f"the {mtype}; when machine.type is \"{mtype}\" it must be one of "
                             f"{format_choices(presets)}")
 
+    problems.extend(_apply_model_config(values, valid, given, origin, path))
+
     for p in PARAMS:
         # A key left at its default changes nothing where it does not apply; accepting it lets
         # resolved_toml(), which lists every key, be loaded again as a scenario.
@@ -319,6 +322,41 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
     if problems:
         raise InputError(problems)
     return Scenario(path=path, source_text=source_text, values=values, overrides=applied)
+
+
+def _apply_model_config(values, valid, given, origin, path) -> list[str]:
+    """Fill the model keys the scenario leaves out from workload.model_config's config.json (docs/design.md,
+    "Models from a config.json"); the problems found, one line each. Keys that do not apply to the machine
+    (vocab_size off the ipu) are left alone, and so is ffn_width when the scenario sets ffn_multiplier. A
+    config of which the scenario sets every key (as a result file's resolved scenario does) is not read."""
+    key = "workload.model_config"
+    file = values["workload"]["model_config"]
+    if not valid[key] or not file or _unmet_condition(param("workload", "model_config"), values, valid):
+        return []
+    wanted = [k for k in modelconfig.KEYS if f"workload.{k}" not in given
+              and not (k == "ffn_width" and "workload.ffn_multiplier" in given)]
+    wanted = [k for k in wanted if _unmet_condition(param("workload", k), values, valid) is None]
+    if not wanted:
+        return []
+    shown = f"{origin[key]}: {key} = {_toml_repr(file)}"
+    try:
+        filled = modelconfig.read(_resolve_relative(file, path), shown)
+    except InputError as e:
+        valid[key] = False
+        return list(e.problems)
+    problems = []
+    for k in wanted:
+        if k not in filled:
+            continue
+        p = param("workload", k)
+        wrong = _check_value(p, filled[k])
+        if wrong is not None:
+            valid[p.path] = False
+            problems.append(f"{shown}: gives {p.path} = {_toml_repr(filled[k])}: {wrong}")
+            continue
+        values["workload"][k] = _normalise(p, filled[k])
+        origin[p.path] = shown
+    return problems
 
 
 def _check_value(p: Param, value) -> str | None:
@@ -441,11 +479,13 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
     def shown(key):
         # Saying "(default)" tells the user they never wrote the value that is in conflict.
         text = _toml_repr(get(key))
-        return text if key in given else f"{text} (default)"
+        if key in given:
+            return text
+        return f"{text} (from the model config)" if key in origin else f"{text} (default)"
 
     def at(*keys):
         for k in keys:
-            if k in given:
+            if k in origin:  # given, or filled from the model config
                 return origin[k]
         return where
 
@@ -539,6 +579,16 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
     if ok(master, prec) and get(master) == "fp32" and PRECISION_BYTES.get(get(prec), 0) >= 4:
         add(master, [prec], f"keeps an fp32 copy beside a narrower type, but {prec} = {shown(prec)} is 4 bytes "
                             "already: use \"same\", or a 16-bit precision")
+
+    hs, nh, kv = "workload.hidden_size", "workload.n_heads", "workload.n_kv_heads"
+    if ok(wtype, hs, nh, kv) and get(wtype) in ("layer_pipeline", "transformer") and get(kv):
+        if get(nh) % get(kv):
+            add(kv, [nh], f"must divide {nh} = {shown(nh)} (each key and value head serves the same number of "
+                          "query heads), or be 0 for as many as n_heads")
+        elif get(hs) % get(nh) == 0 and (get(hs) // get(nh)) % (get(nh) // get(kv)):
+            add(kv, [nh, hs], f"the head size {hs} / {nh} = {get(hs) // get(nh)} must be a multiple of {nh} / {kv} "
+                              f"= {get(nh) // get(kv)}, so that a query head's share of its keys and values is a "
+                              "whole number of elements")
 
     mtype, reps = "machine.type", "workload.replicas"
     machine = machines.get(get(mtype)) if ok(mtype) else None

@@ -37,6 +37,13 @@ NORM_FLOPS_PER_ELEMENT = 8
 GELU_FLOPS_PER_ELEMENT = 8
 # FLOPs per attention score for softmax(Q K^T / sqrt(d)): scale, running max, exp, sum, divide.
 SOFTMAX_FLOPS_PER_SCORE = 5
+# FLOPs per element of a gated MLP's activation SiLU(gate) x up = gate / (1 + exp(-gate)) x up: negate,
+# exp, add, divide, multiply.
+GATED_FLOPS_PER_ELEMENT = 5
+
+#: The feed-forward blocks: "gelu", up, GeLU, down (GPT-2); "gated", gate and up projections side by side,
+#: SiLU(gate) x up, down (Llama's and Mistral's SwiGLU).
+MLP_KINDS = ("gelu", "gated")
 
 # Backward FLOPs as a multiple of forward FLOPs, by operator kind (see `operators`).
 BACKWARD_FLOPS_FACTOR = {"gemm": 2, "attention": 2, "elementwise": 1, "norm": 1}
@@ -64,7 +71,10 @@ class Model:
     hidden_size: H, elements per token; n_layers: transformer blocks; n_heads: A, attention heads
     (H must be a multiple of A); seq_len: S, tokens per sequence; batch: B, sequences per step;
     ffn_multiplier: F / H, the feed-forward width as a multiple of H; precision: a key of
-    PRECISION_BYTES, the element type of activations and weights. Checked on construction: a bad
+    PRECISION_BYTES, the element type of activations and weights; n_kv_heads: heads of keys and
+    values (grouped-query attention: A / n_kv_heads query heads share each; 0 means A, multi-head
+    attention); ffn_width: F in elements when it is not a multiple of H (0 means ffn_multiplier x H);
+    mlp: one of MLP_KINDS; bias: whether the projections carry biases. Checked on construction: a bad
     model raises InputError listing every problem.
     """
 
@@ -75,6 +85,10 @@ class Model:
     batch: int
     ffn_multiplier: int = 4
     precision: str = "bf16"
+    n_kv_heads: int = 0
+    ffn_width: int = 0
+    mlp: str = "gelu"
+    bias: bool = True
 
     def __post_init__(self):
         self.validate()
@@ -83,22 +97,37 @@ class Model:
         """Raise InputError with one line per problem (field, value, what is allowed); else return None."""
         problems = []
         for f in fields(self):
-            if f.name == "precision":
+            if f.name in ("precision", "mlp", "bias"):
                 continue
             value = getattr(self, f.name)
+            least = 0 if f.name in ("n_kv_heads", "ffn_width") else 1
             # bool is an int subclass, but True as a hidden size is a mistake, not a 1.
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                problems.append(f"model.{f.name} = {value!r}: must be an integer >= 1")
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                problems.append(f"model.{f.name} = {value!r}: must be an integer >= {least}")
         if not isinstance(self.precision, str) or self.precision not in PRECISION_BYTES:
             allowed = ", ".join(sorted(PRECISION_BYTES))
             problems.append(f"model.precision = {self.precision!r}: must be one of {allowed}")
-        h, a = self.hidden_size, self.n_heads
-        both_valid = all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (h, a))
-        if both_valid and h % a != 0:
+        if not isinstance(self.mlp, str) or self.mlp not in MLP_KINDS:
+            problems.append(f"model.mlp = {self.mlp!r}: must be one of {', '.join(MLP_KINDS)}")
+        if not isinstance(self.bias, bool):
+            problems.append(f"model.bias = {self.bias!r}: must be true or false")
+        h, a, kv = self.hidden_size, self.n_heads, self.n_kv_heads
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (h, a)):
+            pass  # reported above
+        elif h % a != 0:
             problems.append(
                 f"model.hidden_size = {h}: must be a multiple of model.n_heads = {a} "
                 f"(head_dim = hidden_size / n_heads must be a whole number)"
             )
+        elif not isinstance(kv, int) or isinstance(kv, bool) or kv < 0:
+            pass
+        elif kv and a % kv != 0:
+            problems.append(f"model.n_kv_heads = {kv}: must divide model.n_heads = {a} (each key and value "
+                            f"head serves the same number of query heads)")
+        elif kv and (h // a) % (a // kv) != 0:
+            problems.append(f"model.n_kv_heads = {kv}: head_dim = {h // a} must be a multiple of n_heads / "
+                            f"n_kv_heads = {a // kv} (so that a query head's share of its keys and values is "
+                            f"a whole number of elements)")
         if problems:
             raise InputError(problems)
 
@@ -109,8 +138,18 @@ class Model:
 
     @property
     def ffn_size(self) -> int:
-        """F, the feed-forward hidden width in elements: ffn_multiplier x hidden_size."""
-        return self.ffn_multiplier * self.hidden_size
+        """F, the feed-forward hidden width in elements: ffn_width, or ffn_multiplier x hidden_size."""
+        return self.ffn_width or self.ffn_multiplier * self.hidden_size
+
+    @property
+    def kv_heads(self) -> int:
+        """Heads of keys and values: n_kv_heads, or n_heads (multi-head attention)."""
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def kv_size(self) -> int:
+        """H_kv, elements of keys (and of values) per token: kv_heads x head_dim (H without grouping)."""
+        return self.kv_heads * self.head_dim
 
     @property
     def tokens(self) -> int:
@@ -162,27 +201,46 @@ def _layer_elements(model: Model) -> dict[str, tuple[str, int, int, int, int]]:
     The one place the per-layer formulas live; `operators` and `parameter_count` both read it.
     """
     t, h, a, s, b, f = model.tokens, model.hidden_size, model.n_heads, model.seq_len, model.batch, model.ffn_size
+    kv = model.kv_size
+    beta = 1 if model.bias else 0  # biases: one per output column of a projection
     ln = ("norm", NORM_FLOPS_PER_ELEMENT * t * h, 2 * h, t * h, t * h)
     residual = ("elementwise", t * h, 0, 2 * t * h, t * h)
+    qkv = h + 2 * kv  # Q, K and V columns
+    g = 2 if model.mlp == "gated" else 1  # the gated MLP's up projection is the gate and the up side by side
+    act_flops = GATED_FLOPS_PER_ELEMENT if model.mlp == "gated" else GELU_FLOPS_PER_ELEMENT
     return {
         "ln1": ln,
-        "qkv_proj": ("gemm", 2 * t * h * 3 * h, 3 * h * h + 3 * h, t * h, 3 * t * h),
+        "qkv_proj": ("gemm", 2 * t * h * qkv, h * qkv + beta * qkv, t * h, t * qkv),
         "attn_scores_softmax": (
             "attention",
             2 * b * s * s * h + SOFTMAX_FLOPS_PER_SCORE * b * a * s * s,
             0,
-            2 * t * h,
+            t * h + t * kv,
             b * a * s * s,
         ),
-        "attn_v": ("attention", 2 * b * s * s * h, 0, b * a * s * s + t * h, t * h),
-        "out_proj": ("gemm", 2 * t * h * h, h * h + h, t * h, t * h),
+        "attn_v": ("attention", 2 * b * s * s * h, 0, b * a * s * s + t * kv, t * h),
+        "out_proj": ("gemm", 2 * t * h * h, h * h + beta * h, t * h, t * h),
         "residual1": residual,
         "ln2": ln,
-        "ffn_up": ("gemm", 2 * t * h * f, h * f + f, t * h, t * f),
-        "gelu": ("elementwise", GELU_FLOPS_PER_ELEMENT * t * f, 0, t * f, t * f),
-        "ffn_down": ("gemm", 2 * t * f * h, f * h + h, t * f, t * h),
+        "ffn_up": ("gemm", 2 * t * h * g * f, h * g * f + beta * g * f, t * h, g * t * f),
+        "gelu": ("elementwise", act_flops * t * f, 0, g * t * f, t * f),
+        "ffn_down": ("gemm", 2 * t * f * h, f * h + beta * h, t * f, t * h),
         "residual2": residual,
     }
+
+
+#: The workload keys a Model is built from (docs/design.md, "Scenario files").
+MODEL_KEYS = ("hidden_size", "n_layers", "n_heads", "seq_len", "batch", "ffn_multiplier", "precision", "n_kv_heads",
+              "ffn_width", "mlp", "bias")
+
+
+def model_from_workload(workload: dict, batch: int | None = None) -> Model:
+    """The Model of a resolved workload section (MODEL_KEYS; older result files' sections may lack the
+    later keys, which then take Model's defaults); `batch` replaces the workload's batch."""
+    kw = {k: workload[k] for k in MODEL_KEYS if k in workload}
+    if batch is not None:
+        kw["batch"] = batch
+    return Model(**kw)
 
 
 def backward_of(op: Operator) -> Operator:
@@ -203,22 +261,27 @@ def backward_of(op: Operator) -> Operator:
 def operators(model: Model, training: bool = False) -> list[Operator]:
     """The operators of the transformer blocks in execution order (docs/mesh.md, docs/rdu.md, docs/ipu.md).
 
-    With T = batch x seq_len tokens, H hidden size, A heads, S seq_len, B batch, F = ffn_multiplier x H,
-    each layer i runs, as "layer<i>.<op>" (elements; bytes = elements x e, e = element bytes):
+    With T = batch x seq_len tokens, H hidden size, A heads, S seq_len, B batch, F the feed-forward
+    width (ffn_size), K = kv_size the elements of keys (and of values) per token (H without
+    grouped-query attention), Q = H + 2K, g = 2 for a gated MLP and 1 for GeLU, a = 5 for a gated MLP
+    and 8 for GeLU, and beta = 1 with biases and 0 without, each layer i runs, as "layer<i>.<op>"
+    (elements; bytes = elements x e, e = element bytes):
 
-        op                   kind         flops                       weights    in             out
-        ln1                  norm         8 T H                       2H         T H            T H
-        qkv_proj             gemm         2 T H (3H)                  3H H + 3H  T H            3 T H
-        attn_scores_softmax  attention    2 B S S H + 5 B A S S       0          2 T H (Q, K)   B A S S
-        attn_v               attention    2 B S S H                   0          B A S S + T H  T H
-        out_proj             gemm         2 T H H                     H H + H    T H            T H
-        residual1            elementwise  T H                         0          2 T H          T H
-        ln2                  norm         8 T H                       2H         T H            T H
-        ffn_up               gemm         2 T H F                     H F + F    T H            T F
-        gelu                 elementwise  8 T F                       0          T F            T F
-        ffn_down             gemm         2 T F H                     F H + H    T F            T H
-        residual2            elementwise  T H                         0          2 T H          T H
+        op                   kind         flops                       weights        in             out
+        ln1                  norm         8 T H                       2H             T H            T H
+        qkv_proj             gemm         2 T H Q                     H Q + beta Q   T H            T Q
+        attn_scores_softmax  attention    2 B S S H + 5 B A S S       0              T H + T K      B A S S
+        attn_v               attention    2 B S S H                   0              B A S S + T K  T H
+        out_proj             gemm         2 T H H                     H H + beta H   T H            T H
+        residual1            elementwise  T H                         0              2 T H          T H
+        ln2                  norm         8 T H                       2H             T H            T H
+        ffn_up               gemm         2 T H g F                   g (H F + beta F) T H          g T F
+        gelu                 elementwise  a T F                       0              g T F          T F
+        ffn_down             gemm         2 T F H                     F H + beta H   T F            T H
+        residual2            elementwise  T H                         0              2 T H          T H
 
+    The gated MLP's ffn_up is its gate and up projections as one GEMM, and its "gelu" operator is
+    SiLU(gate) x up.
     Counting conventions: a multiply-add is 2 FLOPs; GEMM FLOPs leave out the bias add; LayerNorm
     counts 8 FLOPs per element (mean, variance, normalise, scale, shift); GeLU counts 8 per element
     (tanh approximation); softmax counts 5 per score (scale, max, exp, sum, divide); Q K^T and
@@ -254,8 +317,9 @@ def operators(model: Model, training: bool = False) -> list[Operator]:
 def parameter_count(model: Model) -> int:
     """Weights and biases of the transformer blocks (no embeddings, final norm or output head).
 
-    Per layer 12 H^2 + 13 H with the default F = 4H: qkv 3H^2 + 3H, out H^2 + H, ffn_up H F + F,
-    ffn_down F H + H, two LayerNorms 2H each; in general 4H^2 + 2 H F + F + 9H.
+    Per layer 12 H^2 + 13 H with the default F = 4H (GPT-2): qkv 3H^2 + 3H, out H^2 + H, ffn_up H F + F,
+    ffn_down F H + H, two LayerNorms 2H each; in general, with the names of `operators`,
+    H Q + H H + (g + 1) H F + 4H + beta (Q + H + g F + H).
     """
     per_layer = sum(w for _, _, w, _, _ in _layer_elements(model).values())
     return model.n_layers * per_layer

@@ -132,18 +132,23 @@ def test_kernel_matches_reference_at_the_edges(machine, workload):
        training=st.booleans(), recompute=st.booleans(), alone=st.booleans(), stages=st.integers(1, 3),
        tiles=st.integers(1, 40), threads=st.integers(1, 6), block=st.integers(1, 20), vocab=st.sampled_from([0, 7]),
        precision=st.sampled_from(["fp8", "bf16", "fp32", "tf32"]), xbytes=st.integers(1, 9),
-       tp=st.sampled_from([1, 2, 4]), fp32_rate=st.sampled_from([0.25, 0.5, 0.3, 1.0, 0.3333333333333333]))
+       tp=st.sampled_from([1, 2, 4]), fp32_rate=st.sampled_from([0.25, 0.5, 0.3, 1.0, 0.3333333333333333]),
+       group=st.sampled_from([1, 2, 4]), gated=st.booleans(), bias=st.booleans(), ffn_width=st.integers(0, 50))
 def test_kernel_matches_reference_on_random_models(heads, head_dim, layers, seq, sequences, micro, replicas, training,
                                                    recompute, alone, stages, tiles, threads, block, vocab, precision,
-                                                   xbytes, tp, fp32_rate):
+                                                   xbytes, tp, fp32_rate, group, gated, bias, ffn_width):
     stages = min(stages, layers)
     split = [layers // stages + (1 if s < layers % stages else 0) for s in range(stages)]
     if alone and vocab:
         split = [0] + split
+    # grouped-query attention where the shape allows it (docs/ipu.md, "The transformer's operators")
+    kv = heads // group if heads % group == 0 and head_dim % group == 0 else 0
     w = dict(hidden_size=heads * head_dim, n_heads=heads, n_layers=layers, seq_len=seq,
              batch=sequences * micro * replicas, gradient_accumulation=micro, replicas=replicas, training=training,
              recompute=recompute and training, layers_per_ipu=split if len(split) > 1 else [], vocab_size=vocab,
-             precision=precision, tensor_parallel=tp if heads % tp == 0 else 1)
+             precision=precision,
+             tensor_parallel=tp if heads % tp == 0 and (kv or heads) % tp == 0 and ffn_width % tp == 0 else 1,
+             n_kv_heads=kv, mlp="gated" if gated else "gelu", bias=bias, ffn_width=ffn_width)
     m = dict(tiles=tiles, worker_threads=threads, gemm_block=block, exchange_bytes_per_cycle=xbytes,
              tile_sram_kib=1_048_576, fp32_rate=fp32_rate)
     assert_matches_reference(scenario(w, m))

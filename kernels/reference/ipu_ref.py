@@ -175,23 +175,29 @@ def _update_cost(optimizer, master_weights, e):
     return read, written, phi
 
 
-def _block_operators(layer, T, B, S, H, A, F):
+def _block_operators(layer, T, B, S, H, A, F, K=None, gated=False, bias=True):
     """The forward operators of transformer block `layer`, in execution order, as the table of
     docs/ipu.md "The transformer's operators" gives them: (name, op, kind, FLOPs, weight elements,
     input elements, output elements), `op` being the name without its "layer<i>." prefix, for T
     tokens of B sequences of S tokens, hidden size H, A heads (all of them: the tensor-parallel split
-    is applied by the caller) and feed-forward width F."""
+    is applied by the caller), feed-forward width F, K key (and value) elements a token (None: H),
+    a gated MLP or GeLU, and biases or none."""
+    K = H if K is None else K
+    Q = H + 2 * K
+    g = 2 if gated else 1
+    a = 5 if gated else 8
+    beta = 1 if bias else 0
     table = [
         ("ln1", "norm", 8 * T * H, 2 * H, T * H, T * H),
-        ("qkv_proj", "gemm", 2 * T * H * 3 * H, 3 * H * H + 3 * H, T * H, 3 * T * H),
-        ("attn_scores_softmax", "attention", 2 * B * S * S * H + 5 * B * A * S * S, 0, 2 * T * H, B * A * S * S),
-        ("attn_v", "attention", 2 * B * S * S * H, 0, B * A * S * S + T * H, T * H),
-        ("out_proj", "gemm", 2 * T * H * H, H * H + H, T * H, T * H),
+        ("qkv_proj", "gemm", 2 * T * H * Q, H * Q + beta * Q, T * H, T * Q),
+        ("attn_scores_softmax", "attention", 2 * B * S * S * H + 5 * B * A * S * S, 0, T * H + T * K, B * A * S * S),
+        ("attn_v", "attention", 2 * B * S * S * H, 0, B * A * S * S + T * K, T * H),
+        ("out_proj", "gemm", 2 * T * H * H, H * H + beta * H, T * H, T * H),
         ("residual1", "elementwise", T * H, 0, 2 * T * H, T * H),
         ("ln2", "norm", 8 * T * H, 2 * H, T * H, T * H),
-        ("ffn_up", "gemm", 2 * T * H * F, H * F + F, T * H, T * F),
-        ("gelu", "elementwise", 8 * T * F, 0, T * F, T * F),
-        ("ffn_down", "gemm", 2 * T * F * H, F * H + H, T * F, T * H),
+        ("ffn_up", "gemm", 2 * T * H * g * F, g * H * F + beta * g * F, T * H, g * T * F),
+        ("gelu", "elementwise", a * T * F, 0, g * T * F, T * F),
+        ("ffn_down", "gemm", 2 * T * F * H, F * H + beta * H, T * F, T * H),
         ("residual2", "elementwise", T * H, 0, 2 * T * H, T * H),
     ]
     return [("layer%d.%s" % (layer, op), op, kind, fl, w, i, o) for op, kind, fl, w, i, o in table]
@@ -273,7 +279,12 @@ def simulate(values: dict) -> dict:
     # ---- Batches.
     B_m = _exact_div(batch, r_replicas * m)
     T = B_m * S
-    F_width = int(wl["ffn_multiplier"]) * H  # F of the operator table
+    # F of the operator table: workload.ffn_width, or ffn_multiplier x H when it is 0 (or missing, in
+    # older inputs); K = n_kv_heads x H / A (n_kv_heads 0 or missing: A); the MLP and the biases.
+    F_width = int(wl.get("ffn_width") or 0) or int(wl["ffn_multiplier"]) * H
+    K_kv = (int(wl.get("n_kv_heads") or 0) or A) * (H // A)
+    gated = wl.get("mlp", "gelu") == "gated"
+    bias = bool(wl.get("bias", True))
 
     # ---- Topology (docs/ipu.md "Topology", Choices 23-26).  IPU (ti, s, ri) is number (ri n + s) t + ti
     # and sits on node number // ipus_per_node.  A kind of data movement uses the node's link
@@ -344,7 +355,8 @@ def simulate(values: dict) -> dict:
                 )
             )
         for layer in stage_layers[s]:
-            for name, op, kind, flops, w_el, i_el, o_el in _block_operators(layer, T, B_m, S, H, A, F_width):
+            block = _block_operators(layer, T, B_m, S, H, A, F_width, K_kv, gated, bias)
+            for name, op, kind, flops, w_el, i_el, o_el in block:
                 Wb, I_b, O_b = w_el * e, i_el * e, o_el * e
                 if op in TP_SPLIT:
                     # docs/ipu.md "Tensor parallelism": F(o) / t FLOPs, ceil(Wb(o) / t) weight bytes,

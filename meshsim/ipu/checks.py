@@ -47,6 +47,12 @@ def _check_transformer(ok, get, add, shown) -> None:
     tp = "workload.tensor_parallel"
     if ok(tp, nh) and get(nh) % get(tp) != 0:
         add(tp, [nh], f"must divide {nh} = {shown(nh)} (each IPU of a stage holds whole heads)")
+    elif ok(tp, "workload.n_kv_heads") and get("workload.n_kv_heads") % get(tp) != 0:
+        add(tp, ["workload.n_kv_heads"], f"must divide workload.n_kv_heads = {shown('workload.n_kv_heads')} (each "
+                                         "IPU of a stage holds whole key and value heads)")
+    elif ok(tp, "workload.ffn_width") and get("workload.ffn_width") % get(tp) != 0:
+        add(tp, ["workload.ffn_width"], f"must divide workload.ffn_width = {shown('workload.ffn_width')} (each IPU "
+                                        "of a stage holds whole columns of the MLP)")
     if ok(tr, rc) and get(rc) and not get(tr):
         add(rc, [tr], f"applies only with training ({tr} = {shown(tr)}): inference keeps no activations to "
                       "recompute")

@@ -24,6 +24,7 @@ from ..transformer import (
     Operator,
     backward_of,
     compute_rate,
+    model_from_workload,
     operators,
     tensor_split,
     update_cost,
@@ -112,12 +113,9 @@ class IpuSpec:
 
 def spec_of(values: dict) -> IpuSpec:
     m, w = values["machine"], values["workload"]
-    model = Model(hidden_size=w["hidden_size"], n_layers=w["n_layers"], n_heads=w["n_heads"], seq_len=w["seq_len"],
-                  batch=w["batch"], ffn_multiplier=w["ffn_multiplier"], precision=w["precision"])
+    model = model_from_workload(w)
     mb = w["gradient_accumulation"]
-    micro = Model(hidden_size=w["hidden_size"], n_layers=w["n_layers"], n_heads=w["n_heads"], seq_len=w["seq_len"],
-                  batch=w["batch"] // (w["replicas"] * mb), ffn_multiplier=w["ffn_multiplier"],
-                  precision=w["precision"])
+    micro = model_from_workload(w, batch=w["batch"] // (w["replicas"] * mb))
     split = tuple(w["layers_per_ipu"]) or (w["n_layers"],)
     keys = ("tiles", "tile_sram_kib", "clock_ghz", "macs_per_cycle", "worker_threads", "exchange_bytes_per_cycle",
             "ipu_link_gbps", "streaming_memory_gbps", "sync_cycles", "ipu_sync_cycles", "exchange_latency_cycles",

@@ -41,7 +41,7 @@ import numpy as np
 from kernels import mesh as K
 
 from ..errors import InputError
-from ..transformer import FP32_COMPUTE, Model, compute_rate, operators, update_cost
+from ..transformer import FP32_COMPUTE, Model, compute_rate, model_from_workload, operators, update_cost
 from .placement import place, weight_overflows
 
 # Where each elementwise or norm operator goes when fused: the matrix operator of its layer it
@@ -188,8 +188,7 @@ class Pipeline:
 
 def model_of(wl: dict) -> Model:
     """The transformer of a layer_pipeline workload section."""
-    return Model(hidden_size=wl["hidden_size"], n_layers=wl["n_layers"], n_heads=wl["n_heads"], seq_len=wl["seq_len"],
-                 batch=wl["batch"], ffn_multiplier=wl["ffn_multiplier"], precision=wl["precision"])
+    return model_from_workload(wl)
 
 
 def kernels(model: Model, training: bool, fuse: bool, fuse_attention: bool = False) -> list:

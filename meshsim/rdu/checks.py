@@ -53,6 +53,14 @@ def _check_transformer(ok, get, add, shown) -> None:
     if ok(nh) and get(nh) % t != 0:
         add(par, [nh], f"has tensor degree {t}, which must divide {nh} = {shown(nh)} (each chip of a tensor group "
                        "holds whole heads)")
+    elif ok("workload.n_kv_heads") and get("workload.n_kv_heads") % t != 0:
+        add(par, ["workload.n_kv_heads"], f"has tensor degree {t}, which must divide workload.n_kv_heads = "
+                                          f"{shown('workload.n_kv_heads')} (each chip of a tensor group holds whole "
+                                          "key and value heads)")
+    elif ok("workload.ffn_width") and get("workload.ffn_width") % t != 0:
+        add(par, ["workload.ffn_width"], f"has tensor degree {t}, which must divide workload.ffn_width = "
+                                         f"{shown('workload.ffn_width')} (each chip of a tensor group holds whole "
+                                         "columns of the MLP)")
     if ok(layers) and p > get(layers):
         add(par, [layers], f"has pipeline degree {p} but {layers} = {shown(layers)}: at most one stage per layer")
     lps = "workload.layers_per_stage"

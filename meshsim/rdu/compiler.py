@@ -19,11 +19,13 @@ from ..errors import InputError
 from ..params import RDU_PRESETS, param
 from ..topology import node_link
 from ..transformer import (
+    MODEL_KEYS,
     TP_ALLREDUCE_AFTER,
     Model,
     Operator,
     backward_of,
     compute_rate,
+    model_from_workload,
     operators,
     tensor_split,
     update_cost,
@@ -132,7 +134,6 @@ MACHINE_KEYS = ("pcus", "pcu_lanes", "pcu_stages", "pmus", "pmu_kib", "pmu_bytes
                 "ddr_burst_kib", "clock_ghz", "section_switch_cycles", "buffer_tiles", "elastic_pmus",
                 "interconnect_gbps", "interconnect_latency_cycles", "placement", "section_fill", "fp32_rate",
                 "chips_per_node", "node_interconnect_gbps", "node_interconnect_latency_cycles")
-MODEL_KEYS = ("hidden_size", "n_layers", "n_heads", "seq_len", "batch", "ffn_multiplier", "precision")
 RUN_KEYS = ("training", "fusion", "tile_tokens", "parallelism", "microbatches", "prefetch", "layers_per_stage",
             "optimizer", "master_weights")
 
@@ -141,7 +142,7 @@ def spec_from_scenario(sc) -> RduSpec:
     """The RduSpec of a validated rdu scenario."""
     m, w = sc.values["machine"], sc.values["workload"]
     run = {k: tuple(w[k]) if isinstance(w[k], list) else w[k] for k in RUN_KEYS}
-    return RduSpec(**{k: m[k] for k in MACHINE_KEYS}, **run, model=Model(**{k: w[k] for k in MODEL_KEYS}))
+    return RduSpec(**{k: m[k] for k in MACHINE_KEYS}, **run, model=model_from_workload(w))
 
 
 def compile_scenario(sc) -> RduProgram:
@@ -278,8 +279,7 @@ def chip_ops(spec: RduSpec, layers: range, phase: str, stage: int = 0) -> list[O
     t, p, d = spec.degrees
     model = spec.model
     b = model.batch // (d * spec.microbatches)  # sequences per microbatch
-    mb = Model(hidden_size=model.hidden_size, n_layers=model.n_layers, n_heads=model.n_heads, seq_len=model.seq_len,
-               batch=b, ffn_multiplier=model.ffn_multiplier, precision=model.precision)
+    mb = replace(model, batch=b)
     tokens = mb.tokens
     e = mb.element_bytes
     forward = []
@@ -611,11 +611,12 @@ def compile_program(spec: RduSpec) -> RduProgram:
     t, p, d = spec.degrees
     model = spec.model
     m = spec.microbatches
-    if p > model.n_layers or model.batch % (d * m) or model.n_heads % t:
+    if p > model.n_layers or model.batch % (d * m) or model.n_heads % t or model.kv_heads % t or model.ffn_size % t:
         raise InputError(f"parallelism {spec.parallelism} with {m} microbatches does not divide the model: the "
                          f"pipeline degree must be at most n_layers = {model.n_layers}, data degree x "
                          f"microbatches must divide batch = {model.batch}, the tensor degree must divide "
-                         f"n_heads = {model.n_heads}")
+                         f"n_heads = {model.n_heads}, n_kv_heads = {model.kv_heads} and the MLP width "
+                         f"{model.ffn_size}")
     tokens = spec.tokens
     e = model.element_bytes
     sections: list[Section] = []

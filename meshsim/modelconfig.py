@@ -1,0 +1,134 @@
+"""Models from a Hugging Face `config.json` (docs/design.md, "Models from a config.json").
+
+`workload.model_config` names a local config.json; its fields become the workload keys of the
+model's shape that the scenario does not set itself. Two families are read:
+
+- GPT-2 (`model_type` "gpt2"): n_embd, n_layer, n_head, n_positions, vocab_size, n_inner (null:
+  4 x n_embd), activation_function (a GeLU); biases on every projection.
+- Llama and Mistral (`model_type` "llama", "mistral"): hidden_size, num_hidden_layers,
+  num_attention_heads, num_key_value_heads (absent: num_attention_heads, as the transformers library
+  reads it), intermediate_size, max_position_embeddings, vocab_size, hidden_act (silu: a gated MLP),
+  attention_bias and mlp_bias (absent: false).
+
+Both: torch_dtype, when present, gives the precision. Nothing else in the file is read; fields that
+change neither FLOPs nor bytes (dropout, RoPE, norm epsilon, token ids) are left alone. The mapping is
+`FIELDS` below, one table the docs and the tests read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import InputError
+
+#: model_type -> ordered ((config field, workload key, required), ...). A field not required may be
+#: absent; the rules for absent and special fields are in `read`.
+FIELDS = {
+    "gpt2": (("n_embd", "hidden_size", True), ("n_layer", "n_layers", True), ("n_head", "n_heads", True),
+             ("n_positions", "seq_len", True), ("vocab_size", "vocab_size", True), ("n_inner", "ffn_width", False),
+             ("activation_function", "mlp", False), ("torch_dtype", "precision", False)),
+    "llama": (("hidden_size", "hidden_size", True), ("num_hidden_layers", "n_layers", True),
+              ("num_attention_heads", "n_heads", True), ("num_key_value_heads", "n_kv_heads", False),
+              ("intermediate_size", "ffn_width", True), ("max_position_embeddings", "seq_len", True),
+              ("vocab_size", "vocab_size", True), ("hidden_act", "mlp", False), ("attention_bias", "bias", False),
+              ("mlp_bias", "bias", False), ("torch_dtype", "precision", False)),
+}
+FIELDS["mistral"] = FIELDS["llama"]
+
+#: The model classes named in a config's "architectures", for configs without a model_type.
+ARCHITECTURES = {"GPT2LMHeadModel": "gpt2", "GPT2Model": "gpt2", "LlamaForCausalLM": "llama",
+                 "LlamaModel": "llama", "MistralForCausalLM": "mistral", "MistralModel": "mistral"}
+
+#: Every workload key a config can fill.
+KEYS = ("hidden_size", "n_layers", "n_heads", "n_kv_heads", "seq_len", "ffn_width", "mlp", "bias", "vocab_size",
+        "precision")
+
+_GELU = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python")
+_GATED = ("silu", "swish")
+_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def read(path: str, shown: str) -> dict:
+    """The workload keys a config.json gives, as {key: value}; `shown` names the file in messages.
+
+    Raises InputError with one line per problem: the file, the field, its value and what is allowed."""
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise InputError([f"{shown}: no such model config file (looked for {path})"]) from None
+    except IsADirectoryError:
+        raise InputError([f"{shown}: is a folder, not a config.json ({path})"]) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError([f"{shown}: cannot read the model config: {e}"]) from None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError([f"{shown}: not JSON: {e.msg} at line {e.lineno}, column {e.colno}"]) from None
+    if not isinstance(config, dict):
+        raise InputError([f"{shown}: a config.json must be a JSON object of fields"])
+    kind = _family(config, shown)
+    problems, out = [], {}
+
+    def field(name):
+        return f"{shown}: {name} = {json.dumps(config[name])}"
+
+    for name, key, required in FIELDS[kind]:
+        if name not in config or config[name] is None:
+            if required:
+                problems.append(f"{shown}: {name}: missing; a {kind} config gives it (it sets workload.{key})")
+            continue
+        value = config[name]
+        if key == "mlp":
+            allowed = _GELU if kind == "gpt2" else _GATED
+            if value not in allowed:
+                problems.append(f"{field(name)}: meshsim models a {kind} MLP with {' or '.join(allowed)}")
+                continue
+            out[key] = "gelu" if kind == "gpt2" else "gated"
+        elif key == "precision":
+            if value not in _DTYPES:
+                problems.append(f"{field(name)}: must be one of {', '.join(_DTYPES)}")
+                continue
+            out[key] = _DTYPES[value]
+        elif key == "bias":
+            if not isinstance(value, bool):
+                problems.append(f"{field(name)}: must be true or false")
+                continue
+            if out.get("bias", value) != value:
+                problems.append(f"{field(name)}: differs from attention_bias = {json.dumps(config['attention_bias'])}; "
+                                "meshsim models biases on every projection or on none")
+                continue
+            out[key] = value
+        else:
+            if isinstance(value, bool) or not isinstance(value, int):
+                problems.append(f"{field(name)}: must be an integer")
+                continue
+            out[key] = value
+    if problems:
+        raise InputError(problems)
+    if kind == "gpt2":
+        out.setdefault("mlp", "gelu")
+        out["bias"] = True
+    else:
+        out.setdefault("mlp", "gated")
+        out.setdefault("bias", False)
+        out.setdefault("n_kv_heads", out["n_heads"])
+    out.setdefault("ffn_width", 0)  # GPT-2's n_inner null: 4 x n_embd, workload.ffn_multiplier's default
+    return out
+
+
+def _family(config: dict, shown: str) -> str:
+    """The FIELDS key of a config: its model_type, else its first architecture."""
+    model_type = config.get("model_type")
+    if model_type is not None:
+        if model_type not in FIELDS:
+            raise InputError([f"{shown}: model_type = {json.dumps(model_type)}: not a model meshsim reads; "
+                              f"it reads {', '.join(sorted(FIELDS))}"])
+        return model_type
+    archs = config.get("architectures")
+    if isinstance(archs, list) and archs and archs[0] in ARCHITECTURES:
+        return ARCHITECTURES[archs[0]]
+    shown_archs = json.dumps(archs) if archs is not None else "missing"
+    raise InputError([f"{shown}: model_type: missing, and architectures = {shown_archs} names no model meshsim "
+                      f"reads; it reads model_type {', '.join(sorted(FIELDS))} (architectures "
+                      f"{', '.join(sorted(ARCHITECTURES))})"])
