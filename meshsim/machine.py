@@ -93,6 +93,8 @@ class Machine(ABC):
     unit_label: str = "units"
     #: the dataset of every unit's busy cycles in its result file
     busy_dataset: str = "units/busy_cycles"
+    #: the group of its values along its time (meshsim.result.Result.series)
+    series_group: str = "series"
     #: the LI a run of it is expected to reach (meshsim report's default --target)
     target_li: float = 0.9
     #: the workload types (workload.type) it runs

@@ -16,12 +16,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
 from . import machine as machines
 from .errors import InputError
 from .threads import set_threads
+
+if TYPE_CHECKING:
+    from .result import Result
 
 
 class RunInterrupted(Exception):
@@ -206,3 +210,66 @@ def _finish(run, writer, timing: Timing, complete: bool):
     run.write_final(writer)
     summary = run.summarise(timing)
     return writer.finish(summary, run.cycle, complete=complete), summary
+
+
+def run(scenario, overrides=None, /, *, out=None, threads: int | None = None, progress: bool = False,
+        **sections) -> Result:
+    """`meshsim.run(...)`: run a scenario and return its Result (docs/design.md, "Python API").
+
+    scenario: a TOML file's path, a dict shaped like one ({"machine": {...}, ...}), or a Scenario.
+    overrides: {"section.key": value} or a list of "section.key=value" strings, as on the command line.
+    **sections: more overrides by section: `machine={"rows": 64}`, `migration={"policy": "none"}`.
+    out: the result file (default results/NAME.h5, as the command line); threads: Numba threads
+    (default run.threads); progress: show the progress bar.
+    Raises InputError (with every problem, one line each) for bad input before anything is written,
+    and RunInterrupted when stopped (its file holds everything done)."""
+    import tomllib
+
+    from .result import Result
+    from .scenario import Scenario, load_scenario, scenario_from_dict
+
+    pairs = _override_pairs(overrides, sections)
+    if isinstance(scenario, Scenario):
+        if pairs:
+            sc = scenario_from_dict(tomllib.loads(scenario.resolved_toml()), scenario.path, pairs)
+        else:
+            sc = scenario
+    elif isinstance(scenario, dict):
+        sc = scenario_from_dict(scenario, None, pairs)
+    elif isinstance(scenario, (str, Path)):
+        sc = load_scenario(scenario, pairs)
+    else:
+        raise InputError(f"scenario = {scenario!r}: must be a scenario file's path, a dict of sections or a "
+                         "Scenario")
+    result = run_scenario(sc, out, threads=threads, progress=progress)
+    return Result(result.path)
+
+
+def _override_pairs(overrides, sections) -> list:
+    pairs = []
+    if overrides is None:
+        pass
+    elif isinstance(overrides, dict):
+        pairs.extend(overrides.items())
+    elif isinstance(overrides, (list, tuple)):
+        pairs.extend(overrides)
+    else:
+        raise InputError(f"overrides = {overrides!r}: must be a dict of \"section.key\": value, or a list of "
+                         "\"section.key=value\" strings")
+    for section, table in sections.items():
+        if not isinstance(table, dict):
+            raise InputError(f"{section} = {table!r}: a keyword argument names a section and takes a dict of its "
+                             f"keys, e.g. {section}={{...}}; the result file is out=")
+        pairs.extend((f"{section}.{key}", value) for key, value in table.items())
+    return pairs
+
+
+class _CallableModule(type(sys)):
+    """`meshsim.run` is this module, and calling it is `run` above: the Python API's name and the run
+    loop's module are one name, and `from meshsim.run import run_scenario` stays as it was."""
+
+    def __call__(self, scenario, overrides=None, /, **kwargs):
+        return run(scenario, overrides, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -14,6 +14,7 @@ class IpuMachine(Machine):
     unit = "step"
     unit_label = "tiles"
     busy_dataset = "units/tile_busy_cycles"
+    series_group = "supersteps"
     target_li = 0.80
     workloads = ("transformer",)
     levers = checks.LEVERS
