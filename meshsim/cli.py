@@ -108,6 +108,13 @@ def _cmd_plot(args) -> int:
     return 0
 
 
+def _cmd_export(args) -> int:
+    from .export import export
+
+    print(export(args.result, args.format, args.output, points=args.points, slices=args.slices))
+    return 0
+
+
 def _cmd_roofline(args) -> int:
     from .roofline import format_table, values_of_file
 
@@ -299,6 +306,17 @@ def build_parser() -> argparse.ArgumentParser:
                                 "joined by + make one axis of their values together)")
     pl.add_argument("--y", help="sweep table: a second swept key, for a heat map (keys joined by + as for --x)")
     pl.set_defaults(func=_cmd_plot)
+
+    ex = sub.add_parser("export", help="write a result file's timeline for another tool: --format perfetto, the "
+                                       "Chrome trace-event JSON that ui.perfetto.dev and chrome://tracing open")
+    ex.add_argument("result", help="result file (.h5), complete or not")
+    ex.add_argument("--format", default="perfetto", help="perfetto (the default and, for now, the only one)")
+    ex.add_argument("-o", "--output", help="the trace file (default: beside the result, NAME.trace.json)")
+    ex.add_argument("--points", type=int, default=2000, help="most points of a counter track: longer series are "
+                    "averaged over equal runs of cycles (default 2,000)")
+    ex.add_argument("--slices", type=int, default=200_000, help="most slices in the trace: the earliest are kept, "
+                    "and the trace's otherData.notes say what was left out (default 200,000)")
+    ex.set_defaults(func=_cmd_export)
 
     rf = sub.add_parser("roofline", intermixed=True, help="the platforms' rooflines and a scenario's or result's "
                         "kernels on its own")

@@ -167,6 +167,11 @@ class Machine(ABC):
         unit, the whole run."""
         return dict(figure="li", what=f"busy-time LI over all {self.unit_label}, the whole run")
 
+    def trace_events(self, f, values: dict, timeline) -> None:
+        """Add the run's timeline, read from the open result file `f`, to `timeline` (meshsim.export.Timeline):
+        slices, counters and the names of processes and threads. A machine without one says so."""
+        raise InputError(f"a {self.name} result has no timeline to export")
+
     def lever_note(self, key: str, figure: str) -> str | None:
         """Why the scenario key `key` (as "section.key") does not move `figure`, the LI `report`
         judges, when runs that differ in it show the same figure; None: nothing to say beyond that.

@@ -45,6 +45,11 @@ class MeshMachine(Machine):
 
         return default_threads(inputs.rows * inputs.cols)
 
+    def trace_events(self, f, values: dict, timeline) -> None:
+        from .perfetto import trace_events
+
+        trace_events(f, values, timeline)
+
     def check_scenario(self, ok, get, add, shown) -> None:
         checks.check_scenario(ok, get, add, shown)
 

@@ -179,12 +179,14 @@ class MeshResultWriter(ResultFile):
             m.dims[0].attach_scale(self.row)
             m.dims[1].attach_scale(self.col)
             self.window_regions = {}
-            for name, desc in (("region_li", "LI of each region's per-PE busy cycles in the window"),
-                               ("region_utilization", "utilisation of each region in the window")):
+            for name, desc, dtype, unit in (
+                    ("region_li", "LI of each region's per-PE busy cycles in the window", np.float64, "1"),
+                    ("region_utilization", "utilisation of each region in the window", np.float64, "1"),
+                    ("region_completed", "tasks completed by each region's PEs in the window", np.int64, "tasks")):
                 ds = w.create_dataset(name, shape=(0, regions.count), maxshape=(None, regions.count),
-                                      dtype=np.float64, chunks=(max(1, 4096 // regions.count), regions.count),
+                                      dtype=dtype, chunks=(max(1, 4096 // regions.count), regions.count),
                                       **self.comp)
-                describe(ds, "1", desc)
+                describe(ds, unit, desc)
                 ds.dims[0].attach_scale(self.window_start)
                 ds.dims[1].attach_scale(self.region)
                 self.window_regions[name] = ds
@@ -235,6 +237,7 @@ class MeshResultWriter(ResultFile):
         if self.regions is not None:
             self._append(self.window_regions["region_li"], region_figures["li"][None])
             self._append(self.window_regions["region_utilization"], region_figures["utilization"][None])
+            self._append(self.window_regions["region_completed"], region_figures["completed"][None])
 
     def write_regions(self, figures: dict, group: str = "regions") -> None:
         """Whole-run figures per region (keys of meshsim.mesh.regions.FIGURES), replacing any before;

@@ -115,7 +115,7 @@ class MeshRun(Run):
         else:
             self.totals = _Totals(inputs.latency_bins)
         self.window_start = dict(cycle=0, busy=np.zeros((inputs.rows, inputs.cols), np.int64), completed=0,
-                                 latency_sum=0)
+                                 latency_sum=0, pe_completed=np.zeros((inputs.rows, inputs.cols), np.int64))
         self._last = 0
 
     def open_writer(self, path, threads: int) -> MeshResultWriter:
@@ -232,7 +232,11 @@ def _close_window(writer, sim, totals, start: dict, regions) -> None:
                    cv=lb["cv"], busy_min=lb["min"], busy_max=lb["max"],
                    utilization=metrics.utilization(int(busy.sum()), busy.size, end - start["cycle"]),
                    completed=completed, latency_mean=latency / completed if completed else float("nan"))
-    by_region = region_figures(regions, busy, end - start["cycle"]) if regions is not None else None
+    by_region = None
+    if regions is not None:
+        pe_completed = sim.state.tot_completed.astype(np.int64)
+        by_region = region_figures(regions, busy, end - start["cycle"], completed=pe_completed - start["pe_completed"])
+        start["pe_completed"] = pe_completed
     writer.append_window(start["cycle"], figures, by_region, busy)
     start.update(cycle=end, busy=busy_now, completed=totals.sums["completed"], latency_sum=totals.sums["latency_sum"])
 

@@ -33,6 +33,11 @@ class RduMachine(Machine):
     def open_writer(self, path, scenario, run, threads: int):
         return run.open_writer(path, scenario, threads)
 
+    def trace_events(self, f, values: dict, timeline) -> None:
+        from .perfetto import trace_events
+
+        trace_events(f, values, timeline)
+
     def check_scenario(self, ok, get, add, shown) -> None:
         checks.check_scenario(ok, get, add, shown)
 

@@ -1,0 +1,199 @@
+"""Result files as timelines for other tools (docs/results.md, "Timelines in Perfetto").
+
+`meshsim export RESULT.h5 --format perfetto -o trace.json` writes the Chrome trace-event JSON
+format that ui.perfetto.dev and chrome://tracing open: an object with `traceEvents` (complete
+events "X" for what has a start and a length, counter events "C" for values over time, metadata
+events "M" naming every process and thread) and `otherData` (what the trace is of, and how it was
+sampled). Timestamps are microseconds of simulated time: cycles / machine.clock_ghz / 1,000.
+
+Each machine says what its timeline holds (its registry entry's `trace_events`, built from the
+helpers here); this module writes the file, written once for every machine. A file stays bounded
+however long the run: every counter track has at most `points` points (a longer series is averaged
+over equal runs of cycles, each point the mean of its run) and the trace at most `slices` complete
+events (a machine keeps the earliest, whole steps or sections, and says what it left out).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from . import machine as machines
+from .errors import InputError
+from .output import open_result_file
+from .report import read_summary
+from .roofline import values_of_file
+
+FORMATS = ("perfetto",)
+DEFAULT_POINTS = 2000
+DEFAULT_SLICES = 200_000
+
+
+@dataclass
+class Timeline:
+    """The events of a trace as a machine builds them, and the notes on what was sampled or left out.
+
+    clock_ghz turns cycles into microseconds; processes and threads are named once each (`process`,
+    `thread`) and given in that order in the file."""
+
+    clock_ghz: float
+    points: int = DEFAULT_POINTS
+    slices: int = DEFAULT_SLICES
+    events: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    _names: list = field(default_factory=list)
+    _slices_used: int = 0
+
+    def us(self, cycles) -> float:
+        """Microseconds of simulated time at `cycles`."""
+        return float(cycles) / (self.clock_ghz * 1000.0)
+
+    def process(self, pid: int, name: str) -> None:
+        self._names.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}})
+        self._names.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
+                            "args": {"sort_index": pid}})
+
+    def thread(self, pid: int, tid: int, name: str) -> None:
+        self._names.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
+        self._names.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
+                            "args": {"sort_index": tid}})
+
+    @property
+    def slices_left(self) -> int:
+        return self.slices - self._slices_used
+
+    def slice(self, pid: int, tid: int, name: str, start, cycles, cat: str = "", args: dict | None = None) -> None:
+        """A complete event of `cycles` cycles from cycle `start` (callers keep within `slices_left`)."""
+        ev = {"name": name, "ph": "X", "ts": self.us(start), "dur": self.us(cycles), "pid": pid, "tid": tid}
+        if cat:
+            ev["cat"] = cat
+        if args:
+            ev["args"] = _plain(args)
+        self.events.append(ev)
+        self._slices_used += 1
+
+    def counter(self, pid: int, name: str, starts, values, ends=None) -> None:
+        """A counter track: `values[i]` from cycle `starts[i]` (to `ends[i]`, or the next start). More
+        than `points` values are averaged over equal runs of cycles (`bucket`); NaN values are left out."""
+        starts = np.asarray(starts, dtype=np.float64)
+        values = np.asarray(values, dtype=np.float64)
+        if ends is not None:
+            starts, values = bucket(starts, np.asarray(ends, dtype=np.float64), values, self.points)
+        elif len(values) > self.points:
+            ends = np.append(starts[1:], starts[-1] + 1) if len(starts) else starts
+            starts, values = bucket(starts, ends, values, self.points)
+        for t, v in zip(starts.tolist(), values.tolist(), strict=True):
+            if not math.isnan(v):
+                self.events.append({"name": name, "ph": "C", "ts": self.us(t), "pid": pid, "tid": 0,
+                                    "args": {"value": v}})
+
+    def trace(self) -> list:
+        """The names, then every track's events in time order (a slice before the slices it holds)."""
+        def key(ev):
+            return (ev["pid"], ev["ph"] == "C", ev["tid"] if ev["ph"] == "X" else ev["name"], ev["ts"],
+                    -ev.get("dur", 0.0))
+
+        return self._names + sorted(self.events, key=key)
+
+
+def bucket(starts, ends, values, points: int):
+    """(starts, means) of a step function `values` on [starts[i], ends[i]) in at most `points` equal runs
+    of cycles: each run's value is the cycle-weighted mean over it. Returned as is when it has at most
+    `points` steps."""
+    if len(values) <= points or len(values) == 0:
+        return starts, values
+    t0, t1 = float(starts[0]), float(ends[-1])
+    edges = np.linspace(t0, t1, points + 1)
+    # the cycle-weighted integral of the step function, at every step's start and at the end
+    widths = ends - starts
+    integral = np.concatenate([[0.0], np.cumsum(values * widths)])
+    knots = np.append(starts, ends[-1])
+
+    def at(t):
+        i = np.clip(np.searchsorted(knots, t, side="right") - 1, 0, len(values) - 1)
+        return integral[i] + values[i] * np.clip(t - knots[i], 0.0, widths[i])
+
+    areas = np.diff(at(edges))
+    spans = np.diff(edges)
+    return edges[:-1], np.where(spans > 0, areas / np.where(spans > 0, spans, 1.0), np.nan)
+
+
+def spans(busy, starts, ends, most: int):
+    """(start, end) of the runs where `busy` is true, as at most `most` spans: when there are more, the
+    shortest gaps between runs are closed first (a span then holds short idle gaps)."""
+    busy = np.asarray(busy, dtype=bool)
+    if not busy.any() or most < 1:
+        return []
+    edges = np.diff(np.concatenate([[0], busy.astype(np.int8), [0]]))
+    first, last = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+    s, e = np.asarray(starts)[first].astype(np.int64), np.asarray(ends)[last].astype(np.int64)
+    if len(s) > most:
+        gaps = s[1:] - e[:-1]
+        keep = np.sort(np.argsort(gaps, kind="stable")[len(gaps) - (most - 1):]) if most > 1 else np.array([], int)
+        s = np.concatenate([[s[0]], s[keep + 1]])
+        e = np.concatenate([e[keep], [e[-1]]])
+    return list(zip(s.tolist(), e.tolist(), strict=True))
+
+
+def export(path, fmt: str = "perfetto", out=None, *, points: int = DEFAULT_POINTS,
+           slices: int = DEFAULT_SLICES) -> Path:
+    """Write the timeline of a result file; returns the path written (default: beside the result, its
+    name with .trace.json). The file appears whole or not at all (written aside, then renamed)."""
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt}: must be one of {', '.join(FORMATS)}")
+    for flag, value, least in (("--points", points, 2), ("--slices", slices, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise InputError(f"{flag} {value}: must be an integer >= {least}")
+    root, summary = read_summary(path)
+    m = machines.get(root.get("machine"))
+    values = values_of_file(path)
+    target = Path(out) if out is not None else Path(path).with_name(Path(path).name.removesuffix(".h5")
+                                                                   .removesuffix(".incomplete") + ".trace.json")
+    if target.is_dir():
+        raise InputError(f"-o {target}: is a folder; give the trace file's name")
+    if not target.parent.exists():
+        raise InputError(f"-o {target}: no such folder {target.parent}")
+    tl = Timeline(clock_ghz=float(values["machine"]["clock_ghz"]), points=points, slices=slices)
+    with open_result_file(path) as f:
+        m.trace_events(f, values, tl)
+    doc = {
+        "traceEvents": tl.trace(),
+        "displayTimeUnit": "ns",
+        "otherData": _plain({
+            "generator": f"meshsim {__version__}", "result": Path(path).name, "machine": m.name,
+            "scenario": root.get("scenario_name", ""), "complete": bool(root.get("complete")),
+            "cycles": int(root.get("cycles_done", 0)), "clock_ghz": tl.clock_ghz,
+            "time": "microseconds of simulated time: cycles / clock_ghz / 1000",
+            "points_per_counter": points, "slices_at_most": slices, "notes": tl.notes,
+            "li": summary.get("li"),
+        }),
+    }
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(doc, fh, separators=(",", ":"), allow_nan=False)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return target
+
+
+def _plain(d: dict) -> dict:
+    """JSON-ready values: numpy scalars as Python ones, NaN and infinities as None."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, np.generic):
+            v = v.item()
+        if isinstance(v, bytes):
+            v = v.decode()
+        if isinstance(v, float) and not math.isfinite(v):
+            v = None
+        out[k] = v
+    return out
