@@ -94,7 +94,8 @@ def test_kernel_equals_reference_where_quiet_segments_are_skipped(policy, hop_la
         assert totals["migrated"] > 0
 
 
-@pytest.mark.parametrize("policy, hop_latency", [("least_loaded", 1), ("random_lower", 2)])
+@pytest.mark.parametrize("policy, hop_latency", [("least_loaded", 1),
+                                                 pytest.param("random_lower", 2, marks=pytest.mark.slow)])
 def test_kernel_equals_reference_with_hysteresis(policy, hop_latency):
     """A PE that starts shedding above the threshold goes on down to threshold - hysteresis
     (docs/mesh.md, step 4): a hot spot on a grid of three segments, its shedding PEs beside quiet

@@ -193,7 +193,7 @@ def compare_random_model(hidden, layers, seq, tile, fusion, training, prefetch, 
 
 
 # A few random models in the default run (hypothesis draws new ones each run); many under -m slow.
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(RANDOM_MODELS)
 def test_the_kernel_matches_the_reference_on_random_models(model):
     compare_random_model(**model)

@@ -534,9 +534,11 @@ def test_joining_a_tls_cluster_with_the_certificates_of_the_dask_configuration(t
         assert [r["status"] for r in read_csv(out / "summary.csv")] == ["done"] * 2
 
 
+# Each signal, each way of running and each target (the group, the process) once in the default run.
 @pytest.mark.parametrize("how, sig, group", [(["--workers", "2"], signal.SIGINT, True),
-                                             (["--serial"], signal.SIGINT, True),
-                                             (["--workers", "2"], signal.SIGTERM, False),
+                                             pytest.param(["--serial"], signal.SIGINT, True, marks=pytest.mark.slow),
+                                             pytest.param(["--workers", "2"], signal.SIGTERM, False,
+                                                          marks=pytest.mark.slow),
                                              (["--serial"], signal.SIGTERM, False)])
 def test_ctrl_c_stops_the_sweep_keeps_finished_points_and_a_rerun_completes_it(tmp_path, how, sig, group):
     noc = (ROOT / "scenarios" / "noc_latency_load.toml").read_text()
