@@ -104,24 +104,26 @@ class Timeline:
 
 def bucket(starts, ends, values, points: int):
     """(starts, means) of a step function `values` on [starts[i], ends[i]) in at most `points` equal runs
-    of cycles: each run's value is the cycle-weighted mean over it. Returned as is when it has at most
-    `points` steps."""
+    of cycles: each run's value is the cycle-weighted mean over it of the values that are not NaN (NaN
+    where it has none). Returned as is when it has at most `points` steps."""
     if len(values) <= points or len(values) == 0:
         return starts, values
     t0, t1 = float(starts[0]), float(ends[-1])
     edges = np.linspace(t0, t1, points + 1)
     # the cycle-weighted integral of the step function, at every step's start and at the end
     widths = ends - starts
-    integral = np.concatenate([[0.0], np.cumsum(values * widths)])
+    known = ~np.isnan(values)
+    v = np.where(known, values, 0.0)
+    w = known.astype(np.float64)  # the cycles that count: those of values that are not NaN
     knots = np.append(starts, ends[-1])
 
-    def at(t):
-        i = np.clip(np.searchsorted(knots, t, side="right") - 1, 0, len(values) - 1)
-        return integral[i] + values[i] * np.clip(t - knots[i], 0.0, widths[i])
+    def integral_at(t, y):
+        cum = np.concatenate([[0.0], np.cumsum(y * widths)])
+        i = np.clip(np.searchsorted(knots, t, side="right") - 1, 0, len(y) - 1)
+        return cum[i] + y[i] * np.clip(t - knots[i], 0.0, widths[i])
 
-    areas = np.diff(at(edges))
-    spans = np.diff(edges)
-    return edges[:-1], np.where(spans > 0, areas / np.where(spans > 0, spans, 1.0), np.nan)
+    area, counted = np.diff(integral_at(edges, v)), np.diff(integral_at(edges, w))
+    return edges[:-1], np.where(counted > 0, area / np.where(counted > 0, counted, 1.0), np.nan)
 
 
 def spans(busy, starts, ends, most: int):
@@ -139,6 +141,12 @@ def spans(busy, starts, ends, most: int):
         s = np.concatenate([[s[0]], s[keep + 1]])
         e = np.concatenate([e[keep], [e[-1]]])
     return list(zip(s.tolist(), e.tolist(), strict=True))
+
+
+def runs_of(busy) -> int:
+    """How many runs of true values `busy` holds (what `spans` keeps when `most` allows)."""
+    b = np.asarray(busy, dtype=np.int8)
+    return int(np.count_nonzero(np.diff(np.concatenate([[0], b])) == 1))
 
 
 def export(path, fmt: str = "perfetto", out=None, *, points: int = DEFAULT_POINTS,

@@ -10,9 +10,11 @@ model's shape that the scenario does not set itself. Two families are read:
   reads it), intermediate_size, max_position_embeddings, vocab_size, hidden_act (silu: a gated MLP),
   attention_bias and mlp_bias (absent: false).
 
-Both: torch_dtype, when present, gives the precision. Nothing else in the file is read; fields that
-change neither FLOPs nor bytes (dropout, RoPE, norm epsilon, token ids) are left alone. The mapping is
-`FIELDS` below, one table the docs and the tests read.
+Both: torch_dtype (or dtype, as newer configs write it), when present, gives the precision. A Llama or
+Mistral head_dim other than hidden_size / num_attention_heads is refused (meshsim's heads are H / A
+wide). Nothing else in the file is read; fields that change neither FLOPs nor bytes (dropout, RoPE,
+norm epsilon, token ids) are left alone. The mapping is `FIELDS` below, one table the docs and the
+tests read.
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ from .errors import InputError
 FIELDS = {
     "gpt2": (("n_embd", "hidden_size", True), ("n_layer", "n_layers", True), ("n_head", "n_heads", True),
              ("n_positions", "seq_len", True), ("vocab_size", "vocab_size", True), ("n_inner", "ffn_width", False),
-             ("activation_function", "mlp", False), ("torch_dtype", "precision", False)),
+             ("activation_function", "mlp", False), ("torch_dtype", "precision", False), ("dtype", "precision", False)),
     "llama": (("hidden_size", "hidden_size", True), ("num_hidden_layers", "n_layers", True),
               ("num_attention_heads", "n_heads", True), ("num_key_value_heads", "n_kv_heads", False),
               ("intermediate_size", "ffn_width", True), ("max_position_embeddings", "seq_len", True),
               ("vocab_size", "vocab_size", True), ("hidden_act", "mlp", False), ("attention_bias", "bias", False),
-              ("mlp_bias", "bias", False), ("torch_dtype", "precision", False)),
+              ("mlp_bias", "bias", False), ("torch_dtype", "precision", False), ("dtype", "precision", False),
+              ("head_dim", "", False)),
 }
 FIELDS["mistral"] = FIELDS["llama"]
 
@@ -49,8 +52,9 @@ _GATED = ("silu", "swish")
 _DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
-def read(path: str, shown: str) -> dict:
-    """The workload keys a config.json gives, as {key: value}; `shown` names the file in messages.
+def read(path: str, shown: str) -> tuple[dict, dict]:
+    """The workload keys a config.json gives, as ({key: value}, {key: the config field it came from});
+    `shown` names the file in messages.
 
     Raises InputError with one line per problem: the file, the field, its value and what is allowed."""
     try:
@@ -68,7 +72,7 @@ def read(path: str, shown: str) -> dict:
     if not isinstance(config, dict):
         raise InputError([f"{shown}: a config.json must be a JSON object of fields"])
     kind = _family(config, shown)
-    problems, out = [], {}
+    problems, out, source = [], {}, {}
 
     def field(name):
         return f"{shown}: {name} = {json.dumps(config[name])}"
@@ -78,32 +82,41 @@ def read(path: str, shown: str) -> dict:
             if required:
                 problems.append(f"{shown}: {name}: missing; a {kind} config gives it (it sets workload.{key})")
             continue
+        if key in source:  # dtype beside torch_dtype: the first wins
+            continue
         value = config[name]
-        if key == "mlp":
+        if key in ("mlp", "precision") and not isinstance(value, str):
+            problems.append(f"{field(name)}: must be a string")
+        elif key == "mlp":
             allowed = _GELU if kind == "gpt2" else _GATED
             if value not in allowed:
                 problems.append(f"{field(name)}: meshsim models a {kind} MLP with {' or '.join(allowed)}")
                 continue
-            out[key] = "gelu" if kind == "gpt2" else "gated"
+            out[key], source[key] = ("gelu" if kind == "gpt2" else "gated"), name
         elif key == "precision":
             if value not in _DTYPES:
                 problems.append(f"{field(name)}: must be one of {', '.join(_DTYPES)}")
                 continue
-            out[key] = _DTYPES[value]
+            out[key], source[key] = _DTYPES[value], name
         elif key == "bias":
             if not isinstance(value, bool):
                 problems.append(f"{field(name)}: must be true or false")
-                continue
-            if out.get("bias", value) != value:
-                problems.append(f"{field(name)}: differs from attention_bias = {json.dumps(config['attention_bias'])}; "
-                                "meshsim models biases on every projection or on none")
-                continue
-            out[key] = value
-        else:
-            if isinstance(value, bool) or not isinstance(value, int):
-                problems.append(f"{field(name)}: must be an integer")
-                continue
-            out[key] = value
+        elif isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{field(name)}: must be an integer")
+        elif key:
+            out[key], source[key] = value, name
+    if kind != "gpt2":
+        # absent means false (as the transformers library reads them); meshsim has one switch for both
+        att, mlp = (config.get(k) if isinstance(config.get(k), bool) else False for k in ("attention_bias", "mlp_bias"))
+        if att != mlp:
+            problems.append(f"{shown}: attention_bias = {json.dumps(att)}, mlp_bias = {json.dumps(mlp)}: meshsim "
+                            "models biases on every projection or on none")
+        hd = config.get("head_dim")
+        heads, hidden = out.get("n_heads"), out.get("hidden_size")
+        if isinstance(hd, int) and heads and hidden and hd * heads != hidden:
+            problems.append(f"{field('head_dim')}: meshsim's heads are hidden_size / num_attention_heads = "
+                            f"{hidden} / {heads} wide; a head_dim of another width is not modelled")
+        out["bias"], source["bias"] = att, "attention_bias"
     if problems:
         raise InputError(problems)
     if kind == "gpt2":
@@ -111,22 +124,22 @@ def read(path: str, shown: str) -> dict:
         out["bias"] = True
     else:
         out.setdefault("mlp", "gated")
-        out.setdefault("bias", False)
-        out.setdefault("n_kv_heads", out["n_heads"])
+        # num_key_value_heads absent: as many as the query heads, whatever n_heads the scenario sets
+        out.setdefault("n_kv_heads", 0)
     out.setdefault("ffn_width", 0)  # GPT-2's n_inner null: 4 x n_embd, workload.ffn_multiplier's default
-    return out
+    return out, source
 
 
 def _family(config: dict, shown: str) -> str:
     """The FIELDS key of a config: its model_type, else its first architecture."""
     model_type = config.get("model_type")
     if model_type is not None:
-        if model_type not in FIELDS:
+        if not isinstance(model_type, str) or model_type not in FIELDS:
             raise InputError([f"{shown}: model_type = {json.dumps(model_type)}: not a model meshsim reads; "
                               f"it reads {', '.join(sorted(FIELDS))}"])
         return model_type
     archs = config.get("architectures")
-    if isinstance(archs, list) and archs and archs[0] in ARCHITECTURES:
+    if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0] in ARCHITECTURES:
         return ARCHITECTURES[archs[0]]
     shown_archs = json.dumps(archs) if archs is not None else "missing"
     raise InputError([f"{shown}: model_type: missing, and architectures = {shown_archs} names no model meshsim "

@@ -17,9 +17,11 @@ line's overrides given as arguments.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from .errors import InputError
+from .output import open_result_file
 
 #: The group of every machine's per-unit totals (docs/design.md, "Result files").
 MAPS_GROUP = "units"
@@ -45,6 +47,7 @@ class Result:
         self.summary = dict(summary)
         resolved = root.get("scenario_resolved", "")
         self.scenario = _toml(resolved) if resolved else {}
+        self._identity = self._identity_now(root.get("created"))
         self._datasets = {}
 
     @property
@@ -52,16 +55,27 @@ class Result:
         """The file's groups that hold data, in name order."""
         import h5py
 
-        with h5py.File(self.path, "r") as f:
+        with open_result_file(self.path) as f:
+            self._check_same_run(f)
             return sorted(k for k, v in f.items() if isinstance(v, h5py.Group) and k != "summary")
 
     def dataset(self, group: str):
         """The xarray Dataset of one group of the file, with the file's dimension scales as coordinates."""
         if group not in self._datasets:
-            if group not in self.groups:
-                raise InputError(f"{self.path}: has no group {group!r}; it has {', '.join(self.groups)}")
+            groups = self.groups
+            if group not in groups:
+                raise InputError(f"{self.path}: has no group {group!r}; it has {', '.join(groups)}")
             self._datasets[group] = _open_group(self.path, group)
         return self._datasets[group]
+
+    def _identity_now(self, created):
+        # a later run with the same result path replaces the file (a new file renamed over it)
+        return os.stat(self.path).st_ino, created
+
+    def _check_same_run(self, f) -> None:
+        if self._identity_now(f.attrs.get("created")) != self._identity:
+            raise InputError(f"{self.path}: has been written again by another run since it was loaded; load it "
+                             "again, or give each run its own file (out=)")
 
     @property
     def series(self):
@@ -127,9 +141,15 @@ def _open_group(path: Path, group: str):
     import h5py
     import xarray as xr
 
-    ds = xr.open_dataset(path, engine="h5netcdf", group=group)
+    try:
+        ds = xr.open_dataset(path, engine="h5netcdf", group=group)
+    except OSError:  # a killed run's file, still marked open for writing: through SWMR's reader
+        import h5netcdf
+        from xarray.backends import H5NetCDFStore
+
+        ds = xr.open_dataset(H5NetCDFStore(h5netcdf.File(path, "r", swmr=True), group=group))
     coords = {}
-    with h5py.File(path, "r") as f:
+    with open_result_file(path) as f:
         for dim, size in ds.sizes.items():
             if dim not in ds.coords and dim in f and isinstance(f[dim], h5py.Dataset) and f[dim].shape == (size,):
                 coords[dim] = f[dim][()]

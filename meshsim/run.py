@@ -223,17 +223,14 @@ def run(scenario, overrides=None, /, *, out=None, threads: int | None = None, pr
     (default run.threads); progress: show the progress bar.
     Raises InputError (with every problem, one line each) for bad input before anything is written,
     and RunInterrupted when stopped (its file holds everything done)."""
-    import tomllib
-
     from .result import Result
     from .scenario import Scenario, load_scenario, scenario_from_dict
 
     pairs = _override_pairs(overrides, sections)
     if isinstance(scenario, Scenario):
-        if pairs:
-            sc = scenario_from_dict(tomllib.loads(scenario.resolved_toml()), scenario.path, pairs)
-        else:
-            sc = scenario
+        # from its own text and overrides, so that presets and a model config fill what the new ones leave
+        sc = load_scenario(scenario.path, [*scenario.overrides, *pairs], text=scenario.source_text) if pairs \
+            else scenario
     elif isinstance(scenario, dict):
         sc = scenario_from_dict(scenario, None, pairs)
     elif isinstance(scenario, (str, Path)):

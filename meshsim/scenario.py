@@ -340,7 +340,7 @@ def _apply_model_config(values, valid, given, origin, path) -> list[str]:
         return []
     shown = f"{origin[key]}: {key} = {_toml_repr(file)}"
     try:
-        filled = modelconfig.read(_resolve_relative(file, path), shown)
+        filled, fields = modelconfig.read(_resolve_relative(file, path), shown)
     except InputError as e:
         valid[key] = False
         return list(e.problems)
@@ -352,7 +352,7 @@ def _apply_model_config(values, valid, given, origin, path) -> list[str]:
         wrong = _check_value(p, filled[k])
         if wrong is not None:
             valid[p.path] = False
-            problems.append(f"{shown}: gives {p.path} = {_toml_repr(filled[k])}: {wrong}")
+            problems.append(f"{shown}: its {fields.get(k, k)} gives {p.path} = {_toml_repr(filled[k])}: {wrong}")
             continue
         values["workload"][k] = _normalise(p, filled[k])
         origin[p.path] = shown
@@ -580,15 +580,10 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
         add(master, [prec], f"keeps an fp32 copy beside a narrower type, but {prec} = {shown(prec)} is 4 bytes "
                             "already: use \"same\", or a 16-bit precision")
 
-    hs, nh, kv = "workload.hidden_size", "workload.n_heads", "workload.n_kv_heads"
-    if ok(wtype, hs, nh, kv) and get(wtype) in ("layer_pipeline", "transformer") and get(kv):
-        if get(nh) % get(kv):
-            add(kv, [nh], f"must divide {nh} = {shown(nh)} (each key and value head serves the same number of "
-                          "query heads), or be 0 for as many as n_heads")
-        elif get(hs) % get(nh) == 0 and (get(hs) // get(nh)) % (get(nh) // get(kv)):
-            add(kv, [nh, hs], f"the head size {hs} / {nh} = {get(hs) // get(nh)} must be a multiple of {nh} / {kv} "
-                              f"= {get(nh) // get(kv)}, so that a query head's share of its keys and values is a "
-                              "whole number of elements")
+    nh, kv = "workload.n_heads", "workload.n_kv_heads"
+    if ok(wtype, nh, kv) and get(wtype) in ("layer_pipeline", "transformer") and get(kv) and get(nh) % get(kv):
+        add(kv, [nh], f"must divide {nh} = {shown(nh)} (each key and value head serves the same number of "
+                      "query heads), or be 0 for as many as n_heads")
 
     mtype, reps = "machine.type", "workload.replicas"
     machine = machines.get(get(mtype)) if ok(mtype) else None

@@ -124,10 +124,6 @@ class Model:
         elif kv and a % kv != 0:
             problems.append(f"model.n_kv_heads = {kv}: must divide model.n_heads = {a} (each key and value "
                             f"head serves the same number of query heads)")
-        elif kv and (h // a) % (a // kv) != 0:
-            problems.append(f"model.n_kv_heads = {kv}: head_dim = {h // a} must be a multiple of n_heads / "
-                            f"n_kv_heads = {a // kv} (so that a query head's share of its keys and values is "
-                            f"a whole number of elements)")
         if problems:
             raise InputError(problems)
 

@@ -65,6 +65,45 @@ def test_load_reads_a_file_again_and_scenarios_come_as_paths_dicts_or_scenarios(
     assert sc.values["run"]["cycles"] == 2000  # the Scenario given is not changed
 
 
+def test_a_scenario_object_takes_overrides_as_its_file_would(tmp_path):
+    sc = load_scenario(ROOT / "scenarios" / "rdu_mistral_7b.toml", ["workload.n_layers=1"])
+    r = meshsim.run(sc, out=tmp_path / "r.h5", machine={"preset": "sn10"})
+    # the preset fills the chip's keys the scenario leaves out, as on the command line
+    assert (r.scenario["machine"]["pcus"], r.scenario["workload"]["n_layers"]) == (640, 1)
+
+
+def test_a_killed_run_loads_and_a_file_written_again_is_refused(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "k.h5"
+    proc = subprocess.Popen([sys.executable, "-m", "meshsim", "run", str(SMOKE), "-o", str(out), "run.cycles=200000",
+                             "output.flush_every_cycles=200"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    part = tmp_path / "k.incomplete.h5"
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                if part.exists() and meshsim.load(part).summary.get("cycles", 0) >= 400:
+                    break
+            except InputError:  # the first flush not yet made
+                pass
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    r = meshsim.load(part)
+    # per-unit totals are written only when a run finishes (docs/results.md); the series and frames are there
+    assert not r.complete and r.series.sizes["cycle"] >= 400 and "queue_depth" in r.frames and not r.maps.data_vars
+    first = meshsim.run(SMOKE, out=tmp_path / "same.h5", run={"cycles": 50})
+    meshsim.run(SMOKE, out=tmp_path / "same.h5", run={"cycles": 60})
+    with pytest.raises(InputError, match="written again by another run"):
+        _ = first.series
+
+
 def test_rdu_and_ipu_results_have_their_series_and_maps(tmp_path):
     rdu = meshsim.run(ROOT / "scenarios" / "rdu_gpt2_o1.toml", out=tmp_path / "rdu.h5",
                       workload={"n_layers": 1, "training": False})

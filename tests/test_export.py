@@ -162,6 +162,13 @@ def test_long_runs_stay_bounded_and_say_what_was_sampled(runs, tmp_path):
     doc = check_trace(export(runs["ipu"], out=tmp_path / "t.json", slices=500, points=10))
     n_slices = sum(len(t) for t in doc["_slices"].values())
     assert n_slices <= 500 and any("supersteps: the first" in note for note in doc["otherData"]["notes"])
+    # room for the first step and part of the second: the first step, whole, and no part of the second
+    with meshsim.load(runs["ipu"]) as r:
+        per_step = int((r.series["step"] == 0).sum())
+        n_pipe = r.dataset("pipeline").sizes["pipeline_row"]
+    doc = check_trace(export(runs["ipu"], out=tmp_path / "t2.json", slices=4 * per_step + n_pipe + 4 * 5))
+    supersteps = sum(1 for t in doc["_slices"].values() for _, _, n in t if n not in ("compute", "sync", "exchange"))
+    assert supersteps - n_pipe == per_step
     doc = check_trace(export(runs["hotspot"], out=tmp_path / "h.json", points=10))
     assert all(len(track) <= 10 for track in doc["_counters"].values())
     doc = check_trace(export(runs["rdu"], out=tmp_path / "r.json", slices=100, points=50))
@@ -175,6 +182,11 @@ def test_bucket_keeps_the_cycle_weighted_mean_and_spans_close_the_shortest_gaps(
     values = np.array([1.0, 5, 0, 2])
     t, v = bucket(starts, ends, values, 2)
     assert t.tolist() == [0.0, 20.0] and v.tolist() == pytest.approx([(10 + 5) / 20, (0 * 10 + 2 * 10) / 20])
+    # a NaN (a window with no work in a region) leaves the other values' mean, not a hole in the track
+    t, v = bucket(starts, ends, np.array([np.nan, 5, 0, 2]), 2)
+    assert v.tolist() == pytest.approx([(5 * 1 + 0 * 9) / 10, 1.0])  # over the 10 cycles with a value
+    t, v = bucket(starts, ends, np.array([np.nan, np.nan, np.nan, 2]), 2)
+    assert math.isnan(v[0]) and v[1] == pytest.approx(2.0)
     busy = np.array([1, 0, 1, 0, 0, 1], bool)
     s, e = np.arange(6) * 10, np.arange(6) * 10 + 9
     assert spans(busy, s, e, 10) == [(0, 9), (20, 29), (50, 59)]

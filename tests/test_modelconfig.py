@@ -203,3 +203,27 @@ def test_grouped_query_attention_and_the_gated_mlp_move_the_rdu_step(tmp_path):
     gqa, mha = summary(), summary("workload.n_kv_heads=32")
     assert gqa["ddr_bytes"] < mha["ddr_bytes"] and gqa["step_seconds"] < mha["step_seconds"]
     assert gqa["flops"] < mha["flops"]
+
+
+def test_config_edge_cases_follow_the_transformers_library_or_are_refused(tmp_path):
+    no_kv = {k: v for k, v in TINY_LLAMA.items() if k != "num_key_value_heads"}
+    write_config(tmp_path, **no_kv, dtype="float16")
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(ipu_with("config.json"))
+    w = load_scenario(scenario, ["workload.n_heads=2"]).values["workload"]
+    # absent key-value heads mean as many as the query heads, whatever n_heads the scenario sets; dtype
+    # is read as newer configs write it
+    assert (w["n_heads"], w["n_kv_heads"], w["precision"]) == (2, 0, "fp16")
+    write_config(tmp_path, **TINY_LLAMA, head_dim=32)
+    [p] = problems_of(tmp_path, ipu_with("config.json"))
+    assert "head_dim = 32" in p and "64 / 4" in p
+    write_config(tmp_path, **TINY_LLAMA, mlp_bias=True)
+    [p] = problems_of(tmp_path, ipu_with("config.json"))
+    assert "attention_bias = false, mlp_bias = true" in p
+    for bad in ({"model_type": ["llama"]}, {"architectures": [["LlamaForCausalLM"]]},
+                {**TINY_LLAMA, "torch_dtype": [1]}):
+        write_config(tmp_path, **bad)
+        assert problems_of(tmp_path, ipu_with("config.json"))  # an error naming the field, not a traceback
+    write_config(tmp_path, **{**TINY_LLAMA, "max_position_embeddings": 2_000_000})
+    [p] = problems_of(tmp_path, ipu_with("config.json"))
+    assert "its max_position_embeddings gives workload.seq_len = 2000000" in p

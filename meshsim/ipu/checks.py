@@ -45,6 +45,12 @@ def _check_transformer(ok, get, add, shown) -> None:
         add(batch, [reps, ga], f"must be a multiple of {reps} x {ga} = {get(reps)} x {get(ga)} = "
                                f"{get(reps) * get(ga)} (each micro-batch holds whole sequences)")
     tp = "workload.tensor_parallel"
+    kv = "workload.n_kv_heads"
+    if ok(hs, nh, kv) and get(kv) and get(hs) % get(nh) == 0 and get(nh) % get(kv) == 0 \
+            and (get(hs) // get(nh)) % (get(nh) // get(kv)):
+        add(kv, [nh, hs], f"the head size {hs} / {nh} = {get(hs) // get(nh)} must be a multiple of {nh} / {kv} = "
+                          f"{get(nh) // get(kv)} on the ipu, whose attention work units each hold a whole number of "
+                          "elements of their head's keys and values (docs/ipu.md)")
     if ok(tp, nh) and get(nh) % get(tp) != 0:
         add(tp, [nh], f"must divide {nh} = {shown(nh)} (each IPU of a stage holds whole heads)")
     elif ok(tp, "workload.n_kv_heads") and get("workload.n_kv_heads") % get(tp) != 0:

@@ -31,11 +31,12 @@ def trace_events(f, values: dict, tl: Timeline) -> None:
     step = ss["step"][()] if ss is not None else np.zeros(0, np.int64)
     keep = n
     if 4 * n + m > tl.slices_left and n:
-        budget = max(0, tl.slices_left - m)
-        last = step[min(n, budget // 4) - 1] if budget >= 4 else -1
-        keep = int(np.searchsorted(step, last, side="right")) if last >= 0 else 0
-        if 4 * keep > budget:  # one step alone is over the budget: as many supersteps as fit
-            keep = budget // 4
+        fit = max(0, tl.slices_left - m) // 4  # supersteps that fit
+        # the whole steps before the first superstep that does not fit; if the first step alone does not
+        # fit, as many of its supersteps as do
+        keep = int(np.searchsorted(step, step[fit], side="left")) if fit < n else n
+        if keep == 0:
+            keep = fit
         tl.notes.append(f"supersteps: the first {keep:,} of {n:,} (whole steps from the first where they fit; "
                         "every step repeats the first)")
     if keep:
