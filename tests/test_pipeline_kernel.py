@@ -62,9 +62,9 @@ CASES = {
     "wide_links": dict(machine__link_messages_per_cycle=2, machine__link_buffer_messages=4,
                        machine__credit_delay_cycles=2),
     "three_layers_uneven": dict(rows=11, cols=13, workload__n_layers=3, workload__tokens_per_chunk=2),
-    # Wider than a segment of columns: regions waiting for their first chunk, and those done with the
-    # last, are skipped while quiet.
-    "wide_quiet_segments": dict(rows=6, cols=140, workload__chunks_in_flight=2),
+    # Wider than a segment of columns (64; two segments): regions waiting for their first chunk, and
+    # those done with the last, are skipped while quiet.
+    "wide_quiet_segments": dict(rows=6, cols=100, workload__chunks_in_flight=2),
 }
 # Cycles compared, where the default 160 would finish no chunk.
 CYCLES = {"three_layers_uneven": 320, "training": 340, "slow_links": 240, "wide_quiet_segments": 280}
