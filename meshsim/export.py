@@ -27,7 +27,7 @@ from . import __version__
 from . import machine as machines
 from .errors import InputError
 from .output import open_result_file
-from .report import read_summary
+from .report import plain, read_summary
 from .roofline import values_of_file
 
 FORMATS = ("perfetto",)
@@ -78,16 +78,11 @@ class Timeline:
         self.events.append(ev)
         self._slices_used += 1
 
-    def counter(self, pid: int, name: str, starts, values, ends=None) -> None:
-        """A counter track: `values[i]` from cycle `starts[i]` (to `ends[i]`, or the next start). More
-        than `points` values are averaged over equal runs of cycles (`bucket`); NaN values are left out."""
-        starts = np.asarray(starts, dtype=np.float64)
-        values = np.asarray(values, dtype=np.float64)
-        if ends is not None:
-            starts, values = bucket(starts, np.asarray(ends, dtype=np.float64), values, self.points)
-        elif len(values) > self.points:
-            ends = np.append(starts[1:], starts[-1] + 1) if len(starts) else starts
-            starts, values = bucket(starts, ends, values, self.points)
+    def counter(self, pid: int, name: str, starts, values, ends) -> None:
+        """A counter track: `values[i]` from cycle `starts[i]` to `ends[i]`. More than `points` values are
+        averaged over equal runs of cycles (`bucket`); NaN values are left out."""
+        starts, values = bucket(np.asarray(starts, dtype=np.float64), np.asarray(ends, dtype=np.float64),
+                                np.asarray(values, dtype=np.float64), self.points)
         for t, v in zip(starts.tolist(), values.tolist(), strict=True):
             if not math.isnan(v):
                 self.events.append({"name": name, "ph": "C", "ts": self.us(t), "pid": pid, "tid": 0,
@@ -194,14 +189,6 @@ def export(path, fmt: str = "perfetto", out=None, *, points: int = DEFAULT_POINT
 
 
 def _plain(d: dict) -> dict:
-    """JSON-ready values: numpy scalars as Python ones, NaN and infinities as None."""
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, np.generic):
-            v = v.item()
-        if isinstance(v, bytes):
-            v = v.decode()
-        if isinstance(v, float) and not math.isfinite(v):
-            v = None
-        out[k] = v
-    return out
+    """JSON-ready values (meshsim.report.plain), NaN and infinities as None."""
+    out = {k: plain(v) for k, v in d.items()}
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in out.items()}

@@ -36,7 +36,7 @@ def read_summary(path) -> tuple[dict, dict]:
     except OSError as e:
         raise InputError(f"{p}: not a readable HDF5 file ({e.__class__.__name__}: {str(e).splitlines()[0]})") from None
     with f:
-        root = {k: _plain(v) for k, v in f.attrs.items()}
+        root = {k: plain(v) for k, v in f.attrs.items()}
         if "schema_version" not in root or "summary" not in f:
             raise InputError(f"{p}: not a meshsim result file (no schema_version attribute or /summary group)")
         version = root["schema_version"]
@@ -45,7 +45,7 @@ def read_summary(path) -> tuple[dict, dict]:
         if version > SCHEMA_VERSION:
             raise InputError(f"{p}: schema version {version} is newer than this meshsim reads "
                              f"(up to {SCHEMA_VERSION}); upgrade meshsim")
-        summary = {k: _plain(v) for k, v in f["summary"].attrs.items() if k != "description"}
+        summary = {k: plain(v) for k, v in f["summary"].attrs.items() if k != "description"}
         if not summary:  # a killed run: the summary of its last flush
             summary = read_provisional(f) or {}
     missing = [k for k in STABLE_SUMMARY_KEYS if k not in summary]
@@ -57,7 +57,8 @@ def read_summary(path) -> tuple[dict, dict]:
     return root, summary
 
 
-def _plain(v):
+def plain(v):
+    """An HDF5 attribute's value as Python has it: numpy scalars and arrays as Python ones, bytes as text."""
     if isinstance(v, np.generic):
         return v.item()
     if isinstance(v, bytes):
@@ -114,7 +115,7 @@ def read_regions(path) -> dict | None:
     """Per-region whole-run figures of a result file (name -> array), or None if its machine keeps
     none (meshsim.machine.Machine.read_regions). For a file `read_summary` has accepted."""
     with open_result_file(path) as f:
-        name = _plain(f.attrs.get("machine", ""))
+        name = plain(f.attrs.get("machine", ""))
         return machines.get(name).read_regions(f, path) if name else None
 
 
@@ -126,7 +127,7 @@ def to_json(data) -> str:
             return {k: clean(x) for k, x in v.items()}
         if isinstance(v, (list, tuple)):
             return [clean(x) for x in v]
-        v = _plain(v)
+        v = plain(v)
         return None if isinstance(v, float) and not math.isfinite(v) else v
 
     return json.dumps(clean(data), indent=2, sort_keys=False)

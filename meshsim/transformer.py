@@ -112,16 +112,16 @@ class Model:
         if not isinstance(self.bias, bool):
             problems.append(f"model.bias = {self.bias!r}: must be true or false")
         h, a, kv = self.hidden_size, self.n_heads, self.n_kv_heads
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (h, a)):
-            pass  # reported above
-        elif h % a != 0:
+
+        def whole(v, least=1):  # the relations below are judged only between valid fields
+            return isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+        if whole(h) and whole(a) and h % a != 0:
             problems.append(
                 f"model.hidden_size = {h}: must be a multiple of model.n_heads = {a} "
                 f"(head_dim = hidden_size / n_heads must be a whole number)"
             )
-        elif not isinstance(kv, int) or isinstance(kv, bool) or kv < 0:
-            pass
-        elif kv and a % kv != 0:
+        elif whole(a) and whole(kv, 0) and kv and a % kv != 0:
             problems.append(f"model.n_kv_heads = {kv}: must divide model.n_heads = {a} (each key and value "
                             f"head serves the same number of query heads)")
         if problems:

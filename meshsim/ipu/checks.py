@@ -53,9 +53,8 @@ def _check_transformer(ok, get, add, shown) -> None:
                           "elements of their head's keys and values (docs/ipu.md)")
     if ok(tp, nh) and get(nh) % get(tp) != 0:
         add(tp, [nh], f"must divide {nh} = {shown(nh)} (each IPU of a stage holds whole heads)")
-    elif ok(tp, "workload.n_kv_heads") and get("workload.n_kv_heads") % get(tp) != 0:
-        add(tp, ["workload.n_kv_heads"], f"must divide workload.n_kv_heads = {shown('workload.n_kv_heads')} (each "
-                                         "IPU of a stage holds whole key and value heads)")
+    elif ok(tp, kv) and get(kv) % get(tp) != 0:
+        add(tp, [kv], f"must divide {kv} = {shown(kv)} (each IPU of a stage holds whole key and value heads)")
     elif ok(tp, "workload.ffn_width") and get("workload.ffn_width") % get(tp) != 0:
         add(tp, ["workload.ffn_width"], f"must divide workload.ffn_width = {shown('workload.ffn_width')} (each IPU "
                                         "of a stage holds whole columns of the MLP)")

@@ -115,7 +115,9 @@ class MeshRun(Run):
         else:
             self.totals = _Totals(inputs.latency_bins)
         self.window_start = dict(cycle=0, busy=np.zeros((inputs.rows, inputs.cols), np.int64), completed=0,
-                                 latency_sum=0, pe_completed=np.zeros((inputs.rows, inputs.cols), np.int64))
+                                 latency_sum=0)
+        if self.regions is not None:  # every PE's completed tasks, for the regions' per-window counts
+            self.window_start["pe_completed"] = np.zeros((inputs.rows, inputs.cols), np.int64)
         self._last = 0
 
     def open_writer(self, path, threads: int) -> MeshResultWriter:
