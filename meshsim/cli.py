@@ -30,8 +30,21 @@ def _cmd_run(args) -> int:
     from .run import run_scenario
     from .scenario import load_scenario
 
-    sc = load_scenario(args.scenario, args.overrides)
-    res = run_scenario(sc, args.output, threads=args.threads, progress=None if not args.quiet else False)
+    progress = None if not args.quiet else False
+    if args.resume is not None:
+        from .run import resume_run
+
+        given = [what for what, v in (("a scenario", args.scenario), ("overrides", args.overrides),
+                                      ("-o", args.output)) if v]
+        if given:
+            raise InputError(f"--resume {args.resume}: takes no {' or '.join(given)}: a resumed run goes on with the "
+                             "scenario and the result path in its file")
+        res = resume_run(args.resume, threads=args.threads, progress=progress)
+    elif args.scenario is None:
+        raise InputError("run: give a scenario file, or --resume RESULT.incomplete.h5")
+    else:
+        sc = load_scenario(args.scenario, args.overrides)
+        res = run_scenario(sc, args.output, threads=args.threads, progress=progress)
     if not args.quiet:
         root, summary = read_summary(res.path)
         print(format_summary(summary, root, res.path, read_regions(res.path)))
@@ -269,9 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     r = sub.add_parser("run", intermixed=True, help="run a scenario and write its HDF5 result")
-    r.add_argument("scenario", help="scenario TOML file")
+    r.add_argument("scenario", nargs="?", help="scenario TOML file")
     r.add_argument("overrides", nargs="*", metavar="section.key=value", help="override scenario values")
     r.add_argument("-o", "--output", help="result file (default results/NAME.h5)")
+    r.add_argument("--resume", metavar="RESULT.incomplete.h5",
+                   help="go on with a stopped run from its last checkpoint (mesh and ipu runs), to the file an "
+                        "uninterrupted run writes")
     r.add_argument("--threads", type=int, default=None,
                    help="Numba threads (default run.threads; 0 = one per 32,768 PEs, up to the cores)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")

@@ -81,6 +81,21 @@ class Run(ABC):
         """The totals and tables written once, before the file is finished."""
         return None
 
+    #: whether a stopped run of this machine goes on from its checkpoint (`meshsim run --resume`);
+    #: a resumable Run implements `checkpoint` and `restore`
+    resumable: bool = False
+
+    def checkpoint(self) -> tuple:
+        """The whole state between kernel calls, after `record` (meshsim.checkpoint): (values, a
+        dict that JSON takes; arrays, name -> numpy array). A run restored from it goes on exactly
+        as this one would."""
+        raise NotImplementedError
+
+    def restore(self, values: dict, arrays: dict, writer) -> None:
+        """Take the state `checkpoint` gave, in a Run just started from the same scenario; `writer`
+        already holds the rows of the datasets up to the checkpoint."""
+        raise NotImplementedError
+
 
 class Machine(ABC):
     """A machine model: its name and the steps of a run."""

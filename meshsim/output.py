@@ -32,12 +32,14 @@ import datetime
 import json
 import os
 import shutil
+import uuid
 from pathlib import Path
 
 import h5py
 import numpy as np
 
 from . import __version__
+from .checkpoint import appendable, copy_rows
 from .errors import InputError
 
 SCHEMA_VERSION = 1
@@ -107,6 +109,7 @@ def open_result(path: Path, scenario, machine: str, threads: int, cycles_request
     a["cycles_done"] = np.int64(0)
     a["complete"] = False
     a["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    a["run_id"] = uuid.uuid4().hex  # kept when the run resumes; its checkpoint carries it too
     return f
 
 
@@ -114,6 +117,10 @@ def describe(ds, units: str, description: str) -> None:
     """Set a dataset's `units` and `description` attributes."""
     ds.attrs["units"] = units
     ds.attrs["description"] = description
+
+
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _plain(v):
@@ -140,6 +147,7 @@ class ResultFile:
         self.finished = False
         self.state = "building"  # then "running" (SWMR, at self.path), then "finishing" (a copy at self.part)
         self._slot = 0
+        self._appendable = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.f = open_result(self.part, scenario, machine, threads, cycles_requested)
 
@@ -163,6 +171,38 @@ class ResultFile:
             ds.resize(n, axis=0)
         ds[t0:n] = data
 
+    @property
+    def run_id(self) -> str:
+        return _text(self.f.attrs["run_id"])
+
+    def lengths(self) -> dict:
+        """Rows held by each dataset that grows along its first axis (path -> rows): what a
+        checkpoint records (meshsim.checkpoint)."""
+        if self._appendable is None:
+            self._appendable = appendable(self.f)
+        return {name: int(self.f[name].shape[0]) for name in self._appendable}
+
+    def resume_from(self, old: h5py.File, lengths: dict) -> None:
+        """While the layout is built: the rows of the run being resumed, from its file `old`, each
+        appendable dataset up to the length its checkpoint recorded, and the root attributes that
+        name the run. InputError if the two layouts differ (another meshsim wrote `old`)."""
+        names = appendable(self.f)
+        missing = sorted(set(names) ^ set(lengths))
+        missing += [n for n in names if n not in old or old[n].shape[0] < lengths.get(n, 0)]
+        if missing:
+            raise InputError(f"{self.path}: its datasets ({', '.join(missing[:4])}) differ from what this meshsim "
+                             f"({__version__}) lays out for its scenario, so the run cannot resume; run the scenario "
+                             "again")
+        for name in names:
+            copy_rows(old[name], self.f[name], lengths[name])
+        for key in ("scenario_path", "scenario_text", "overrides", "created", "run_id"):
+            self.f.attrs[key] = old.attrs[key]
+        self._resumed()
+
+    def _resumed(self) -> None:
+        """After `resume_from`: a writer's own counts of what its datasets hold."""
+        return None
+
     def _start(self) -> None:
         """The layout is built: the provisional summary's slots, SWMR on, and the file under its name.
         If that fails, the half-made file is removed."""
@@ -185,6 +225,7 @@ class ResultFile:
         describe(s, "bytes", "the summary at the last flush of a run stopped without finishing, as JSON "
                              "{cycles_done, summary} in two alternating slots (NUL-padded); removed when the run "
                              "finishes or is interrupted")
+        self._appendable = appendable(self.f)
         self.f.flush()
         self.f.swmr_mode = True
         os.replace(self.part, self.path)

@@ -83,6 +83,7 @@ _MODEL = ("workload.type", ("layer_pipeline", "transformer"))
 _MESH = ("machine.type", ("mesh",))
 _RDU = ("machine.type", ("rdu",))
 _IPU = ("machine.type", ("ipu",))
+_RESUMABLE = ("machine.type", ("mesh", "ipu"))
 _RDU_IPU = ("machine.type", ("rdu", "ipu"))
 
 #: RDU presets (docs/rdu.md, "Presets and their sources"): the values machine.preset gives the keys a
@@ -465,6 +466,9 @@ PARAMS: tuple[Param, ...] = (
     Param("output", "flush_every_cycles", "int", "cycles", 500,
           "Cycles between flushes of the result file (what an interrupted run keeps).",
           (1, 1_000_000), _MESH),
+    Param("output", "checkpoint_every_seconds", "float", "s", 60.0,
+          "Least wall-clock seconds between checkpoints, each taken at a flush, from which a stopped run "
+          "resumes (meshsim run --resume); 0 takes one at every flush.", (0.0, 1e9), _RESUMABLE),
     Param("output", "window_busy", "bool", "", True,
           "Write every PE's busy cycles in every window, so that report can recompute window figures "
           "(also at multiples of the window) from the file; false saves the space.", None, _MESH),

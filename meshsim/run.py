@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 from tqdm import tqdm
 
 from . import machine as machines
@@ -125,6 +126,7 @@ class Timing:
 
     threads: int
     start: float = field(default_factory=time.perf_counter)
+    start_cycle: int = 0  # cycles done before this process took the run up (a resumed run's)
     kernel: float = 0.0  # seconds in kernel calls after the first
     first_call: float | None = None
     first_call_units: int = 0  # cycles (or steps) the first call ran
@@ -155,7 +157,8 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     steps) per kernel call; stop: a callable asked between kernel calls, True stopping the run as
     Ctrl-C does.
     Raises InputError for a bad scenario input or output path before anything is written, and
-    RunInterrupted on Ctrl-C/SIGTERM or `stop` (the file then holds everything done).
+    RunInterrupted on Ctrl-C/SIGTERM or `stop` (the file then holds everything done, and the
+    checkpoint beside it lets `resume_run` go on).
     """
     timing = Timing(threads=0)
     final = check_output_path(output if output is not None else default_output_path(scenario))
@@ -164,32 +167,158 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     requested = scenario.get("run", "threads") if threads is None else threads
     timing.threads = set_threads(requested, machine.default_threads(inputs))
     run = machine.start(scenario, inputs, per_call=max_cycles_per_call)
-    if progress is None:
-        progress = sys.stderr.isatty()
-    stop_signals = StopSignals(stop)
     try:
         writer = machine.open_writer(final, scenario, run, timing.threads)
     except OSError as e:
         raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
-    bar = tqdm(total=run.total, unit=machine.unit, disable=not progress, delay=2.0, file=sys.stderr,
-               dynamic_ncols=True)
+    return _go(machine, run, writer, timing, progress, stop, _checkpoint_every(scenario))
+
+
+def resume_run(path, *, threads: int | None = None, progress: bool | None = None,
+               max_cycles_per_call: int | None = None, stop=None) -> RunResult:
+    """Go on with the run whose stopped file is `path` (NAME.incomplete.h5), from its checkpoint
+    NAME.checkpoint.h5 (docs/results.md, "Resuming a run"): the scenario is the one in the file, and
+    the finished file holds the datasets a run never stopped would hold. Options as `run_scenario`'s.
+    Raises InputError (before the file is touched) when there is nothing to resume from, and
+    RunInterrupted when stopped again (it resumes again the same way)."""
+    from . import checkpoint as ck
+    from .output import incomplete_path, open_result_file
+    from .scenario import load_scenario
+
+    path = Path(path)
+    final, attrs = resumable_file(path)
+    path = incomplete_path(final)
+    resolved = attrs["scenario_resolved"]
+    scenario = load_scenario(attrs["scenario_path"] or None, text=resolved)
+    if scenario.resolved_toml() != resolved:
+        raise InputError(f"{path}: this meshsim reads its scenario differently from the one that wrote it; resume it "
+                         "with the meshsim that started it")
+    timing = Timing(threads=0)
+    machine = machines.get(attrs["machine"])
+    inputs = machine.compile_scenario(scenario)
+    requested = scenario.get("run", "threads") if threads is None else threads
+    timing.threads = set_threads(requested, machine.default_threads(inputs))
+    run = machine.start(scenario, inputs, per_call=max_cycles_per_call)
+    if not run.resumable:
+        raise InputError(f"{path}: {machine.name} runs do not resume (they keep no checkpoint); run the scenario "
+                         "again")
+    point = ck.read(ck.checkpoint_path(final), path)
+    if point.attrs.get("run_id") != attrs.get("run_id") or \
+            point.attrs.get("scenario_sha256") != ck.scenario_digest(resolved):
+        raise InputError(f"{path}: its checkpoint {point.path.name} belongs to another run of this name, so the run "
+                         "cannot resume; run the scenario again")
+    if point.cycles_done > int(attrs["cycles_done"]):
+        raise InputError(f"{path}: holds {attrs['cycles_done']} cycles and its checkpoint is at {point.cycles_done}: "
+                         "the file was replaced by an older one; run the scenario again")
+    try:
+        writer = machine.open_writer(final, scenario, run, timing.threads)
+    except OSError as e:
+        raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
+    try:
+        with open_result_file(path) as old:
+            writer.resume_from(old, point.lengths)
+        run.restore(point.values, point.arrays, writer)
+        writer.f.attrs["cycles_done"] = np.int64(run.cycle)
+    except BaseException:
+        writer.close_incomplete()  # the new layout alone: removed; the stopped file is as it was
+        raise
+    timing.start_cycle = run.cycle
+    return _go(machine, run, writer, timing, progress, stop, _checkpoint_every(scenario), resumed=True)
+
+
+def _checkpoint_every(scenario) -> float:
+    """output.checkpoint_every_seconds (a machine whose runs do not resume keeps none whatever it says)."""
+    return float(scenario.get("output", "checkpoint_every_seconds"))
+
+
+def resumable_file(path: Path) -> tuple:
+    """(NAME.h5, the root attributes) of the stopped run `path` names (its NAME.incomplete.h5, or
+    NAME.h5 when only the incomplete file exists); InputError if there is none to resume."""
+    from .output import incomplete_path, open_result_file
+
+    path = Path(path)
+    name = path.name
+    if name.endswith(".incomplete" + path.suffix):
+        final = path.with_name(name[: -len(".incomplete" + path.suffix)] + path.suffix)
+    else:
+        final = path
+    inc = incomplete_path(final)
+    if not inc.exists():
+        if final.exists():
+            raise InputError(f"{path}: the run is complete: there is nothing to resume")
+        raise InputError(f"{path}: no such result file (a stopped run's file is NAME.incomplete.h5)")
+    try:
+        with open_result_file(inc) as f:
+            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+    except OSError as e:
+        raise InputError(f"{inc}: cannot be read as a result file ({e})") from None
+    for key in ("machine", "scenario_resolved", "run_id", "cycles_done", "complete"):
+        if key not in attrs:
+            raise InputError(f"{inc}: has no {key} attribute: not a result file this meshsim can resume")
+    if bool(attrs["complete"]):
+        raise InputError(f"{inc}: the run is complete: there is nothing to resume")
+    return final, attrs
+
+
+def _go(machine, run, writer, timing: Timing, progress, stop, checkpoint_every: float,
+        resumed: bool = False) -> RunResult:
+    """Drive `run` into `writer` to its end or a stop (docs/results.md, "The life")."""
+    if progress is None:
+        progress = sys.stderr.isatty()
+    stop_signals = StopSignals(stop)
+    bar = tqdm(total=run.total, initial=run.done, unit=machine.unit, disable=not progress, delay=2.0,
+               file=sys.stderr, dynamic_ncols=True)
     try:
         with writer, stop_signals:
+            if resumed:  # a provisional summary at once: a kill before the next flush keeps one
+                run.prepare_flush(writer)
+                writer.flush(run.cycle, run.summarise(timing))
+            else:
+                _remove_checkpoint(writer)  # of an earlier run of this name, whose file this one replaced
             try:
-                _drive(run, writer, timing, bar, stop_signals)
-            except (KeyboardInterrupt, _StopRequested):
+                _drive(run, writer, timing, bar, stop_signals, checkpoint_every)
+            except (KeyboardInterrupt, _StopRequested) as e:
                 run.catch_up(writer)  # stopped between the kernel call and its output
+                if isinstance(e, _StopRequested) and run.resumable:
+                    # a stop at a boundary: the checkpoint moves up to it, so nothing done is run again
+                    writer.flush(run.cycle, run.summarise(timing))
+                    _save_checkpoint(run, writer)
                 path, _ = _finish(run, writer, timing, complete=False)
                 raise RunInterrupted(path, run.cycle) from None
             path, summary = _finish(run, writer, timing, complete=True)
+            _remove_checkpoint(writer)
     finally:
         bar.close()
     return RunResult(path=path, summary=summary)
 
 
-def _drive(run, writer, timing: Timing, bar, stop_signals) -> None:
-    """Kernel call, output, flush, progress, until the run is finished or asked to stop."""
-    last_flush = time.perf_counter()
+def _save_checkpoint(run, writer) -> None:
+    """The checkpoint of the state just flushed (meshsim.checkpoint), beside the result."""
+    from . import checkpoint as ck
+
+    values, arrays = run.checkpoint()
+    a = writer.f.attrs
+    try:
+        ck.write(ck.checkpoint_path(writer.final_path), machine=str(a["machine"]), run_id=writer.run_id,
+                 resolved=str(a["scenario_resolved"]), cycles_done=run.cycle, done=run.done,
+                 lengths=writer.lengths(), values=values, arrays=arrays)
+    except OSError as e:
+        raise InputError(f"{writer.final_path}: cannot write the run's checkpoint ({e.strerror or e})") from None
+
+
+def _remove_checkpoint(writer) -> None:
+    """Remove the checkpoint beside the writer's file, and what a kill while one was written left."""
+    from .checkpoint import checkpoint_path
+
+    path = checkpoint_path(writer.final_path)
+    path.unlink(missing_ok=True)
+    path.with_name(path.name + ".part").unlink(missing_ok=True)
+
+
+def _drive(run, writer, timing: Timing, bar, stop_signals, checkpoint_every: float) -> None:
+    """Kernel call, output, flush (then, every `checkpoint_every` seconds or more, a checkpoint),
+    progress, until the run is finished or asked to stop."""
+    last_flush = last_checkpoint = time.perf_counter()
     while not run.finished:
         t0 = time.perf_counter()
         n = run.advance()
@@ -200,6 +329,9 @@ def _drive(run, writer, timing: Timing, bar, stop_signals) -> None:
             run.prepare_flush(writer)
             writer.flush(run.cycle, run.summarise(timing))  # provisional: a killed run still has one
             last_flush = time.perf_counter()
+            if run.resumable and not run.finished and last_flush - last_checkpoint >= checkpoint_every:
+                _save_checkpoint(run, writer)  # after the flush: never ahead of the file
+                last_checkpoint = last_flush
         bar.update(run.done - bar.n)
         timing.output += time.perf_counter() - t_out
         if stop_signals.requested and not run.finished:
@@ -240,6 +372,15 @@ def run(scenario, overrides=None, /, *, out=None, threads: int | None = None, pr
                          "Scenario")
     result = run_scenario(sc, out, threads=threads, progress=progress)
     return Result(result.path)
+
+
+def resume(path, /, *, threads: int | None = None, progress: bool = False) -> Result:
+    """`meshsim.resume(path)`: go on with the stopped run whose file is `path` (NAME.incomplete.h5)
+    from its checkpoint, and return its Result (docs/results.md, "Resuming a run"). threads and
+    progress as for `run`. Raises InputError when it cannot resume, RunInterrupted when stopped again."""
+    from .result import Result
+
+    return Result(resume_run(path, threads=threads, progress=progress).path)
 
 
 def _override_pairs(overrides, sections) -> list:

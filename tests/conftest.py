@@ -13,7 +13,7 @@ import pytest
 THREAD_COUNTS = (1, 2, 3)
 
 #: Attributes that measure the host, not the model: they legitimately differ between runs.
-VOLATILE = frozenset({"threads", "created", "wall_seconds", "kernel_seconds", "first_call_seconds",
+VOLATILE = frozenset({"threads", "created", "run_id", "wall_seconds", "kernel_seconds", "first_call_seconds",
                       "pe_cycles_per_second", "output_seconds"})
 
 

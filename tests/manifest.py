@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Attributes that measure the host, not the model.
 TIMING = {"wall_seconds", "kernel_seconds", "first_call_seconds", "output_seconds", "pe_cycles_per_second",
-          "created", "run_seconds", "scenario_path", "threads"}
+          "created", "run_id", "run_seconds", "scenario_path", "threads"}
 # Attributes that hold HDF5 object references (their addresses depend on the file's layout).
 REFERENCES = {"DIMENSION_LIST", "REFERENCE_LIST"}
 

@@ -28,6 +28,7 @@ from meshsim.sweep import (
     point_status,
     run_sweep,
 )
+from meshsim.sweep.execute import can_resume
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -575,10 +576,13 @@ def test_ctrl_c_stops_the_sweep_keeps_finished_points_and_a_rerun_completes_it(t
             assert r["path"].endswith(".incomplete.h5") and point_status(pt) == "incomplete"
             with h5py.File(r["path"]) as f:
                 assert not f.attrs["complete"] and f.attrs["cycles_done"] < 20000
+            if "--serial" in how:  # stopped at a boundary in this process: it resumes from there
+                assert can_resume(pt)
     rerun = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr + rerun.stdout + summary.read_text()
     assert f"{statuses.count('done')} already complete" in rerun.stdout
     assert [r["status"] for r in read_csv(summary)] == ["done"] * 4
+    assert not list(summary.parent.glob("points/*.checkpoint.h5"))  # resumed points end as any
 
 
 def test_jobqueue_job_scripts_carry_the_queue_walltime_cores_and_memory(tmp_path, monkeypatch):

@@ -139,6 +139,9 @@ class IpuResultWriter(ResultFile):
         ds.dims[0].attach_scale(self.template)
         ds.dims[1].attach_scale(self.tile)
 
+    def _resumed(self) -> None:
+        self.n_ss, self.n_pl, self.n_lat = (int(d.shape[0]) for d in (self.ss_row, self.pl_row, self.lat_row))
+
     def append(self, ss, pl, lat) -> None:
         """Rows of the steps just run, after those written before. The counts move only once all
         three tables are written, so a write cut short is written again over the same rows."""

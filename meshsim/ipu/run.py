@@ -11,6 +11,7 @@ import numpy as np
 from kernels import ipu as K
 
 from .. import metrics
+from ..errors import InputError
 from ..machine import Run
 from .compiler import IpuProgram
 from .output import IpuResultWriter
@@ -20,8 +21,10 @@ from .sim import IpuSim, run_steps, stage_times
 FLUSH_SECONDS = 1.0
 
 
-def summarise(prog: IpuProgram, sim: IpuSim, wall: float, kernel_seconds: float, threads: int) -> dict:
-    """The run's figures: the stable names (docs/design.md, "Result files") and the ipu's (docs/ipu.md)."""
+def summarise(prog: IpuProgram, sim: IpuSim, wall: float, kernel_seconds: float, threads: int,
+              start_cycle: int = 0) -> dict:
+    """The run's figures: the stable names (docs/design.md, "Result files") and the ipu's (docs/ipu.md).
+    start_cycle: where this process took the run up (a resumed run's), for the simulation speed."""
     spec = prog.spec
     cycles = sim.cycle
     busy = sim.tile_busy()
@@ -87,7 +90,7 @@ def summarise(prog: IpuProgram, sim: IpuSim, wall: float, kernel_seconds: float,
         "memory_max_fraction": int(mem.max()) / cap,
         "wall_seconds": wall,
         "kernel_seconds": kernel_seconds,
-        "pe_cycles_per_second": n_units * cycles / kernel_seconds if kernel_seconds else nan,
+        "pe_cycles_per_second": n_units * (cycles - start_cycle) / kernel_seconds if kernel_seconds else nan,
         "threads": threads,
     }
 
@@ -141,10 +144,31 @@ class IpuRun(Run):
         writer.write_totals(self.sim.tile_busy())
 
     def summarise(self, timing) -> dict:
-        return summarise(self.prog, self.sim, timing.wall, timing.kernel_total, timing.threads)
+        return summarise(self.prog, self.sim, timing.wall, timing.kernel_total, timing.threads, timing.start_cycle)
 
     def write_final(self, writer) -> None:
         writer.write_totals(self.sim.tile_busy())
+
+    resumable = True
+
+    def checkpoint(self) -> tuple:
+        s = self.sim
+        return dict(steps_done=s.steps_done, cycle=s.cycle), dict(count=s.count, shares=s.shares)
+
+    def restore(self, values: dict, arrays: dict, writer) -> None:
+        s = self.sim
+        for name in ("count", "shares"):
+            a = arrays.get(name)
+            if a is None or a.shape != getattr(s, name).shape:
+                raise InputError(f"checkpoint array {name}: does not fit this run's program, so the run cannot "
+                                 "resume; run the scenario again")
+            setattr(s, name, a.astype(np.int64, copy=True))
+        s.steps_done, s.cycle = int(values["steps_done"]), int(values["cycle"])
+        if writer.n_lat != s.steps_done * self.prog.spec.microbatches:
+            raise InputError(f"{writer.path}: holds {writer.n_lat} micro-batch latencies and its checkpoint "
+                             f"{s.steps_done} steps; the run cannot resume")
+        # the latencies of the steps done are the file's (the summary's percentiles read them all)
+        s.latencies = [writer.lat[:writer.n_lat]] if writer.n_lat else []
 
 
 def _rewrite_last(prog: IpuProgram, sim: IpuSim, writer: IpuResultWriter) -> None:

@@ -210,6 +210,9 @@ class MeshResultWriter(ResultFile):
         ds.dims[0].attach_scale(sc)
         return g, sc
 
+    def _resumed(self) -> None:
+        self.n_cycles = int(self.cycle.shape[0])
+
     def append_cycles(self, t0: int, series: np.ndarray, depth_series: np.ndarray) -> None:
         """Per-cycle series and depth histograms of cycles t0 .. t0 + len(series) - 1, written at
         that offset (writing the same cycles again changes nothing)."""

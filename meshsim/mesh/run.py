@@ -11,17 +11,19 @@ import numpy as np
 from kernels import mesh as K
 
 from .. import metrics
+from ..errors import InputError
 from ..machine import Run
 from .output import MeshResultWriter
 from .regions import boundary_figures, layers_of, link_rate, mean_work, region_figures, regions_of
 from .sim import MeshInputs, MeshSim
-from .state import busy_cycles, state_bytes_per_pe
+from .state import VIEW_FIELDS, busy_cycles, state_bytes_per_pe
 
 
-def _stops(cycles: int, *periods: int):
-    """The cycle counts at which a mesh run must stop the kernel, in order: every multiple of each
-    period (0 = none) below `cycles`, then `cycles`. Generated lazily: a run may be long."""
-    done = 0
+def _stops(cycles: int, *periods: int, start: int = 0):
+    """The cycle counts after `start` at which a mesh run must stop the kernel, in order: every
+    multiple of each period (0 = none) below `cycles`, then `cycles`. Generated lazily: a run may
+    be long."""
+    done = start
     while done < cycles:
         done = min([cycles] + [(done // p + 1) * p for p in periods if p > 0])
         yield done
@@ -101,7 +103,8 @@ class MeshRun(Run):
         self.frame_every = out["frame_every_cycles"]
         self.flush_every = out["flush_every_cycles"]
         chunk = min(self.flush_every, self.cycles) if per_call is None else per_call
-        self.stops = _stops(self.cycles, self.window, self.frame_every, self.flush_every, chunk)
+        self.periods = (self.window, self.frame_every, self.flush_every, chunk)
+        self.stops = _stops(self.cycles, *self.periods)
         self.sim = MeshSim(inputs, max_chunk=chunk)  # no stretch between stops is longer than `chunk`
         pipe = inputs.pipeline
         self.regions = regions_of(scenario, pipe)
@@ -198,6 +201,49 @@ class MeshRun(Run):
             s["trace_events_not_offered"] = sim.unoffered_events(sim.cycle)
         return s
 
+    resumable = True
+
+    def checkpoint(self) -> tuple:
+        sim, t, ws = self.sim, self.totals, self.window_start
+        if t.cycles != sim.cycle:
+            raise RuntimeError(f"checkpoint at cycle {sim.cycle} with the totals at {t.cycles}: this is a bug in "
+                               "meshsim")
+        arrays = {f"state.{name}": getattr(sim.state, name) for name in _state_fields(sim.state)}
+        arrays.update({"sim.cum": sim.cum, "totals.latency_hist": t.latency_hist, "window.busy": ws["busy"]})
+        if "pe_completed" in ws:
+            arrays["window.pe_completed"] = ws["pe_completed"]
+        if t.steady_start is not None:
+            arrays["totals.steady_busy"] = t.steady_start[1]
+        values = dict(
+            cycle=sim.cycle,
+            totals=dict(cycles=t.cycles, sums=t.sums, first_finish=t.first_finish, last_finish=t.last_finish,
+                        chunks_at_first_finish=t.chunks_at_first_finish, pass_ends=t.pass_ends,
+                        latency_max=t.latency_max, measured_latency_max=t.measured_latency_max,
+                        steady_cycle=None if t.steady_start is None else t.steady_start[0]),
+            window=dict(cycle=ws["cycle"], completed=ws["completed"], latency_sum=ws["latency_sum"]))
+        return values, arrays
+
+    def restore(self, values: dict, arrays: dict, writer) -> None:
+        sim, t, ws = self.sim, self.totals, self.window_start
+        for name in _state_fields(sim.state):
+            _restore(getattr(sim.state, name), arrays, f"state.{name}")
+        _restore(sim.cum, arrays, "sim.cum")
+        _restore(t.latency_hist, arrays, "totals.latency_hist")
+        _restore(ws["busy"], arrays, "window.busy")
+        if "pe_completed" in ws:
+            _restore(ws["pe_completed"], arrays, "window.pe_completed")
+        sim.cycle = int(values["cycle"])
+        v = values["totals"]
+        t.cycles, t.first_finish, t.last_finish = v["cycles"], v["first_finish"], v["last_finish"]
+        t.chunks_at_first_finish, t.pass_ends = v["chunks_at_first_finish"], list(v["pass_ends"])
+        t.latency_max, t.measured_latency_max = v["latency_max"], v["measured_latency_max"]
+        t.sums.update(v["sums"])
+        if v["steady_cycle"] is not None:
+            t.steady_start = (v["steady_cycle"], arrays["totals.steady_busy"].copy())
+        ws.update(values["window"])
+        self.stops = _stops(self.cycles, *self.periods, start=sim.cycle)
+        self._last = 0
+
     def write_final(self, writer) -> None:
         sim = self.sim
         st = sim.state
@@ -208,6 +254,21 @@ class MeshRun(Run):
                                                     st.tot_completed, st.tot_latency), group)
         if self.regions is not None and self.inputs.counts_directions:
             writer.write_boundaries(_boundaries(self.scenario, self.regions, sim, self.inputs))
+
+
+def _state_fields(state) -> list:
+    """The kernel state's arrays with storage of their own (its views follow them)."""
+    return [name for name in state._fields if name not in VIEW_FIELDS and isinstance(getattr(state, name), np.ndarray)]
+
+
+def _restore(dst: np.ndarray, arrays: dict, name: str) -> None:
+    """Copy a checkpoint's array into the live one of the same shape and type."""
+    src = arrays.get(name)
+    if src is None or src.shape != dst.shape or src.dtype != dst.dtype:
+        got = "missing" if src is None else f"{src.dtype}{list(src.shape)}"
+        raise InputError(f"checkpoint array {name}: {got}, but this run's is {dst.dtype}{list(dst.shape)}; the "
+                         "checkpoint is of another scenario or meshsim, so the run cannot resume")
+    dst[...] = src
 
 
 def _boundaries(sc, regions, sim, inputs: MeshInputs) -> dict:
@@ -422,10 +483,11 @@ def _summary(sim, totals: _Totals, timing) -> dict:
                                 totals.latency_max)
     # Simulation speed over the kernel calls after the first, which carries compilation.
     first = timing.first_call or 0.0
+    ran = cycles - timing.start_cycle  # in this process (a resumed run started at start_cycle)
     if timing.kernel > 0:
-        speed = n_units * (cycles - timing.first_call_units) / timing.kernel
+        speed = n_units * (ran - timing.first_call_units) / timing.kernel
     else:
-        speed = n_units * cycles / first if first else float("nan")
+        speed = n_units * ran / first if first else float("nan")
     return {
         "cycles": cycles,
         "n_units": n_units,

@@ -62,6 +62,28 @@ def point_status(point: Point) -> str:
     return "incomplete" if incomplete_path(final).exists() else "new"
 
 
+def can_resume(point: Point) -> bool:
+    """Whether the point has a stopped file of its own scenario with a checkpoint that goes with it
+    (meshsim.checkpoint): it then resumes rather than running from its start."""
+    import h5py
+
+    from ..checkpoint import checkpoint_path, scenario_digest
+    from ..output import incomplete_path, open_result_file
+
+    final = Path(point.output)
+    inc, ck = incomplete_path(final), checkpoint_path(final)
+    if not (inc.exists() and ck.exists()):
+        return False
+    try:
+        with open_result_file(inc) as f:
+            run_id, resolved = f.attrs.get("run_id"), f.attrs.get("scenario_resolved", "")
+        with h5py.File(ck, "r") as c:
+            return (resolved == point.resolved and c.attrs.get("run_id") == run_id
+                    and c.attrs.get("scenario_sha256") == scenario_digest(resolved))
+    except OSError:
+        return False
+
+
 def row_of_file(path) -> dict:
     """The summary row of a complete point file: every scalar of its /summary group."""
     from ..report import read_summary
@@ -104,7 +126,10 @@ def run_point(point: Point, token: str | None = None, also_stop=None) -> dict:
             raise InputError(f"point {point.id}: this meshsim ({__version__}) resolves the point differently from "
                              "the one that read the sweep; run the same meshsim version everywhere")
         t0 = time.perf_counter()
-        runner.run_scenario(sc, point.output, threads=point.threads, progress=False, stop=stop)
+        if can_resume(point):  # stopped part-way before: it goes on from its checkpoint
+            runner.resume_run(point.output, threads=point.threads, progress=False, stop=stop)
+        else:
+            runner.run_scenario(sc, point.output, threads=point.threads, progress=False, stop=stop)
         row["run_seconds"] = time.perf_counter() - t0
         row.update(row_of_file(point.output))
         row["status"] = "done"

@@ -1,0 +1,128 @@
+"""Checkpoints: what a stopped run needs to go on from where its file ends (docs/results.md,
+"Resuming a run").
+
+While a run goes, every flush of its result file is followed by a checkpoint beside it,
+`NAME.checkpoint.h5`: the machine's whole state between kernel calls at the flushed cycle, and
+the length of every appendable dataset of the result file then. It is written under a temporary
+name and renamed over the one before, so the checkpoint on disk is always a whole one, and never
+ahead of the result file (the file is flushed first). `meshsim run --resume NAME.incomplete.h5`
+lays out a new file, copies each appendable dataset up to its recorded length, restores the state
+and runs on: the datasets it finishes with are those of a run never stopped. A finished run
+removes its checkpoint.
+
+A checkpoint is an HDF5 file:
+    attributes  format, machine, run_id (the result file's), cycles_done, done (the progress
+                bar's count), scenario_sha256 (of the result's resolved scenario)
+    lengths/    one attribute per appendable dataset of the result: its path -> rows held
+    state/      the machine's arrays (gzip level 1), and the attribute `values`: its other state
+                as JSON (integers exact, whatever their size)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from .errors import InputError
+
+FORMAT = 1
+#: Rows a resumed run copies at a time from the file it resumes (bounds the memory it needs).
+COPY_BYTES = 64 * 2**20
+
+
+def checkpoint_path(final: Path) -> Path:
+    """Where the checkpoint of the run whose finished file is `final` (NAME.h5) lives: NAME.checkpoint.h5."""
+    final = Path(final)
+    return final.with_name(final.stem + ".checkpoint" + final.suffix)
+
+
+def scenario_digest(resolved: str) -> str:
+    """The checkpoint's mark of the scenario it belongs to."""
+    return hashlib.sha256(resolved.encode()).hexdigest()
+
+
+@dataclass
+class Checkpoint:
+    """A checkpoint read back: its attributes, the result's dataset lengths, and the machine's state."""
+
+    path: Path
+    attrs: dict
+    lengths: dict
+    values: dict
+    arrays: dict
+
+    @property
+    def cycles_done(self) -> int:
+        return int(self.attrs["cycles_done"])
+
+
+def write(path: Path, *, machine: str, run_id: str, resolved: str, cycles_done: int, done: int, lengths: dict,
+          values: dict, arrays: dict) -> None:
+    """Write a checkpoint at `path`, whole or not at all: under a temporary name, then renamed."""
+    part = path.with_name(path.name + ".part")
+    try:
+        with h5py.File(part, "w") as f:
+            a = f.attrs
+            a["format"] = FORMAT
+            a["machine"] = machine
+            a["run_id"] = run_id
+            a["scenario_sha256"] = scenario_digest(resolved)
+            a["cycles_done"] = np.int64(cycles_done)
+            a["done"] = np.int64(done)
+            g = f.create_group("lengths")
+            for name, n in lengths.items():
+                g.attrs[name] = np.int64(n)
+            s = f.create_group("state")
+            s.attrs["values"] = json.dumps(values)
+            for name, arr in arrays.items():
+                arr = np.ascontiguousarray(arr)
+                kw = dict(compression="gzip", compression_opts=1, shuffle=arr.itemsize > 1) if arr.size > 64 else {}
+                s.create_dataset(name, data=arr, **kw)
+        os.replace(part, path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+
+
+def read(path: Path, result: Path) -> Checkpoint:
+    """The checkpoint at `path`, read whole; InputError (naming `result`, the file being resumed)
+    if it is missing or unreadable."""
+    if not path.exists():
+        raise InputError(f"{result}: no checkpoint {path.name} beside it, so the run cannot resume: it was stopped "
+                         "before its first flush, or the file was moved without it; run the scenario again")
+    try:
+        with h5py.File(path, "r") as f:
+            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+            if int(attrs.get("format", 0)) != FORMAT:
+                raise InputError(f"{path}: format = {attrs.get('format')!r}: this meshsim reads checkpoints of format "
+                                 f"{FORMAT}; run the scenario again")
+            lengths = {k: int(v) for k, v in f["lengths"].attrs.items()}
+            values = json.loads(f["state"].attrs["values"])
+            arrays = {k: ds[()] for k, ds in f["state"].items()}
+    except (OSError, KeyError, ValueError) as e:
+        raise InputError(f"{path}: the checkpoint of {result} cannot be read ({e}); run the scenario again") from None
+    return Checkpoint(path=path, attrs=attrs, lengths=lengths, values=values, arrays=arrays)
+
+
+def appendable(f: h5py.File) -> list:
+    """The paths of a result file's datasets that grow along their first axis, sorted."""
+    out = []
+    f.visititems(lambda name, obj: out.append(name) if isinstance(obj, h5py.Dataset) and obj.maxshape
+                 and obj.maxshape[0] is None else None)
+    return sorted(out)
+
+
+def copy_rows(src: h5py.Dataset, dst: h5py.Dataset, n: int) -> None:
+    """The first `n` rows of `src` into `dst` (resized to `n`), a bounded slab at a time."""
+    dst.resize(n, axis=0)
+    row_bytes = max(1, src.dtype.itemsize * int(np.prod(src.shape[1:], dtype=np.int64)))
+    step = max(1, COPY_BYTES // row_bytes)
+    for i in range(0, n, step):
+        j = min(n, i + step)
+        dst[i:j] = src[i:j]

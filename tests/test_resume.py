@@ -1,0 +1,333 @@
+"""Runs that resume (docs/results.md, "Resuming a run"): a mesh or ipu run stopped at any moment, by
+its `stop` callable, Ctrl-C, SIGTERM or SIGKILL, goes on with `meshsim run --resume` (or
+`resume_run`) from its checkpoint, and the file it finishes with holds every dataset and attribute
+of a run never stopped, bit for bit, at 1 and 2 threads; a sweep's point resumes the same way.
+
+The stops fall at random kernel-call boundaries (a seeded draw, with kernel calls of an odd length
+so that they fall between windows, frames and flushes), several times in one run. The default
+run covers the workloads whose state differs most (Bernoulli tasks with migration, hot regions
+with work stealing, the layer pipeline, the ipu); `-m slow` adds the rest and more stops.
+"""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from conftest import assert_same_results
+
+from meshsim.checkpoint import checkpoint_path
+from meshsim.cli import main
+from meshsim.output import incomplete_path
+from meshsim.run import RunInterrupted, resume_run, run_scenario
+from meshsim.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+SC = ROOT / "scenarios"
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+EVERY = "output.checkpoint_every_seconds=0"  # a checkpoint at every flush
+
+# A layer pipeline small enough that chunks finish early in the run (its steady state starts).
+SMALL_PIPE = ["machine.rows=12", "machine.cols=24", "workload.hidden_size=32", "workload.n_layers=1",
+              "workload.n_heads=2", "workload.seq_len=8", "workload.tokens_per_chunk=1", "workload.chunks_in_flight=8",
+              "run.cycles=2000", "run.window_cycles=100", "output.flush_every_cycles=200"]
+
+# name -> (scenario, overrides, kernel call length)
+CASES = {
+    "uniform": ("wse2_uniform.toml", ["machine.rows=40", "machine.cols=56", "run.cycles=1500",
+                                      "output.flush_every_cycles=150"], 37),
+    "hotspot_stealing": ("smoke.toml", ["run.cycles=1200", "output.flush_every_cycles=100",
+                                        'migration.policy="work_stealing"'], 45),
+    "pipeline_train": ("wse2_gpt2_small_train.toml", [*SMALL_PIPE, "workload.batch=8", "output.frame_every_cycles=100"],
+                       70),
+    "traffic": ("noc_uniform_k16.toml", ["run.cycles=2500", "workload.warmup_cycles=300",
+                                         "workload.measure_cycles=1500", "output.flush_every_cycles=200"], 93),
+    "streaming": ("wse2_llm_7b.toml", [*SMALL_PIPE, "machine.rows=6", "machine.cols=12", "workload.n_layers=3",
+                                       "workload.batch=1", "workload.chunks_in_flight=16",
+                                       "workload.weight_bandwidth_gbps=400.0", "run.cycles=3000"], 70),
+    "gradient_hysteresis": ("wse2_skewed_migrating.toml", ["machine.rows=40", "machine.cols=40", "run.cycles=1200",
+                                                           'migration.policy="gradient"', "migration.hysteresis=2",
+                                                           "output.flush_every_cycles=100"], 29),
+    "diffusion": ("mesh_uniform_high_load.toml", ["machine.rows=32", "machine.cols=32", "run.cycles=1000",
+                                                  'migration.policy="diffusion"', "output.flush_every_cycles=100"], 41),
+    "ipu": ("ipu_gpt2_even.toml", ["run.steps=24"], 2),
+}
+DEFAULT = ("uniform", "hotspot_stealing", "pipeline_train", "ipu")
+
+
+def _scenario(name, extra=()):
+    scenario, overrides, _ = CASES[name]
+    return load_scenario(SC / scenario, [*overrides, EVERY, *extra])
+
+
+def _stop_after(k):
+    """A run's `stop`: True from its (k + 1)th kernel-call boundary on."""
+    asked = iter(range(10**9))
+    return lambda: next(asked) >= k
+
+
+def stop_and_resume(sc, out: Path, per_call: int, stops: list, threads: int) -> list:
+    """Run `sc` into `out`, stopped after stops[0] kernel calls, resumed and stopped after each
+    further count, then resumed to its end; returns the cycles at each stop."""
+    at = []
+    for i, k in enumerate(stops):
+        try:
+            if i == 0:
+                run_scenario(sc, out, threads=threads, progress=False, max_cycles_per_call=per_call,
+                             stop=_stop_after(k))
+            else:
+                resume_run(incomplete_path(out), threads=threads, progress=False, max_cycles_per_call=per_call,
+                           stop=_stop_after(k))
+        except RunInterrupted as e:
+            at.append(e.cycles_done)
+            assert checkpoint_path(out).exists()
+    resume_run(incomplete_path(out), threads=threads, progress=False, max_cycles_per_call=per_call)
+    assert out.exists() and not incomplete_path(out).exists() and not checkpoint_path(out).exists()
+    return at
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory):
+    """The uninterrupted run of each case (one thread) and its count of kernel calls, made when first
+    asked for."""
+    made = {}
+
+    def get(name):
+        if name not in made:
+            out = tmp_path_factory.mktemp("ref") / f"{name}.h5"
+            calls = []
+            run_scenario(_scenario(name), out, threads=1, progress=False, max_cycles_per_call=CASES[name][2],
+                         stop=lambda: calls.append(1) and False)
+            made[name] = (out, len(calls))
+        return made[name]
+    return get
+
+
+def _case_params(names, marks=()):
+    return [pytest.param(n, t, id=f"{n}-{t}threads", marks=marks) for n in names for t in (1, 2)]
+
+
+@pytest.mark.parametrize("name,threads", [
+    *_case_params(DEFAULT),
+    *_case_params([n for n in CASES if n not in DEFAULT], marks=pytest.mark.slow),
+])
+def test_a_run_stopped_and_resumed_twice_ends_as_an_uninterrupted_one(tmp_path, references, name, threads):
+    ref, n = references(name)
+    rng = random.Random(f"{name}{threads}")
+    first = rng.randrange(1, n // 2)  # a stop in the first half, the other in the second
+    second = rng.randrange(n // 2 - first, n - first - 3)
+    at = stop_and_resume(_scenario(name), tmp_path / "r.h5", CASES[name][2], [first, second], threads)
+    assert len(at) == 2 and 0 < at[0] < at[1]
+    assert_same_results(ref, tmp_path / "r.h5")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_many_stops_in_one_run(tmp_path, references, name):
+    ref, n = references(name)
+    rng = random.Random(name)
+    stops = [rng.randrange(0, 6) for _ in range(n // 4)]  # some at once: a stop right after resuming
+    stop_and_resume(_scenario(name), tmp_path / "r.h5", CASES[name][2], stops, 2)
+    assert_same_results(ref, tmp_path / "r.h5")
+
+
+def test_a_trace_run_resumes(tmp_path):
+    rng = np.random.default_rng(3)
+    n = 4000
+    rows = np.column_stack([np.sort(rng.integers(0, 900, n)), rng.integers(0, 24, n), rng.integers(0, 24, n),
+                            rng.integers(1, 30, n)])
+    (tmp_path / "t.csv").write_text("cycle,row,col,work_cycles\n" + "\n".join(",".join(map(str, r)) for r in rows))
+    text = (SC / "smoke.toml").read_text().replace('type = "hotspot"', 'type = "trace"\ntrace_file = "t.csv"')
+    text = text.replace("injection_rate = 0.04\nhot_rate = 0.3\n", "").replace(
+        'work_distribution = "geometric"\nwork_cycles = 8\nwork_max_cycles = 200\n', "")
+    (tmp_path / "t.toml").write_text(text)
+    sc = load_scenario(tmp_path / "t.toml", ["machine.rows=24", "machine.cols=24", "run.cycles=1000",
+                                              "output.flush_every_cycles=100", EVERY])
+    run_scenario(sc, tmp_path / "ref.h5", threads=1, progress=False, max_cycles_per_call=70)
+    stop_and_resume(sc, tmp_path / "r.h5", 70, [4, 3], 2)
+    assert_same_results(tmp_path / "ref.h5", tmp_path / "r.h5")
+
+
+# --- stopped by a signal, resumed from the command line --------------------------------------------
+
+# machine -> (scenario, overrides of a run that lasts some seconds and flushes often)
+SIGNAL_RUNS = {
+    "mesh": ("smoke.toml", ["run.cycles=16000", "output.flush_every_cycles=400", "run.window_cycles=800"]),
+    "ipu": ("ipu_gpt2_24l_8ipu.toml", ["run.steps=600"]),
+}
+
+
+def _start(args, cwd):
+    return subprocess.Popen([sys.executable, "-m", "meshsim", *map(str, args)], cwd=cwd, env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop_by_signal(machine, sig, threads, work: Path, seed) -> str:
+    """Start the machine's run, send `sig` at a random moment after its first checkpoint, then
+    resume it from the command line; returns how the stopped run ended."""
+    scenario, overrides = SIGNAL_RUNS[machine]
+    out = work / f"{machine}.h5"
+    proc = _start(["run", SC / scenario, *overrides, EVERY, "-o", out, "-q", "--threads", threads], work)
+    ck = checkpoint_path(out)
+    t0 = time.perf_counter()
+    try:
+        while not ck.exists() and proc.poll() is None and time.perf_counter() - t0 < 300:
+            time.sleep(0.01)
+        time.sleep(random.Random(seed).uniform(0.0, 1.0))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, sig)
+        proc.wait()
+    if out.exists():
+        return "finished before the signal"
+    assert incomplete_path(out).exists() and ck.exists()
+    with h5py.File(ck, "r") as f:
+        held = int(f.attrs["cycles_done"])
+    r = subprocess.run([sys.executable, "-m", "meshsim", "run", "--resume", incomplete_path(out), "-q", "--threads",
+                        str(threads)], cwd=work, env=ENV, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert out.exists() and not incomplete_path(out).exists() and not ck.exists()
+    assert not list(work.glob("*.part"))
+    ref = work / "ref.h5"
+    run_scenario(load_scenario(SC / scenario, [*overrides, EVERY]), ref, threads=threads, progress=False)
+    assert_same_results(ref, out)
+    return f"resumed from {held}"
+
+
+@pytest.mark.parametrize("machine,sig,threads", [
+    ("mesh", signal.SIGKILL, 2),
+    pytest.param("mesh", signal.SIGTERM, 1, marks=pytest.mark.slow),  # the path of the stops above, by a signal
+    pytest.param("mesh", signal.SIGINT, 2, marks=pytest.mark.slow),
+    pytest.param("ipu", signal.SIGKILL, 1, marks=pytest.mark.slow),
+    pytest.param("ipu", signal.SIGTERM, 2, marks=pytest.mark.slow),
+], ids=lambda v: getattr(v, "name", str(v)))
+def test_a_run_stopped_by_a_signal_resumes_from_the_command_line(tmp_path, machine, sig, threads):
+    how = stop_by_signal(machine, sig, threads, tmp_path, f"{machine}{sig}{threads}")
+    assert how.startswith("resumed"), how
+
+
+# --- a sweep's point ---------------------------------------------------------------------------------
+
+def test_a_sweep_point_resumes_within_itself(tmp_path):
+    from meshsim.sweep import load_sweep, run_point
+    from meshsim.sweep.execute import can_resume
+
+    (tmp_path / "sw.toml").write_text(
+        f'[sweep]\nbase = "{(SC / "smoke.toml").as_posix()}"\nname = "p"\n'
+        f'[set]\n"run.cycles" = 1500\n"output.flush_every_cycles" = 100\n"output.checkpoint_every_seconds" = 0\n'
+        '[grid]\n"workload.hot_rate" = [0.3]\n')
+    point = load_sweep(tmp_path / "sw.toml").points[0]
+    with pytest.raises(RunInterrupted):
+        run_point(point, also_stop=_stop_after(7))
+    assert can_resume(point)
+    row = run_point(point)
+    assert row["status"] == "done"
+    resumed = Path(point.output)
+    fresh = tmp_path / "fresh.h5"
+    run_scenario(load_scenario(point.base_path, list(point.overrides), text=point.base_text), fresh, threads=1,
+                 progress=False)
+    assert_same_results(fresh, resumed)
+
+
+# --- what cannot resume --------------------------------------------------------------------------------
+
+def _stopped(tmp_path, name="r", extra=(), calls=3):
+    sc = _scenario("hotspot_stealing", extra)
+    out = tmp_path / f"{name}.h5"
+    with pytest.raises(RunInterrupted):
+        run_scenario(sc, out, threads=1, progress=False, max_cycles_per_call=45, stop=_stop_after(calls))
+    return out
+
+
+def _error(capsys, *args) -> str:
+    assert main(["run", *map(str, args)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith("meshsim: error: ")
+    return err
+
+
+def test_what_cannot_resume_is_a_clear_error_that_leaves_the_file_as_it_was(tmp_path, capsys):
+    out = _stopped(tmp_path)
+    inc = incomplete_path(out)
+    before = inc.read_bytes()
+    assert "takes no a scenario" in _error(capsys, "--resume", inc, SC / "smoke.toml")
+    assert "takes no -o" in _error(capsys, "--resume", inc, "-o", tmp_path / "x.h5")
+    assert "give a scenario file, or --resume" in _error(capsys)
+    assert "no such result file" in _error(capsys, "--resume", tmp_path / "none.incomplete.h5")
+    # a checkpoint of another run of the same name
+    (tmp_path / "o").mkdir()
+    other = _stopped(tmp_path / "o", "r")
+    ck = checkpoint_path(out)
+    saved = ck.read_bytes()
+    ck.write_bytes(checkpoint_path(other).read_bytes())
+    assert "belongs to another run of this name" in _error(capsys, "--resume", inc)
+    ck.write_bytes(saved)
+    ck.rename(ck.with_suffix(".kept"))
+    assert "no checkpoint r.checkpoint.h5 beside it" in _error(capsys, "--resume", inc)
+    ck.with_suffix(".kept").rename(ck)
+    assert inc.read_bytes() == before and not list(tmp_path.glob("*.part"))
+    assert main(["run", "--resume", str(inc), "-q"]) == 0
+    assert "the run is complete: there is nothing to resume" in _error(capsys, "--resume", out)
+
+
+def test_an_rdu_run_is_not_resumable(tmp_path, capsys):
+    sc = load_scenario(SC / "rdu_gpt2_o1.toml")
+    out = tmp_path / "rdu.h5"
+    with pytest.raises(RunInterrupted):
+        run_scenario(sc, out, threads=1, progress=False, max_cycles_per_call=1, stop=_stop_after(1))
+    assert not checkpoint_path(out).exists()
+    assert "rdu runs do not resume" in _error(capsys, "--resume", incomplete_path(out))
+
+
+def test_a_fresh_run_removes_the_checkpoint_of_the_run_it_replaces(tmp_path):
+    out = _stopped(tmp_path)
+    assert checkpoint_path(out).exists()
+    run_scenario(_scenario("hotspot_stealing", ["run.cycles=300"]), out, threads=1, progress=False)
+    assert out.exists() and not checkpoint_path(out).exists() and not incomplete_path(out).exists()
+
+
+def test_a_checkpoint_cut_while_written_is_ignored(tmp_path, references):
+    """A kill while a checkpoint is written leaves its temporary file; the one before it holds."""
+    out = _stopped(tmp_path, calls=5)
+    part = checkpoint_path(out).with_name(checkpoint_path(out).name + ".part")
+    part.write_bytes(b"\x89HDF cut short")
+    resume_run(incomplete_path(out), threads=1, progress=False, max_cycles_per_call=45)
+    assert not part.exists()
+    assert_same_results(references("hotspot_stealing")[0], out)
+
+
+def test_a_run_lost_right_after_it_resumed_keeps_a_readable_file_that_resumes_again(tmp_path, references):
+    """A resumed run flushes at once, with its provisional summary: lost before its next flush (a
+    failure at its first kernel-call boundary here), the file still opens at the cycles resumed
+    from, with their figures, and resumes again."""
+    from meshsim.output import open_result_file, read_provisional
+
+    out = _stopped(tmp_path, calls=6)
+    with h5py.File(checkpoint_path(out), "r") as f:
+        held = int(f.attrs["cycles_done"])
+
+    def lost():
+        raise RuntimeError("the node went away")
+    with pytest.raises(RuntimeError, match="went away"):
+        resume_run(incomplete_path(out), threads=1, progress=False, max_cycles_per_call=45, stop=lost)
+    with open_result_file(incomplete_path(out)) as f:
+        assert int(f.attrs["cycles_done"]) == held and f["series/busy"].shape[0] >= held
+        assert read_provisional(f)["cycles"] == held
+    resume_run(incomplete_path(out), threads=2, progress=False, max_cycles_per_call=45)
+    assert_same_results(references("hotspot_stealing")[0], out)
+
+
+def test_the_python_api_resumes_a_stopped_run(tmp_path, references):
+    import meshsim
+
+    out = _stopped(tmp_path, calls=4)
+    result = meshsim.resume(incomplete_path(out), threads=2)
+    assert result.complete and result.path == out
+    assert_same_results(references("hotspot_stealing")[0], out)
+    assert result.summary["cycles"] == 1200
