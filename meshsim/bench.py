@@ -145,6 +145,7 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     _policies(fig, quick, cycles, log)
     _hotspot(fig, quick, cycles, log)
     _full_run(fig, quick, log)
+    _checkpoint(fig, quick, log)
     _traffic(fig, sc, cycles, log)
     _pipeline(fig, quick, log)
     _rdu_step(fig, quick, log)
@@ -520,6 +521,38 @@ def _full_run(fig: dict, quick: bool, log) -> None:
     log(f"full run of {run_cycles} cycles with output: {r['wall']:.2f} s wall, {r['kernel']:.2f} s in the kernel, "
         f"{r['output']:.2f} s writing series, histograms, frames every 100 cycles and windows: "
         f"{fig['output_overhead_fraction'] * 100:.1f}% of the run; peak memory {r['peak_bytes'] / 2**30:.2f} GiB")
+
+
+def _checkpoint(fig: dict, quick: bool, log) -> None:
+    """One checkpoint (docs/results.md, "Resuming a run") of the bench's grid after 300 cycles,
+    written as a run writes it: seconds, bytes of state, bytes on disk."""
+    from . import machine as machines
+    from .checkpoint import checkpoint_path
+    from .run import _save_checkpoint
+    from .scenario import scenario_from_dict
+
+    sc = scenario_from_dict(_scenario(quick, cycles=300))
+    mesh = machines.get("mesh")
+    run = mesh.start(sc, mesh.compile_scenario(sc))
+    with tempfile.TemporaryDirectory() as tmp:
+        writer = mesh.open_writer(Path(tmp) / "c.h5", sc, run, numba.get_num_threads())
+        try:
+            with writer:
+                while not run.finished:
+                    run.advance()
+                    run.record(writer)
+                writer.flush(run.cycle)
+                t0 = time.perf_counter()
+                _save_checkpoint(run, writer)
+                seconds = time.perf_counter() - t0
+                on_disk = checkpoint_path(writer.final_path).stat().st_size
+        finally:
+            writer.close_incomplete()
+    fig["checkpoint_seconds"] = seconds
+    fig["checkpoint_state_bytes"] = run.checkpoint_bytes()
+    fig["checkpoint_file_bytes"] = on_disk
+    log(f"checkpoint after {run.cycle} cycles: {run.checkpoint_bytes() / 1e6:.0f} MB of state written in "
+        f"{seconds:.2f} s, {on_disk / 1e6:.1f} MB on disk")
 
 
 def _traffic(fig: dict, sc, cycles: int, log) -> None:

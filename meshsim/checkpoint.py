@@ -11,8 +11,10 @@ and runs on: the datasets it finishes with are those of a run never stopped. A f
 removes its checkpoint.
 
 A checkpoint is an HDF5 file:
-    attributes  format, machine, run_id (the result file's), cycles_done, done (the progress
-                bar's count), scenario_sha256 (of the result's resolved scenario)
+    attributes  format, meshsim_version, machine, run_id (the result file's), cycles_done, done (the
+                progress bar's count), scenario_sha256 (of the result's resolved scenario),
+                inputs_sha256 (of the compiled inputs: a trace's events, say), per_call (the
+                kernel call's length, which the run's stops follow)
     lengths/    one attribute per appendable dataset of the result: its path -> rows held
     state/      the machine's arrays (gzip level 1), and the attribute `values`: its other state
                 as JSON (integers exact, whatever their size)
@@ -29,6 +31,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from . import __version__
 from .errors import InputError
 
 FORMAT = 1
@@ -62,17 +65,21 @@ class Checkpoint:
         return int(self.attrs["cycles_done"])
 
 
-def write(path: Path, *, machine: str, run_id: str, resolved: str, cycles_done: int, done: int, lengths: dict,
-          values: dict, arrays: dict) -> None:
-    """Write a checkpoint at `path`, whole or not at all: under a temporary name, then renamed."""
+def write(path: Path, *, machine: str, run_id: str, resolved: str, inputs: str, per_call: int, cycles_done: int,
+          done: int, lengths: dict, values: dict, arrays: dict) -> None:
+    """Write a checkpoint at `path`, whole or not at all: under a temporary name, forced to disk,
+    then renamed (and the rename forced to disk)."""
     part = path.with_name(path.name + ".part")
     try:
         with h5py.File(part, "w") as f:
             a = f.attrs
             a["format"] = FORMAT
+            a["meshsim_version"] = __version__
             a["machine"] = machine
             a["run_id"] = run_id
             a["scenario_sha256"] = scenario_digest(resolved)
+            a["inputs_sha256"] = inputs
+            a["per_call"] = np.int64(per_call)
             a["cycles_done"] = np.int64(cycles_done)
             a["done"] = np.int64(done)
             g = f.create_group("lengths")
@@ -84,10 +91,26 @@ def write(path: Path, *, machine: str, run_id: str, resolved: str, cycles_done: 
                 arr = np.ascontiguousarray(arr)
                 kw = dict(compression="gzip", compression_opts=1, shuffle=arr.itemsize > 1) if arr.size > 64 else {}
                 s.create_dataset(name, data=arr, **kw)
+        fsync_path(part)
         os.replace(part, path)
+        fsync_path(path.parent)
     except BaseException:
         part.unlink(missing_ok=True)
         raise
+
+
+def fsync_path(path: Path) -> None:
+    """Force a file, or a folder's entries, to disk (where the system allows it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # a folder on a system that cannot sync one
+        pass
+    finally:
+        os.close(fd)
 
 
 def read(path: Path, result: Path) -> Checkpoint:

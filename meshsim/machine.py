@@ -84,12 +84,24 @@ class Run(ABC):
     #: whether a stopped run of this machine goes on from its checkpoint (`meshsim run --resume`);
     #: a resumable Run implements `checkpoint` and `restore`
     resumable: bool = False
+    #: the most cycles (or steps) of one kernel call, where the machine's stops depend on it (a
+    #: checkpoint keeps it, and a resumed run follows it)
+    per_call: int = 0
+
+    def inputs_digest(self) -> str:
+        """A hash of what the run read besides its scenario (a trace's events, say): a resumed run
+        must read the same."""
+        return ""
 
     def checkpoint(self) -> tuple:
         """The whole state between kernel calls, after `record` (meshsim.checkpoint): (values, a
         dict that JSON takes; arrays, name -> numpy array). A run restored from it goes on exactly
         as this one would."""
         raise NotImplementedError
+
+    def checkpoint_bytes(self) -> int:
+        """About how many bytes `checkpoint` gives: what the first checkpoint's cost is guessed from."""
+        return 0
 
     def restore(self, values: dict, arrays: dict, writer) -> None:
         """Take the state `checkpoint` gave, in a Run just started from the same scenario; `writer`

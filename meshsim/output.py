@@ -113,6 +113,55 @@ def open_result(path: Path, scenario, machine: str, threads: int, cycles_request
     return f
 
 
+class RunLock:
+    """While a run writes `NAME.h5` (and its incomplete file and checkpoint), it holds an exclusive
+    lock on `NAME.lock` beside it, so that a second run to the same result, or `--resume` of a run
+    still going, is refused instead of replacing a file being written. The lock goes with the
+    process (a killed run holds none); the file is removed when the run ends. Where the system has
+    no `fcntl` (Windows) nothing is locked."""
+
+    def __init__(self, final: Path):
+        self.final = Path(final)
+        self.path = self.final.with_name(self.final.stem + ".lock")
+        self.fd = None
+
+    def acquire(self) -> RunLock:
+        try:
+            import fcntl
+        except ImportError:
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise InputError(f"{self.final}: another run is writing it now (it holds {self.path.name}); wait "
+                                 "for it to end, or write elsewhere with -o") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:  # not a lock file its holder removed as this one opened it
+                self.fd = fd
+                return self
+            os.close(fd)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+
 def describe(ds, units: str, description: str) -> None:
     """Set a dataset's `units` and `description` attributes."""
     ds.attrs["units"] = units
@@ -187,12 +236,15 @@ class ResultFile:
         appendable dataset up to the length its checkpoint recorded, and the root attributes that
         name the run. InputError if the two layouts differ (another meshsim wrote `old`)."""
         names = appendable(self.f)
-        missing = sorted(set(names) ^ set(lengths))
-        missing += [n for n in names if n not in old or old[n].shape[0] < lengths.get(n, 0)]
-        if missing:
-            raise InputError(f"{self.path}: its datasets ({', '.join(missing[:4])}) differ from what this meshsim "
-                             f"({__version__}) lays out for its scenario, so the run cannot resume; run the scenario "
-                             "again")
+        other = sorted(set(names) ^ set(lengths)) + [n for n in names if n not in old]
+        if other:
+            raise InputError(f"{self.path}: its datasets ({', '.join(other[:4])}) differ from what this meshsim lays "
+                             "out for its scenario, so the run cannot resume; run the scenario again")
+        short = [n for n in names if old[n].shape[0] < lengths[n]]
+        if short:
+            n = short[0]
+            raise InputError(f"{self.path}: {n} holds {old[n].shape[0]} rows and its checkpoint counts {lengths[n]}: "
+                             "the file was cut or replaced, so the run cannot resume; run the scenario again")
         for name in names:
             copy_rows(old[name], self.f[name], lengths[name])
         for key in ("scenario_path", "scenario_text", "overrides", "created", "run_id"):
@@ -202,6 +254,13 @@ class ResultFile:
     def _resumed(self) -> None:
         """After `resume_from`: a writer's own counts of what its datasets hold."""
         return None
+
+    def sync(self) -> None:
+        """Force what the last flush wrote to disk (before a checkpoint that counts on it)."""
+        try:
+            os.fsync(self.f.id.get_vfd_handle())
+        except (OSError, ValueError, TypeError):  # a driver without a file descriptor
+            pass
 
     def _start(self) -> None:
         """The layout is built: the provisional summary's slots, SWMR on, and the file under its name.

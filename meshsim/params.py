@@ -466,9 +466,11 @@ PARAMS: tuple[Param, ...] = (
     Param("output", "flush_every_cycles", "int", "cycles", 500,
           "Cycles between flushes of the result file (what an interrupted run keeps).",
           (1, 1_000_000), _MESH),
-    Param("output", "checkpoint_every_seconds", "float", "s", 60.0,
-          "Least wall-clock seconds between checkpoints, each taken at a flush, from which a stopped run "
-          "resumes (meshsim run --resume); 0 takes one at every flush.", (0.0, 1e9), _RESUMABLE),
+    Param("output", "checkpoint_every_seconds", "float", "s", 0.0,
+          "Least wall-clock seconds between checkpoints (each written after a flush), from which a stopped "
+          "run resumes (meshsim run --resume); besides, a checkpoint waits 20 times as long as the last one "
+          "took to write, so that they take at most 5% of the run. 0: that rule alone (a small grid's "
+          "checkpoints follow every flush).", (0.0, 1e9), _RESUMABLE),
     Param("output", "window_busy", "bool", "", True,
           "Write every PE's busy cycles in every window, so that report can recompute window figures "
           "(also at multiples of the window) from the file; false saves the space.", None, _MESH),

@@ -167,27 +167,42 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     requested = scenario.get("run", "threads") if threads is None else threads
     timing.threads = set_threads(requested, machine.default_threads(inputs))
     run = machine.start(scenario, inputs, per_call=max_cycles_per_call)
-    try:
-        writer = machine.open_writer(final, scenario, run, timing.threads)
-    except OSError as e:
-        raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
-    return _go(machine, run, writer, timing, progress, stop, _checkpoint_every(scenario))
+    from .output import RunLock
+
+    with RunLock(final):  # refused while another run writes the same result
+        try:
+            writer = machine.open_writer(final, scenario, run, timing.threads)
+        except OSError as e:
+            raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
+        return _go(machine, run, writer, timing, progress, stop, _checkpoint_every(scenario))
 
 
 def resume_run(path, *, threads: int | None = None, progress: bool | None = None,
                max_cycles_per_call: int | None = None, stop=None) -> RunResult:
     """Go on with the run whose stopped file is `path` (NAME.incomplete.h5), from its checkpoint
     NAME.checkpoint.h5 (docs/results.md, "Resuming a run"): the scenario is the one in the file, and
-    the finished file holds the datasets a run never stopped would hold. Options as `run_scenario`'s.
-    Raises InputError (before the file is touched) when there is nothing to resume from, and
-    RunInterrupted when stopped again (it resumes again the same way)."""
+    the finished file holds the datasets a run never stopped would hold. Options as `run_scenario`'s
+    (max_cycles_per_call: by default the stopped run's, which its stops followed).
+    Raises InputError (leaving the stopped file and its checkpoint as they were) when there is
+    nothing to resume from, and RunInterrupted when stopped again (it resumes again the same way)."""
+    from .output import RunLock
+
+    final = _final_of(Path(path))
+    with RunLock(final):  # refused while a run still writes it
+        return _resume_locked(final, Path(path), threads, progress, max_cycles_per_call, stop)
+
+
+def _resume_locked(final: Path, given: Path, threads, progress, max_cycles_per_call, stop) -> RunResult:
+    from . import __version__
     from . import checkpoint as ck
     from .output import incomplete_path, open_result_file
     from .scenario import load_scenario
 
-    path = Path(path)
-    final, attrs = resumable_file(path)
+    attrs = _stopped_attrs(final, given)
     path = incomplete_path(final)
+    if attrs.get("meshsim_version") != __version__:
+        raise InputError(f"{path}: written by meshsim {attrs.get('meshsim_version')}, and this is {__version__}: "
+                         "resume it with the meshsim that started it, or run the scenario again")
     resolved = attrs["scenario_resolved"]
     scenario = load_scenario(attrs["scenario_path"] or None, text=resolved)
     if scenario.resolved_toml() != resolved:
@@ -207,9 +222,17 @@ def resume_run(path, *, threads: int | None = None, progress: bool | None = None
             point.attrs.get("scenario_sha256") != ck.scenario_digest(resolved):
         raise InputError(f"{path}: its checkpoint {point.path.name} belongs to another run of this name, so the run "
                          "cannot resume; run the scenario again")
+    if point.attrs.get("inputs_sha256") != run.inputs_digest():
+        where = f" ({scenario.trace_path})" if scenario.trace_path else ""
+        raise InputError(f"{path}: the run's inputs differ from when it started: its trace file{where} changed, or "
+                         "resolves to another file from this folder; resume it where it started, or run the scenario "
+                         "again")
     if point.cycles_done > int(attrs["cycles_done"]):
         raise InputError(f"{path}: holds {attrs['cycles_done']} cycles and its checkpoint is at {point.cycles_done}: "
                          "the file was replaced by an older one; run the scenario again")
+    stored = int(point.attrs.get("per_call", 0))
+    if max_cycles_per_call is None and stored > 0 and stored != run.per_call:
+        run = machine.start(scenario, inputs, per_call=stored)  # the stops the stopped run followed
     try:
         writer = machine.open_writer(final, scenario, run, timing.threads)
     except OSError as e:
@@ -219,8 +242,11 @@ def resume_run(path, *, threads: int | None = None, progress: bool | None = None
             writer.resume_from(old, point.lengths)
         run.restore(point.values, point.arrays, writer)
         writer.f.attrs["cycles_done"] = np.int64(run.cycle)
-    except BaseException:
+    except BaseException as e:
         writer.close_incomplete()  # the new layout alone: removed; the stopped file is as it was
+        if isinstance(e, (OSError, KeyError, TypeError, ValueError)):
+            raise InputError(f"{path}: cannot resume from {point.path.name} ({type(e).__name__}: {e}); the file and "
+                             "its checkpoint are as they were") from None
         raise
     timing.start_cycle = run.cycle
     return _go(machine, run, writer, timing, progress, stop, _checkpoint_every(scenario), resumed=True)
@@ -231,33 +257,46 @@ def _checkpoint_every(scenario) -> float:
     return float(scenario.get("output", "checkpoint_every_seconds"))
 
 
+def _final_of(path: Path) -> Path:
+    """NAME.h5 for NAME.incomplete.h5 (or NAME.h5 itself)."""
+    name = path.name
+    if name.endswith(".incomplete" + path.suffix):
+        return path.with_name(name[: -len(".incomplete" + path.suffix)] + path.suffix)
+    return path
+
+
 def resumable_file(path: Path) -> tuple:
     """(NAME.h5, the root attributes) of the stopped run `path` names (its NAME.incomplete.h5, or
     NAME.h5 when only the incomplete file exists); InputError if there is none to resume."""
+    final = _final_of(Path(path))
+    return final, _stopped_attrs(final, Path(path))
+
+
+def _stopped_attrs(final: Path, given: Path) -> dict:
+    from .checkpoint import checkpoint_path
     from .output import incomplete_path, open_result_file
 
-    path = Path(path)
-    name = path.name
-    if name.endswith(".incomplete" + path.suffix):
-        final = path.with_name(name[: -len(".incomplete" + path.suffix)] + path.suffix)
-    else:
-        final = path
     inc = incomplete_path(final)
     if not inc.exists():
         if final.exists():
-            raise InputError(f"{path}: the run is complete: there is nothing to resume")
-        raise InputError(f"{path}: no such result file (a stopped run's file is NAME.incomplete.h5)")
+            # a checkpoint beside a complete file is what a stop just after finishing left
+            ck = checkpoint_path(final)
+            ck.unlink(missing_ok=True)
+            ck.with_name(ck.name + ".part").unlink(missing_ok=True)
+            done = "" if given == final else f" ({final})"
+            raise InputError(f"{given}: the run is complete{done}: there is nothing to resume")
+        raise InputError(f"{given}: no such result file (a stopped run's file is NAME.incomplete.h5)")
     try:
         with open_result_file(inc) as f:
             attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
     except OSError as e:
         raise InputError(f"{inc}: cannot be read as a result file ({e})") from None
-    for key in ("machine", "scenario_resolved", "run_id", "cycles_done", "complete"):
+    for key in ("machine", "scenario_resolved", "scenario_path", "run_id", "cycles_done", "complete"):
         if key not in attrs:
             raise InputError(f"{inc}: has no {key} attribute: not a result file this meshsim can resume")
     if bool(attrs["complete"]):
         raise InputError(f"{inc}: the run is complete: there is nothing to resume")
-    return final, attrs
+    return attrs
 
 
 def _go(machine, run, writer, timing: Timing, progress, stop, checkpoint_every: float,
@@ -292,18 +331,25 @@ def _go(machine, run, writer, timing: Timing, progress, stop, checkpoint_every: 
     return RunResult(path=path, summary=summary)
 
 
-def _save_checkpoint(run, writer) -> None:
-    """The checkpoint of the state just flushed (meshsim.checkpoint), beside the result."""
+def _save_checkpoint(run, writer) -> bool:
+    """The checkpoint of the state just flushed (meshsim.checkpoint), beside the result, after the
+    flush is forced to disk. One that cannot be written (a full disk) is a warning: the run goes on,
+    and resumes from the one before. Returns whether it was written."""
     from . import checkpoint as ck
 
     values, arrays = run.checkpoint()
     a = writer.f.attrs
+    path = ck.checkpoint_path(writer.final_path)
     try:
-        ck.write(ck.checkpoint_path(writer.final_path), machine=str(a["machine"]), run_id=writer.run_id,
-                 resolved=str(a["scenario_resolved"]), cycles_done=run.cycle, done=run.done,
+        writer.sync()
+        ck.write(path, machine=str(a["machine"]), run_id=writer.run_id, resolved=str(a["scenario_resolved"]),
+                 inputs=run.inputs_digest(), per_call=run.per_call, cycles_done=run.cycle, done=run.done,
                  lengths=writer.lengths(), values=values, arrays=arrays)
     except OSError as e:
-        raise InputError(f"{writer.final_path}: cannot write the run's checkpoint ({e.strerror or e})") from None
+        print(f"meshsim: warning: {path}: the checkpoint at cycle {run.cycle} could not be written "
+              f"({e.strerror or e}); the run goes on, and would resume from the one before", file=sys.stderr)
+        return False
+    return True
 
 
 def _remove_checkpoint(writer) -> None:
@@ -315,10 +361,20 @@ def _remove_checkpoint(writer) -> None:
     path.with_name(path.name + ".part").unlink(missing_ok=True)
 
 
+#: Checkpoints take at most this share of a run's time: one waits 1 / share times as long as the
+#: last took to write (docs/results.md, "Resuming a run").
+CHECKPOINT_SHARE = 0.05
+#: What the first checkpoint's writing time is guessed from (gzip level 1 on one core writes the
+#: full wafer's 189 MB of state in about a second).
+CHECKPOINT_BYTES_PER_SECOND = 2e8
+
+
 def _drive(run, writer, timing: Timing, bar, stop_signals, checkpoint_every: float) -> None:
-    """Kernel call, output, flush (then, every `checkpoint_every` seconds or more, a checkpoint),
-    progress, until the run is finished or asked to stop."""
+    """Kernel call, output, flush (then, when one is due, a checkpoint), progress, until the run is
+    finished or asked to stop. A checkpoint is due `checkpoint_every` seconds after the last, and
+    not before 1 / CHECKPOINT_SHARE times the last one's writing time."""
     last_flush = last_checkpoint = time.perf_counter()
+    cost = run.checkpoint_bytes() / CHECKPOINT_BYTES_PER_SECOND if run.resumable else 0.0
     while not run.finished:
         t0 = time.perf_counter()
         n = run.advance()
@@ -329,9 +385,11 @@ def _drive(run, writer, timing: Timing, bar, stop_signals, checkpoint_every: flo
             run.prepare_flush(writer)
             writer.flush(run.cycle, run.summarise(timing))  # provisional: a killed run still has one
             last_flush = time.perf_counter()
-            if run.resumable and not run.finished and last_flush - last_checkpoint >= checkpoint_every:
+            if run.resumable and not run.finished and \
+                    last_flush - last_checkpoint >= max(checkpoint_every, cost / CHECKPOINT_SHARE):
                 _save_checkpoint(run, writer)  # after the flush: never ahead of the file
-                last_checkpoint = last_flush
+                last_checkpoint = time.perf_counter()
+                cost = last_checkpoint - last_flush
         bar.update(run.done - bar.n)
         timing.output += time.perf_counter() - t_out
         if stop_signals.requested and not run.finished:

@@ -92,3 +92,12 @@ def test_each_policy_is_timed_beside_least_loaded():
     assert "none" in lines[1] and "0.0000 tasks moved" in lines[1]
     assert "least_loaded: " in lines[2] and "1.00 of least_loaded's" in lines[2]
     assert all("0.0000 tasks moved" not in line for line in lines[2:])
+
+
+def test_a_checkpoint_is_timed_and_weighed_as_a_run_writes_it():
+    lines = []
+    fig = {}
+    bench._checkpoint(fig, quick=True, log=lines.append)
+    assert fig["checkpoint_seconds"] > 0 and 0 < fig["checkpoint_file_bytes"] < fig["checkpoint_state_bytes"]
+    assert fig["checkpoint_state_bytes"] > 128 * 128 * 16 * 7  # every PE's queue of 16, at the least
+    assert lines == [lines[0]] and lines[0].startswith("checkpoint after 300 cycles: ")

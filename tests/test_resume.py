@@ -24,6 +24,7 @@ from conftest import assert_same_results
 
 from meshsim.checkpoint import checkpoint_path
 from meshsim.cli import main
+from meshsim.errors import InputError
 from meshsim.output import incomplete_path
 from meshsim.run import RunInterrupted, resume_run, run_scenario
 from meshsim.scenario import load_scenario
@@ -31,7 +32,7 @@ from meshsim.scenario import load_scenario
 ROOT = Path(__file__).resolve().parents[1]
 SC = ROOT / "scenarios"
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
-EVERY = "output.checkpoint_every_seconds=0"  # a checkpoint at every flush
+EVERY = "output.checkpoint_every_seconds=0"  # the 5% rule alone (the default)
 
 # A layer pipeline small enough that chunks finish early in the run (its steady state starts).
 SMALL_PIPE = ["machine.rows=12", "machine.cols=24", "workload.hidden_size=32", "workload.n_layers=1",
@@ -72,22 +73,52 @@ def _stop_after(k):
     return lambda: next(asked) >= k
 
 
-def stop_and_resume(sc, out: Path, per_call: int, stops: list, threads: int) -> list:
+@pytest.fixture
+def first_calls(monkeypatch):
+    """The progress (cycles; ipu: steps) at which each run's first kernel call starts, in order: a
+    resumed run's must be its checkpoint's, not 0."""
+    from meshsim.ipu.run import IpuRun
+    from meshsim.mesh.run import MeshRun
+
+    starts = []
+    for cls in (MeshRun, IpuRun):
+        def spy(self, _advance=cls.advance):
+            if not getattr(self, "_spied", False):
+                self._spied = True
+                starts.append(self.done)
+            return _advance(self)
+        monkeypatch.setattr(cls, "advance", spy)
+    return starts
+
+
+def _held(out: Path) -> int:
+    """The progress a stopped run's checkpoint holds."""
+    with h5py.File(checkpoint_path(out), "r") as f:
+        return int(f.attrs["done"])
+
+
+def stop_and_resume(sc, out: Path, per_call: int, stops: list, threads: int, first_calls: list) -> list:
     """Run `sc` into `out`, stopped after stops[0] kernel calls, resumed and stopped after each
-    further count, then resumed to its end; returns the cycles at each stop."""
-    at = []
+    further count, then resumed to its end; returns the cycles at each stop. Each resumed run must
+    start its kernel calls where the checkpoint it resumed from was."""
+    at, n0 = [], len(first_calls)
     for i, k in enumerate(stops):
         try:
             if i == 0:
                 run_scenario(sc, out, threads=threads, progress=False, max_cycles_per_call=per_call,
                              stop=_stop_after(k))
             else:
+                held = _held(out)
                 resume_run(incomplete_path(out), threads=threads, progress=False, max_cycles_per_call=per_call,
                            stop=_stop_after(k))
         except RunInterrupted as e:
             at.append(e.cycles_done)
             assert checkpoint_path(out).exists()
+        if i > 0:
+            assert first_calls[-1] == held > 0
+    held = _held(out)
     resume_run(incomplete_path(out), threads=threads, progress=False, max_cycles_per_call=per_call)
+    assert first_calls[-1] == held > 0 and len(first_calls) - n0 == len(stops) + 1
     assert out.exists() and not incomplete_path(out).exists() and not checkpoint_path(out).exists()
     return at
 
@@ -117,27 +148,28 @@ def _case_params(names, marks=()):
     *_case_params(DEFAULT),
     *_case_params([n for n in CASES if n not in DEFAULT], marks=pytest.mark.slow),
 ])
-def test_a_run_stopped_and_resumed_twice_ends_as_an_uninterrupted_one(tmp_path, references, name, threads):
+def test_a_run_stopped_and_resumed_twice_ends_as_an_uninterrupted_one(tmp_path, references, first_calls, name,
+                                                                      threads):
     ref, n = references(name)
     rng = random.Random(f"{name}{threads}")
     first = rng.randrange(1, n // 2)  # a stop in the first half, the other in the second
     second = rng.randrange(n // 2 - first, n - first - 3)
-    at = stop_and_resume(_scenario(name), tmp_path / "r.h5", CASES[name][2], [first, second], threads)
+    at = stop_and_resume(_scenario(name), tmp_path / "r.h5", CASES[name][2], [first, second], threads, first_calls)
     assert len(at) == 2 and 0 < at[0] < at[1]
     assert_same_results(ref, tmp_path / "r.h5")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
-def test_many_stops_in_one_run(tmp_path, references, name):
+def test_many_stops_in_one_run(tmp_path, references, first_calls, name):
     ref, n = references(name)
     rng = random.Random(name)
     stops = [rng.randrange(0, 6) for _ in range(n // 4)]  # some at once: a stop right after resuming
-    stop_and_resume(_scenario(name), tmp_path / "r.h5", CASES[name][2], stops, 2)
+    stop_and_resume(_scenario(name), tmp_path / "r.h5", CASES[name][2], stops, 2, first_calls)
     assert_same_results(ref, tmp_path / "r.h5")
 
 
-def test_a_trace_run_resumes(tmp_path):
+def test_a_trace_run_resumes_and_not_once_its_trace_changed(tmp_path, first_calls, capsys):
     rng = np.random.default_rng(3)
     n = 4000
     rows = np.column_stack([np.sort(rng.integers(0, 900, n)), rng.integers(0, 24, n), rng.integers(0, 24, n),
@@ -150,8 +182,18 @@ def test_a_trace_run_resumes(tmp_path):
     sc = load_scenario(tmp_path / "t.toml", ["machine.rows=24", "machine.cols=24", "run.cycles=1000",
                                               "output.flush_every_cycles=100", EVERY])
     run_scenario(sc, tmp_path / "ref.h5", threads=1, progress=False, max_cycles_per_call=70)
-    stop_and_resume(sc, tmp_path / "r.h5", 70, [4, 3], 2)
+    stop_and_resume(sc, tmp_path / "r.h5", 70, [4, 3], 2, first_calls)
     assert_same_results(tmp_path / "ref.h5", tmp_path / "r.h5")
+    # a trace edited between the stop and the resume is refused: the run would mix two workloads
+    out = tmp_path / "s.h5"
+    with pytest.raises(RunInterrupted):
+        run_scenario(sc, out, threads=1, progress=False, stop=_stop_after(3))
+    text = (tmp_path / "t.csv").read_text()
+    (tmp_path / "t.csv").write_text(text + "\n899,0,0,5")
+    assert "the run's inputs differ from when it started: its trace file" in _error(capsys, "--resume",
+                                                                                     incomplete_path(out))
+    (tmp_path / "t.csv").write_text(text)
+    assert main(["run", "--resume", str(incomplete_path(out)), "-q"]) == 0
 
 
 # --- stopped by a signal, resumed from the command line --------------------------------------------
@@ -331,3 +373,96 @@ def test_the_python_api_resumes_a_stopped_run(tmp_path, references):
     assert result.complete and result.path == out
     assert_same_results(references("hotspot_stealing")[0], out)
     assert result.summary["cycles"] == 1200
+
+
+def test_a_run_resumed_from_a_checkpoint_behind_its_file_writes_those_cycles_again(tmp_path, first_calls):
+    """Checkpoints far apart (here only where the run stops at a boundary): lost later, the file
+    holds cycles after its checkpoint, which the resumed run drops and runs again."""
+    sc = _scenario("hotspot_stealing", ["output.checkpoint_every_seconds=1e9"])
+    out = tmp_path / "r.h5"
+    with pytest.raises(RunInterrupted):
+        run_scenario(sc, out, threads=1, progress=False, max_cycles_per_call=45, stop=_stop_after(4))
+    held = _held(out)
+    seen = []
+
+    def lost():
+        seen.append(1)
+        if len(seen) > 12:
+            raise RuntimeError("the node went away")
+        return False
+    with pytest.raises(RuntimeError):
+        resume_run(incomplete_path(out), threads=2, progress=False, stop=lost)
+    with h5py.File(incomplete_path(out), "r", swmr=True) as f:  # killed: still marked open for writing
+        assert int(f.attrs["cycles_done"]) > held and f["series/busy"].shape[0] > held
+    assert _held(out) == held
+    resume_run(incomplete_path(out), threads=1, progress=False)
+    assert first_calls[-1] == held
+    ref = tmp_path / "ref.h5"  # of the same scenario (checkpoint_every_seconds is in its resolved text)
+    run_scenario(sc, ref, threads=1, progress=False, max_cycles_per_call=45)
+    assert_same_results(ref, out)
+
+
+def test_a_run_still_going_is_neither_resumed_nor_replaced(tmp_path):
+    """A second process (here the run's own stop callable, which runs between its kernel calls)
+    that resumes the run, or starts another to the same result, is refused while it writes."""
+    sc = _scenario("hotspot_stealing", ["run.cycles=600"])
+    out = tmp_path / "r.h5"
+    errors = []
+
+    def meddle():
+        if len(errors) < 2 and incomplete_path(out).exists():
+            for attempt in (lambda: resume_run(incomplete_path(out), progress=False),
+                            lambda: run_scenario(sc, out, threads=1, progress=False)):
+                with pytest.raises(InputError) as e:
+                    attempt()
+                errors.append(str(e.value))
+        return False
+    run_scenario(sc, out, threads=1, progress=False, max_cycles_per_call=45, stop=meddle)
+    assert len(errors) == 2 and all("another run is writing it now (it holds r.lock)" in e for e in errors)
+    assert out.exists() and not (tmp_path / "r.lock").exists()
+
+
+def test_a_resume_that_fails_while_copying_leaves_the_file_and_its_checkpoint_as_they_were(tmp_path, capsys):
+    out = _stopped(tmp_path, calls=5)
+    inc, ck = incomplete_path(out), checkpoint_path(out)
+    before, saved = inc.read_bytes(), ck.read_bytes()
+    # a checkpoint that counts more rows than the file holds, then one without an array of the state
+    with h5py.File(ck, "r+") as f:
+        f["lengths"].attrs["series/busy"] = np.int64(10**6)
+    assert "series/busy holds 200 rows and its checkpoint counts 1000000" in _error(capsys, "--resume", inc)
+    ck.write_bytes(saved)
+    with h5py.File(ck, "r+") as f:
+        del f["state/state.q_len"]
+    assert "checkpoint array state.q_len: missing" in _error(capsys, "--resume", inc)
+    ck.write_bytes(saved)
+    with h5py.File(ck, "r+") as f:
+        f.attrs["cycles_done"] = np.int64(10**6)
+    assert "the file was replaced by an older one" in _error(capsys, "--resume", inc)
+    ck.write_bytes(b"not a checkpoint")
+    assert "cannot be read" in _error(capsys, "--resume", inc)
+    ck.write_bytes(saved)
+    assert inc.read_bytes() == before
+    with h5py.File(inc, "r+") as f:
+        f.attrs["meshsim_version"] = "0.0.1"
+    assert "written by meshsim 0.0.1" in _error(capsys, "--resume", inc)
+    with h5py.File(inc, "r+") as f:
+        f.attrs["meshsim_version"] = h5py.File(ck, "r").attrs["meshsim_version"]
+    assert not list(tmp_path.glob("*.part")) and not (tmp_path / "r.lock").exists()
+    assert ck.read_bytes() == saved
+    assert main(["run", "--resume", str(inc), "-q"]) == 0
+
+
+def test_a_checkpoint_that_cannot_be_written_is_a_warning_and_the_run_goes_on(tmp_path, capsys, monkeypatch):
+    import errno
+
+    import meshsim.checkpoint
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(meshsim.checkpoint, "write", full)
+    out = tmp_path / "r.h5"
+    res = run_scenario(_scenario("hotspot_stealing", ["run.cycles=300"]), out, threads=1, progress=False)
+    assert res.path == out and out.exists()
+    err = capsys.readouterr().err
+    assert "meshsim: warning: " in err and "could not be written (No space left on device)" in err
+    assert "the run goes on" in err

@@ -6,6 +6,8 @@ here touches a PE.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from kernels import mesh as K
@@ -103,6 +105,7 @@ class MeshRun(Run):
         self.frame_every = out["frame_every_cycles"]
         self.flush_every = out["flush_every_cycles"]
         chunk = min(self.flush_every, self.cycles) if per_call is None else per_call
+        self.per_call = chunk
         self.periods = (self.window, self.frame_every, self.flush_every, chunk)
         self.stops = _stops(self.cycles, *self.periods)
         self.sim = MeshSim(inputs, max_chunk=chunk)  # no stretch between stops is longer than `chunk`
@@ -222,6 +225,18 @@ class MeshRun(Run):
                         steady_cycle=None if t.steady_start is None else t.steady_start[0]),
             window=dict(cycle=ws["cycle"], completed=ws["completed"], latency_sum=ws["latency_sum"]))
         return values, arrays
+
+    def inputs_digest(self) -> str:
+        inp = self.inputs
+        h = hashlib.sha256()
+        for a in (inp.cfg, inp.rates, inp.ev_cycle, inp.ev_unit, inp.ev_work,
+                  None if inp.pipeline is None else inp.pipeline.table):
+            h.update(b"-" if a is None else np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()
+
+    def checkpoint_bytes(self) -> int:
+        st = self.sim.state
+        return sum(getattr(st, name).nbytes for name in _state_fields(st))
 
     def restore(self, values: dict, arrays: dict, writer) -> None:
         sim, t, ws = self.sim, self.totals, self.window_start

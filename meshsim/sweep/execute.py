@@ -126,9 +126,14 @@ def run_point(point: Point, token: str | None = None, also_stop=None) -> dict:
             raise InputError(f"point {point.id}: this meshsim ({__version__}) resolves the point differently from "
                              "the one that read the sweep; run the same meshsim version everywhere")
         t0 = time.perf_counter()
+        resumed = False
         if can_resume(point):  # stopped part-way before: it goes on from its checkpoint
-            runner.resume_run(point.output, threads=point.threads, progress=False, stop=stop)
-        else:
+            try:
+                runner.resume_run(point.output, threads=point.threads, progress=False, stop=stop)
+                resumed = True
+            except InputError:  # it cannot after all (another meshsim wrote it, say): from its start
+                pass
+        if not resumed:
             runner.run_scenario(sc, point.output, threads=point.threads, progress=False, stop=stop)
         row["run_seconds"] = time.perf_counter() - t0
         row.update(row_of_file(point.output))
