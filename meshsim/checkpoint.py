@@ -1,11 +1,12 @@
 """Checkpoints: what a stopped run needs to go on from where its file ends (docs/results.md,
 "Resuming a run").
 
-While a run goes, every flush of its result file is followed by a checkpoint beside it,
-`NAME.checkpoint.h5`: the machine's whole state between kernel calls at the flushed cycle, and
-the length of every appendable dataset of the result file then. It is written under a temporary
-name and renamed over the one before, so the checkpoint on disk is always a whole one, and never
-ahead of the result file (the file is flushed first). `meshsim run --resume NAME.incomplete.h5`
+While a run goes, a flush of its result file is followed, when one is due (meshsim.run), by a
+checkpoint beside it, `NAME.checkpoint.h5`: the machine's whole state between kernel calls at the
+flushed cycle, and the length of every appendable dataset of the result file then. It is written
+under a temporary name, forced to disk and renamed over the one before, so the checkpoint on disk
+is always a whole one, and never ahead of the result file (the file is flushed and forced to disk
+first). `meshsim run --resume NAME.incomplete.h5`
 lays out a new file, copies each appendable dataset up to its recorded length, restores the state
 and runs on: the datasets it finishes with are those of a run never stopped. A finished run
 removes its checkpoint.

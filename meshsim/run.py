@@ -265,14 +265,9 @@ def _final_of(path: Path) -> Path:
     return path
 
 
-def resumable_file(path: Path) -> tuple:
-    """(NAME.h5, the root attributes) of the stopped run `path` names (its NAME.incomplete.h5, or
-    NAME.h5 when only the incomplete file exists); InputError if there is none to resume."""
-    final = _final_of(Path(path))
-    return final, _stopped_attrs(final, Path(path))
-
-
 def _stopped_attrs(final: Path, given: Path) -> dict:
+    """The root attributes of the stopped run whose result is `final` (its NAME.incomplete.h5);
+    InputError, naming `given` (what the user named), if there is none to resume."""
     from .checkpoint import checkpoint_path
     from .output import incomplete_path, open_result_file
 
