@@ -34,10 +34,9 @@ import numpy as np
 
 from . import __version__
 from .errors import InputError
+from .output import plain
 
 FORMAT = 1
-#: Rows a resumed run copies at a time from the file it resumes (bounds the memory it needs).
-COPY_BYTES = 64 * 2**20
 
 
 def checkpoint_path(final: Path) -> Path:
@@ -122,7 +121,7 @@ def read(path: Path, result: Path) -> Checkpoint:
                          "before its first flush, or the file was moved without it; run the scenario again")
     try:
         with h5py.File(path, "r") as f:
-            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+            attrs = {k: plain(v) for k, v in f.attrs.items()}
             if int(attrs.get("format", 0)) != FORMAT:
                 raise InputError(f"{path}: format = {attrs.get('format')!r}: this meshsim reads checkpoints of format "
                                  f"{FORMAT}; run the scenario again")
@@ -132,21 +131,3 @@ def read(path: Path, result: Path) -> Checkpoint:
     except (OSError, KeyError, ValueError) as e:
         raise InputError(f"{path}: the checkpoint of {result} cannot be read ({e}); run the scenario again") from None
     return Checkpoint(path=path, attrs=attrs, lengths=lengths, values=values, arrays=arrays)
-
-
-def appendable(f: h5py.File) -> list:
-    """The paths of a result file's datasets that grow along their first axis, sorted."""
-    out = []
-    f.visititems(lambda name, obj: out.append(name) if isinstance(obj, h5py.Dataset) and obj.maxshape
-                 and obj.maxshape[0] is None else None)
-    return sorted(out)
-
-
-def copy_rows(src: h5py.Dataset, dst: h5py.Dataset, n: int) -> None:
-    """The first `n` rows of `src` into `dst` (resized to `n`), a bounded slab at a time."""
-    dst.resize(n, axis=0)
-    row_bytes = max(1, src.dtype.itemsize * int(np.prod(src.shape[1:], dtype=np.int64)))
-    step = max(1, COPY_BYTES // row_bytes)
-    for i in range(0, n, step):
-        j = min(n, i + step)
-        dst[i:j] = src[i:j]

@@ -26,8 +26,8 @@ import numpy as np
 from . import __version__
 from . import machine as machines
 from .errors import InputError
-from .output import open_result_file
-from .report import plain, read_summary
+from .output import open_result_file, plain
+from .report import read_summary
 from .roofline import values_of_file
 
 FORMATS = ("perfetto",)
@@ -189,6 +189,6 @@ def export(path, fmt: str = "perfetto", out=None, *, points: int = DEFAULT_POINT
 
 
 def _plain(d: dict) -> dict:
-    """JSON-ready values (meshsim.report.plain), NaN and infinities as None."""
+    """JSON-ready values (meshsim.output.plain), NaN and infinities as None."""
     out = {k: plain(v) for k, v in d.items()}
     return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in out.items()}

@@ -39,7 +39,6 @@ import h5py
 import numpy as np
 
 from . import __version__
-from .checkpoint import appendable, copy_rows
 from .errors import InputError
 
 SCHEMA_VERSION = 1
@@ -64,11 +63,11 @@ def open_result_file(path) -> h5py.File:
     run's (still marked open for writing by HDF5) through SWMR's reader."""
     try:
         return h5py.File(path, "r")
-    except OSError as plain:
+    except OSError as first:
         try:
             return h5py.File(path, "r", swmr=True)
         except OSError:
-            raise plain from None
+            raise first from None
 
 
 def read_provisional(f: h5py.File) -> dict | None:
@@ -168,13 +167,38 @@ def describe(ds, units: str, description: str) -> None:
     ds.attrs["description"] = description
 
 
-def _text(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+def plain(v):
+    """An HDF5 attribute's value as Python has it: numpy scalars and arrays as Python ones, bytes as text."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return v
 
 
-def _plain(v):
-    """A summary value as JSON takes it (numpy scalars as Python ones)."""
-    return v.item() if isinstance(v, np.generic) else v
+#: Rows a resumed run copies at a time from the file it resumes (bounds the memory it needs).
+COPY_BYTES = 64 * 2**20
+
+
+def appendable(f: h5py.File) -> list:
+    """The paths of a result file's datasets that grow along their first axis, sorted."""
+    out = []
+    f.visititems(lambda name, obj: out.append(name) if isinstance(obj, h5py.Dataset) and obj.maxshape
+                 and obj.maxshape[0] is None else None)
+    return sorted(out)
+
+
+def copy_rows(src: h5py.Dataset, dst: h5py.Dataset, n: int) -> None:
+    """The first `n` rows of `src` into `dst` (resized to `n`), a bounded slab at a time."""
+    dst.resize(n, axis=0)
+    row_bytes = max(1, src.dtype.itemsize * int(np.prod(src.shape[1:], dtype=np.int64)))
+    step = max(1, COPY_BYTES // row_bytes)
+    for i in range(0, n, step):
+        j = min(n, i + step)
+        dst[i:j] = src[i:j]
+
 
 
 class ResultFile:
@@ -222,12 +246,12 @@ class ResultFile:
 
     @property
     def run_id(self) -> str:
-        return _text(self.f.attrs["run_id"])
+        return plain(self.f.attrs["run_id"])
 
     def lengths(self) -> dict:
         """Rows held by each dataset that grows along its first axis (path -> rows): what a
         checkpoint records (meshsim.checkpoint)."""
-        if self._appendable is None:
+        if self._appendable is None:  # the layout is fixed once the run goes: listed once
             self._appendable = appendable(self.f)
         return {name: int(self.f[name].shape[0]) for name in self._appendable}
 
@@ -284,7 +308,6 @@ class ResultFile:
         describe(s, "bytes", "the summary at the last flush of a run stopped without finishing, as JSON "
                              "{cycles_done, summary} in two alternating slots (NUL-padded); removed when the run "
                              "finishes or is interrupted")
-        self._appendable = appendable(self.f)
         self.f.flush()
         self.f.swmr_mode = True
         os.replace(self.part, self.path)
@@ -300,7 +323,7 @@ class ResultFile:
         self.f.flush()
         if summary is not None:
             text = json.dumps({"cycles_done": int(cycles_done),
-                               "summary": {k: _plain(v) for k, v in summary.items()}}).encode()
+                               "summary": {k: plain(v) for k, v in summary.items()}}).encode()
             ds = self.f["summary/provisional"]
             if len(text) >= ds.shape[1]:
                 ds.resize(len(text) + PROVISIONAL_WIDTH, axis=1)

@@ -10,11 +10,9 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
-
 from . import machine as machines
 from .errors import InputError
-from .output import SCHEMA_VERSION, open_result_file, read_provisional
+from .output import SCHEMA_VERSION, open_result_file, plain, read_provisional
 
 #: Attributes of /summary that every result has (docs/design.md, "Result files"); scripts rely on them.
 STABLE_SUMMARY_KEYS = ("cycles", "n_units", "li", "percent_imbalance", "jain_index", "cv", "utilization",
@@ -55,17 +53,6 @@ def read_summary(path) -> tuple[dict, dict]:
                          f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}); its per-cycle series "
                          "up to the last flush are in the file")
     return root, summary
-
-
-def plain(v):
-    """An HDF5 attribute's value as Python has it: numpy scalars and arrays as Python ones, bytes as text."""
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, bytes):
-        return v.decode()
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    return v
 
 
 def fmt(x, digits=4):

@@ -141,6 +141,8 @@ def _open_group(path: Path, group: str):
     import h5py
     import xarray as xr
 
+    from .output import plain
+
     try:
         ds = xr.open_dataset(path, engine="h5netcdf", group=group)
     except OSError:  # a killed run's file, still marked open for writing: through SWMR's reader
@@ -153,7 +155,7 @@ def _open_group(path: Path, group: str):
         for dim, size in ds.sizes.items():
             if dim not in ds.coords and dim in f and isinstance(f[dim], h5py.Dataset) and f[dim].shape == (size,):
                 coords[dim] = f[dim][()]
-        attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()
+        attrs = {k: plain(v) for k, v in f.attrs.items()
                  if k in ("machine", "scenario_name", "complete", "cycles_done", "seed", "threads")}
     ds = ds.assign_coords(coords)
     ds.attrs.update({k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in attrs.items()})

@@ -160,21 +160,30 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
     RunInterrupted on Ctrl-C/SIGTERM or `stop` (the file then holds everything done, and the
     checkpoint beside it lets `resume_run` go on).
     """
-    timing = Timing(threads=0)
-    final = check_output_path(output if output is not None else default_output_path(scenario))
-    machine = machines.get(scenario.get("machine", "type"))
-    inputs = machine.compile_scenario(scenario)  # may raise InputError: before any file exists
-    requested = scenario.get("run", "threads") if threads is None else threads
-    timing.threads = set_threads(requested, machine.default_threads(inputs))
-    run = machine.start(scenario, inputs, per_call=max_cycles_per_call)
     from .output import RunLock
 
+    final = check_output_path(output if output is not None else default_output_path(scenario))
+    machine = machines.get(scenario.get("machine", "type"))
+    timing, inputs, run = _start(machine, scenario, threads, max_cycles_per_call)  # InputError: before any file
     with RunLock(final):  # refused while another run writes the same result
-        try:
-            writer = machine.open_writer(final, scenario, run, timing.threads)
-        except OSError as e:
-            raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
+        writer = _open_writer(machine, final, scenario, run, timing)
         return _go(machine, run, writer, timing, progress, stop, _checkpoint_every(scenario))
+
+
+def _start(machine, scenario, threads, per_call) -> tuple:
+    """(Timing, the compiled inputs, the Run) of a scenario on its machine, with the threads set."""
+    timing = Timing(threads=0)
+    inputs = machine.compile_scenario(scenario)
+    requested = scenario.get("run", "threads") if threads is None else threads
+    timing.threads = set_threads(requested, machine.default_threads(inputs))
+    return timing, inputs, machine.start(scenario, inputs, per_call=per_call)
+
+
+def _open_writer(machine, final: Path, scenario, run, timing: Timing):
+    try:
+        return machine.open_writer(final, scenario, run, timing.threads)
+    except OSError as e:
+        raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
 
 
 def resume_run(path, *, threads: int | None = None, progress: bool | None = None,
@@ -208,12 +217,8 @@ def _resume_locked(final: Path, given: Path, threads, progress, max_cycles_per_c
     if scenario.resolved_toml() != resolved:
         raise InputError(f"{path}: this meshsim reads its scenario differently from the one that wrote it; resume it "
                          "with the meshsim that started it")
-    timing = Timing(threads=0)
     machine = machines.get(attrs["machine"])
-    inputs = machine.compile_scenario(scenario)
-    requested = scenario.get("run", "threads") if threads is None else threads
-    timing.threads = set_threads(requested, machine.default_threads(inputs))
-    run = machine.start(scenario, inputs, per_call=max_cycles_per_call)
+    timing, inputs, run = _start(machine, scenario, threads, max_cycles_per_call)
     if not run.resumable:
         raise InputError(f"{path}: {machine.name} runs do not resume (they keep no checkpoint); run the scenario "
                          "again")
@@ -233,10 +238,7 @@ def _resume_locked(final: Path, given: Path, threads, progress, max_cycles_per_c
     stored = int(point.attrs.get("per_call", 0))
     if max_cycles_per_call is None and stored > 0 and stored != run.per_call:
         run = machine.start(scenario, inputs, per_call=stored)  # the stops the stopped run followed
-    try:
-        writer = machine.open_writer(final, scenario, run, timing.threads)
-    except OSError as e:
-        raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
+    writer = _open_writer(machine, final, scenario, run, timing)
     try:
         with open_result_file(path) as old:
             writer.resume_from(old, point.lengths)
@@ -269,7 +271,7 @@ def _stopped_attrs(final: Path, given: Path) -> dict:
     """The root attributes of the stopped run whose result is `final` (its NAME.incomplete.h5);
     InputError, naming `given` (what the user named), if there is none to resume."""
     from .checkpoint import checkpoint_path
-    from .output import incomplete_path, open_result_file
+    from .output import incomplete_path, open_result_file, plain
 
     inc = incomplete_path(final)
     if not inc.exists():
@@ -283,7 +285,7 @@ def _stopped_attrs(final: Path, given: Path) -> dict:
         raise InputError(f"{given}: no such result file (a stopped run's file is NAME.incomplete.h5)")
     try:
         with open_result_file(inc) as f:
-            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+            attrs = {k: plain(v) for k, v in f.attrs.items()}
     except OSError as e:
         raise InputError(f"{inc}: cannot be read as a result file ({e})") from None
     for key in ("machine", "scenario_resolved", "scenario_path", "run_id", "cycles_done", "complete"):

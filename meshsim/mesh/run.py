@@ -18,7 +18,7 @@ from ..machine import Run
 from .output import MeshResultWriter
 from .regions import boundary_figures, layers_of, link_rate, mean_work, region_figures, regions_of
 from .sim import MeshInputs, MeshSim
-from .state import VIEW_FIELDS, busy_cycles, state_bytes_per_pe
+from .state import busy_cycles, state_arrays, state_bytes_per_pe
 
 
 def _stops(cycles: int, *periods: int, start: int = 0):
@@ -125,6 +125,7 @@ class MeshRun(Run):
         if self.regions is not None:  # every PE's completed tasks, for the regions' per-window counts
             self.window_start["pe_completed"] = np.zeros((inputs.rows, inputs.cols), np.int64)
         self._last = 0
+        self._digest = None
 
     def open_writer(self, path, threads: int) -> MeshResultWriter:
         """The result file, laid out for this run (with the pipeline's tables for layer_pipeline)."""
@@ -211,7 +212,7 @@ class MeshRun(Run):
         if t.cycles != sim.cycle:
             raise RuntimeError(f"checkpoint at cycle {sim.cycle} with the totals at {t.cycles}: this is a bug in "
                                "meshsim")
-        arrays = {f"state.{name}": getattr(sim.state, name) for name in _state_fields(sim.state)}
+        arrays = {f"state.{name}": a for name, a in state_arrays(sim.state).items()}
         arrays.update({"sim.cum": sim.cum, "totals.latency_hist": t.latency_hist, "window.busy": ws["busy"]})
         if "pe_completed" in ws:
             arrays["window.pe_completed"] = ws["pe_completed"]
@@ -227,21 +228,22 @@ class MeshRun(Run):
         return values, arrays
 
     def inputs_digest(self) -> str:
-        inp = self.inputs
-        h = hashlib.sha256()
-        for a in (inp.cfg, inp.rates, inp.ev_cycle, inp.ev_unit, inp.ev_work,
-                  None if inp.pipeline is None else inp.pipeline.table):
-            h.update(b"-" if a is None else np.ascontiguousarray(a).tobytes())
-        return h.hexdigest()
+        if self._digest is None:  # the inputs never change: hashed once
+            inp = self.inputs
+            h = hashlib.sha256()
+            for a in (inp.cfg, inp.rates, inp.ev_cycle, inp.ev_unit, inp.ev_work,
+                      None if inp.pipeline is None else inp.pipeline.table):
+                h.update(b"-" if a is None else np.ascontiguousarray(a).tobytes())
+            self._digest = h.hexdigest()
+        return self._digest
 
     def checkpoint_bytes(self) -> int:
-        st = self.sim.state
-        return sum(getattr(st, name).nbytes for name in _state_fields(st))
+        return sum(a.nbytes for a in state_arrays(self.sim.state).values())
 
     def restore(self, values: dict, arrays: dict, writer) -> None:
         sim, t, ws = self.sim, self.totals, self.window_start
-        for name in _state_fields(sim.state):
-            _restore(getattr(sim.state, name), arrays, f"state.{name}")
+        for name, a in state_arrays(sim.state).items():
+            _restore(a, arrays, f"state.{name}")
         _restore(sim.cum, arrays, "sim.cum")
         _restore(t.latency_hist, arrays, "totals.latency_hist")
         _restore(ws["busy"], arrays, "window.busy")
@@ -269,11 +271,6 @@ class MeshRun(Run):
                                                     st.tot_completed, st.tot_latency), group)
         if self.regions is not None and self.inputs.counts_directions:
             writer.write_boundaries(_boundaries(self.scenario, self.regions, sim, self.inputs))
-
-
-def _state_fields(state) -> list:
-    """The kernel state's arrays with storage of their own (its views follow them)."""
-    return [name for name in state._fields if name not in VIEW_FIELDS and isinstance(getattr(state, name), np.ndarray)]
 
 
 def _restore(dst: np.ndarray, arrays: dict, name: str) -> None:

@@ -144,11 +144,14 @@ def available_memory_bytes() -> int | None:
     return None
 
 
+def state_arrays(state: MeshState) -> dict:
+    """The state's arrays with storage of their own (the views follow them): name -> array."""
+    return {f: a for f in state._fields if f not in VIEW_FIELDS and isinstance(a := getattr(state, f), np.ndarray)}
+
+
 def state_bytes_per_pe(state: MeshState) -> float:
     """Bytes of state arrays per PE."""
-    n = state.q_len.size
-    arrays = [getattr(state, f) for f in state._fields if f not in VIEW_FIELDS]
-    return sum(a.nbytes for a in arrays if isinstance(a, np.ndarray)) / n
+    return sum(a.nbytes for a in state_arrays(state).values()) / state.q_len.size
 
 
 def in_flight_from_links(state: MeshState, cycle_done: int, link_buffer_messages: int) -> int:
