@@ -58,10 +58,11 @@ def read_table(path) -> list[Case]:
     """The cases of a reference table; InputError names the file, line, column and value of every
     problem."""
     path = Path(path)
+    from .files import read_bounded
+
+    data = read_bounded(path, str(path), "reference table")
     try:
-        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark is not a column's name
-    except OSError as e:
-        raise InputError(f"{path}: cannot read the reference table ({e.strerror or e})") from None
+        text = data.decode("utf-8-sig")  # a spreadsheet's byte-order mark is not a column's name
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: the reference table is not UTF-8 text ({e.reason} at byte {e.start})") from None
     rows = list(csv.DictReader(text.splitlines()))

@@ -20,7 +20,7 @@ tests read.
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
 
 from .errors import InputError
 
@@ -57,18 +57,24 @@ def read(path: str, shown: str) -> tuple[dict, dict]:
     `shown` names the file in messages.
 
     Raises InputError with one line per problem: the file, the field, its value and what is allowed."""
+    from .files import read_bounded
+
+    if not os.path.lexists(path):
+        raise InputError([f"{shown}: no such model config file (looked for {path})"])
+    data = read_bounded(path, shown, "model config")
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise InputError([f"{shown}: no such model config file (looked for {path})"]) from None
-    except IsADirectoryError:
-        raise InputError([f"{shown}: is a folder, not a config.json ({path})"]) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError([f"{shown}: cannot read the model config: {e}"]) from None
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InputError([f"{shown}: the model config is not UTF-8 text (bad byte at offset {e.start})"]) from None
     try:
         config = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError([f"{shown}: not JSON: {e.msg} at line {e.lineno}, column {e.colno}"]) from None
+    except RecursionError:
+        raise InputError([f"{shown}: its JSON nests too deep to read (a config.json's fields nest a few levels)"]) \
+            from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise InputError([f"{shown}: not a model config: {str(e).splitlines()[0]}"]) from None
     if not isinstance(config, dict):
         raise InputError([f"{shown}: a config.json must be a JSON object of fields"])
     kind = _family(config, shown)

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from . import machine as machines
 from . import modelconfig
 from .errors import InputError
 from .errors import closest as _closest
+from .files import kind_of
 from .params import (
     BERNOULLI_WORKLOADS,
     DEFAULT_PRESET,
@@ -137,10 +139,7 @@ def load_scenario(path, overrides=(), *, text: str | None = None) -> Scenario:
         if path is None:
             raise InputError([f"{_TEXT_NAME}: no scenario file or text given"])
         text = _read_text(path, where)
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise InputError([f"{where}: invalid TOML: {e}"]) from None
+    raw = parse_toml(text, where)
     return _build(raw, None if path is None else str(path), text, overrides)
 
 
@@ -165,19 +164,72 @@ def scenario_from_dict(d: dict, path=None, overrides=()) -> Scenario:
 # Reading
 
 
-def _read_text(path, where: str) -> str:
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise InputError([f"{where}: no such scenario file"]) from None
-    except IsADirectoryError:
-        raise InputError([f"{where}: is a folder, not a scenario file"]) from None
-    except OSError as e:
-        raise InputError([f"{where}: cannot read scenario file: {e.strerror or e}"]) from None
+#: How deep a scenario's (or sweep's) arrays and tables may nest: the deepest key meshsim reads,
+#: machine.hot_regions, nests 2 below its section.
+MAX_DEPTH = 16
+#: The longest run.name: NAME.checkpoint.h5.part, the longest name a run writes, then fits the 255
+#: bytes a file system allows a file name.
+MAX_NAME_BYTES = 200
+#: The integers a scenario may hold: those of 64 bits (every integer key fits one).
+INT_RANGE = (-(2**63), 2**64 - 1)
+
+
+def _read_text(path, where: str, what: str = "scenario file") -> str:
+    """A scenario (or sweep) file's text: a regular file of at most files.LIMITS[what] bytes, in
+    UTF-8; InputError naming `where` otherwise."""
+    from .files import read_bounded
+
+    data = read_bounded(path, where, what)
     try:
         return data.decode("utf-8-sig")  # tolerate the byte-order mark some editors write
     except UnicodeDecodeError as e:
         raise InputError([f"{where}: not UTF-8 text (bad byte at offset {e.start})"]) from None
+
+
+def parse_toml(text: str, where: str) -> dict:
+    """The tables of a TOML text, within MAX_DEPTH levels and 64-bit integers; InputError naming
+    `where` and what is wrong otherwise (a TOML error, nesting deeper than Python's parser goes, an
+    integer of more digits than Python converts)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError([f"{where}: invalid TOML: {e}"]) from None
+    except RecursionError:
+        raise InputError([f"{where}: invalid TOML: arrays or tables nested too deep to read; a scenario nests at "
+                          f"most {MAX_DEPTH} levels"]) from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise InputError([f"{where}: invalid TOML: {str(e).splitlines()[0]}; a scenario's integers have at most 64 "
+                          "bits"]) from None
+    problems: list[str] = []
+    _check_bounds(raw, where, "", 0, problems)
+    if problems:
+        raise InputError(problems)
+    return raw
+
+
+def _bounds_problems(value) -> list:
+    problems: list[str] = []
+    _check_bounds(value, "", "", 0, problems)
+    return problems
+
+
+def _check_bounds(value, where: str, key: str, depth: int, problems: list) -> None:
+    """Problems of a parsed value nested deeper than MAX_DEPTH or holding an integer beyond 64 bits."""
+    if len(problems) >= 20:
+        return
+    if depth > MAX_DEPTH:
+        problems.append(f"{where}: {key}: nested more than {MAX_DEPTH} levels deep; no scenario key nests so deep")
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_bounds(v, where, f"{key}.{k}" if key else str(k), depth + 1, problems)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_bounds(v, where, f"{key}[{i}]", depth + 1, problems)
+    elif isinstance(value, int) and not isinstance(value, bool) and not INT_RANGE[0] <= value <= INT_RANGE[1]:
+        digits = len(str(abs(value)))
+        problems.append(f"{where}: {key} = an integer of {digits} digits: beyond 64 bits; no scenario key takes one "
+                        "so large")
 
 
 def _parse_override_items(items):
@@ -221,7 +273,9 @@ def _parse_value(text: str):
     """A TOML value if `text` is one, else the text itself as a bare string."""
     try:
         parsed = tomllib.loads("v = " + text)
-    except tomllib.TOMLDecodeError:
+    except (ValueError, RecursionError):  # not TOML (ValueError holds TOMLDecodeError), or beyond it
+        return text
+    if _bounds_problems(parsed):
         return text
     # A value with newlines could smuggle in more keys; only a single clean value counts.
     if list(parsed) != ["v"]:
@@ -558,10 +612,15 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
                                 "HDF5 trace, relative to the scenario file")
         else:
             resolved = _resolve_relative(get(trace), path)
-            if os.path.isdir(resolved):
-                add(trace, [wtype], f"is a folder, not a trace file ({resolved})")
-            elif not os.path.isfile(resolved):
+            try:
+                st = os.stat(resolved)
+            except OSError:
                 add(trace, [wtype], f"no such trace file (looked for {resolved})")
+            else:
+                if stat.S_ISDIR(st.st_mode):
+                    add(trace, [wtype], f"is a folder, not a trace file ({resolved})")
+                elif not stat.S_ISREG(st.st_mode):
+                    add(trace, [wtype], f"{resolved} is {kind_of(st.st_mode)}; a trace file must be a regular file")
 
     pat, warm, meas, cyc = "workload.pattern", "workload.warmup_cycles", "workload.measure_cycles", "run.cycles"
     if ok(wtype) and get(wtype) == "traffic":
@@ -598,6 +657,9 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
     name = "run.name"
     if ok(name) and (any(c in get(name) for c in "/\\\0") or get(name) in (".", "..")):
         add(name, [], "must be a plain file name, without / or \\")
+    elif ok(name) and len(get(name).encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        add(name, [], f"must be at most {MAX_NAME_BYTES} bytes long (its files, such as NAME.incomplete.h5.part, "
+                      "must fit a file name's 255)")
 
     return problems
 

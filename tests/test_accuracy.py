@@ -165,4 +165,4 @@ def test_a_scenario_path_is_read_beside_the_table_and_a_missing_table_is_named(t
     (row,) = evaluate([case])
     assert row["model"] >= 1 and row["error"] == pytest.approx(row["model"] / 2 - 1)
     assert main(["accuracy", "--no-shipped", "--table", str(tmp_path / "nope.csv")]) == 2
-    assert "nope.csv: cannot read the reference table" in capsys.readouterr().err
+    assert "nope.csv: no such reference table" in capsys.readouterr().err

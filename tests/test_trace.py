@@ -6,12 +6,20 @@ and the allowed range.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import h5py
 import numpy as np
 import pytest
 
 from meshsim.errors import InputError
-from meshsim.mesh.trace import MAX_LISTED, load_trace
+from meshsim.mesh.trace import COLUMNS, MAX_EVENTS, MAX_LISTED, load_trace
+
+ROOT = Path(__file__).resolve().parents[1]
 
 HEADER = "cycle,row,col,work_cycles\n"
 
@@ -257,3 +265,226 @@ def test_an_hdf5_trace_with_no_events_is_an_error(tmp_path):
     empty = np.zeros(0, dtype=np.int64)
     path = write_h5(tmp_path, cycle=empty, row=empty, col=empty, work_cycles=empty)
     assert problems_of(path) == [f"{path}: the trace holds no events"]
+
+
+# ---------------------------------------------------------------------------------------------
+# What a trace may be: a bounded regular file, and HDF5 datasets no larger than their storage
+# (docs/mesh.md, "Trace files")
+
+# Loads each trace path given in a fresh process, under an address-space limit of what the process
+# already uses plus 1 GiB: a trace that made meshsim allocate its declared size would fail there
+# with MemoryError rather than strain the machine. Prints one JSON line per path.
+CHILD = """
+import json, resource, sys
+import h5py, numpy
+from meshsim.errors import InputError
+from meshsim.mesh.trace import load_trace
+
+try:
+    with open("/proc/self/status") as f:
+        vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    resource.setrlimit(resource.RLIMIT_AS, (vm + 2**30, resource.getrlimit(resource.RLIMIT_AS)[1]))
+except (OSError, StopIteration, ValueError):  # no /proc: no limit (the test that needs it is skipped)
+    pass
+for path in sys.argv[1:]:
+    try:
+        print(json.dumps({"events": len(load_trace(path, 4, 5)[0])}), flush=True)
+    except InputError as e:
+        print(json.dumps({"problems": e.problems}), flush=True)
+"""
+
+
+def load_in_a_child(*paths):
+    """load_trace(path, 4, 5) of each path in a fresh, memory-limited process: its event count or its
+    problems. A load that blocks fails the test when the generous timeout ends instead of hanging it."""
+    p = subprocess.run([sys.executable, "-c", CHILD, *map(str, paths)], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert p.returncode == 0, p.stderr
+    return [json.loads(line) for line in p.stdout.splitlines()]
+
+
+def write_h5_with(tmp_path, name, make):
+    """An HDF5 trace whose dataset cycle is made by make(file, "cycle") and the others hold 4 good
+    events."""
+    path = tmp_path / name
+    with h5py.File(path, "w") as f:
+        make(f, "cycle")
+        for key in COLUMNS[1:]:
+            f[key] = np.ones(4, dtype=np.int64)
+    return path
+
+
+def unwritten(n, chunk=2**16):
+    return lambda f, key: f.create_dataset(key, shape=(n,), dtype=np.int64, chunks=(chunk,))
+
+
+def tiny_compressed(n, chunk=2**24):
+    """n events declared in deflate chunks of 16 stored bytes each: far beyond 1032:1."""
+    def make(f, key):
+        d = f.create_dataset(key, shape=(n,), dtype=np.int64, chunks=(chunk,), compression="gzip")
+        for start in range(0, n, chunk):
+            d.id.write_direct_chunk((start,), b"\0" * 16)
+    return make
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the address-space limit reads /proc")
+def test_hdf5_headers_declaring_billions_of_events_are_refused_without_allocating_them(tmp_path):
+    bomb = tmp_path / "bomb.h5"  # a few KB declaring 2^32 events per column, nothing written
+    with h5py.File(bomb, "w") as f:
+        for key in COLUMNS:
+            unwritten(2**32)(f, key)
+    packed = write_h5_with(tmp_path, "packed.h5", tiny_compressed(2**28))  # within MAX_EVENTS
+    assert bomb.stat().st_size < 10_000 and packed.stat().st_size < 100_000
+    bomb_result, packed_result = load_in_a_child(bomb, packed)
+    assert bomb_result["problems"] == [
+        f'{bomb}: dataset "{key}" declares 4,294,967,296 events (34,359,738,368 bytes); a trace may hold at most '
+        "268,435,456 events" for key in COLUMNS
+    ]
+    assert packed_result["problems"] == [
+        f'{packed}: dataset "cycle" declares 268,435,456 events (2,147,483,648 bytes), 2,147,483,648 bytes in whole '
+        "chunks, stored in 256 bytes of the file (compressed with deflate (gzip), at most 1,032:1); it may declare "
+        "at most 264,192 bytes"
+    ]
+    assert MAX_EVENTS == 2**28
+
+
+def test_a_trace_header_of_2_32_events_is_refused_by_validate_as_a_user_meets_it(tmp_path):
+    """meshsim validate on a scenario whose trace is such a file: exit 2, the problem, no traceback."""
+    with h5py.File(tmp_path / "bomb.h5", "w") as f:
+        for key in COLUMNS:
+            unwritten(2**32)(f, key)
+    (tmp_path / "tr.toml").write_text('[machine]\nrows = 4\ncols = 4\n[workload]\ntype = "trace"\n'
+                                      'trace_file = "bomb.h5"\n')
+    p = subprocess.run([sys.executable, "-m", "meshsim", "validate", "tr.toml"], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert ('bomb.h5: dataset "cycle" declares 4,294,967,296 events (34,359,738,368 bytes); a trace may hold at '
+            "most 268,435,456 events") in p.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_fifos_devices_and_links_to_them_are_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "fifo.csv")  # no writer ever opens it: opening it to read would block
+    os.mkfifo(tmp_path / "fifo.h5")
+    (tmp_path / "zero.h5").symlink_to("/dev/zero")
+    outside = write_h5_with(tmp_path, "outside.h5",
+                            lambda f, key: f.__setitem__(key, h5py.ExternalLink(str(tmp_path / "fifo.h5"), "/x")))
+    results = load_in_a_child(tmp_path / "fifo.csv", tmp_path / "fifo.h5", "/dev/zero", tmp_path / "zero.h5",
+                              outside)
+    assert results == [
+        {"problems": [f"{tmp_path / 'fifo.csv'}: is a FIFO (named pipe); a trace file must be a regular file"]},
+        {"problems": [f"{tmp_path / 'fifo.h5'}: is a FIFO (named pipe); a trace file must be a regular file"]},
+        {"problems": ["/dev/zero: is a character device; a trace file must be a regular file"]},
+        {"problems": [f"{tmp_path / 'zero.h5'}: is a character device; a trace file must be a regular file"]},
+        {"problems": [f'{outside}: "cycle" is a link to "/x" in another file ({tmp_path / "fifo.h5"}); a trace\'s '
+                      "datasets must be stored in the trace file itself"]},
+    ]
+
+
+def test_a_folder_given_as_the_trace_is_refused(tmp_path):
+    assert problems_of(tmp_path) == [f"{tmp_path}: is a folder; a trace file must be a regular file"]
+
+
+def test_hdf5_datasets_whose_chunks_or_bytes_are_not_written_are_refused(tmp_path):
+    chunked = write_h5_with(tmp_path, "chunked.h5", unwritten(2**20))
+    assert problems_of(chunked) == [
+        f'{chunked}: dataset "cycle" declares 1,048,576 events (8,388,608 bytes) in 16 chunks of which 0 are '
+        "written; every chunk a dataset declares must be written"
+    ]
+
+    def half_written(f, key):
+        f.create_dataset(key, shape=(2**20,), dtype=np.int64, chunks=(2**16,))[: 2**19] = 1
+
+    half = write_h5_with(tmp_path, "half.h5", half_written)
+    assert problems_of(half) == [
+        f'{half}: dataset "cycle" declares 1,048,576 events (8,388,608 bytes) in 16 chunks of which 8 are '
+        "written; every chunk a dataset declares must be written"
+    ]
+    contiguous = write_h5_with(tmp_path, "contiguous.h5",
+                               lambda f, key: f.create_dataset(key, shape=(2**20,), dtype=np.int64))
+    assert problems_of(contiguous) == [
+        f'{contiguous}: dataset "cycle" declares 1,048,576 events (8,388,608 bytes) but only 0 bytes of it are '
+        "written in the file; every byte a dataset declares must be written"
+    ]
+
+
+def test_hdf5_datasets_compressed_beyond_their_filters_ratio_or_with_unbounded_filters_are_refused(tmp_path):
+    packed = write_h5_with(tmp_path, "packed.h5", tiny_compressed(2**20, chunk=2**20))
+    assert problems_of(packed) == [
+        f'{packed}: dataset "cycle" declares 1,048,576 events (8,388,608 bytes), 8,388,608 bytes in whole chunks, '
+        "stored in 16 bytes of the file (compressed with deflate (gzip), at most 1,032:1); it may declare at most "
+        "16,512 bytes"
+    ]
+    scaled = write_h5_with(tmp_path, "scaled.h5",
+                           lambda f, key: f.create_dataset(key, data=np.zeros(4, dtype=np.int64), scaleoffset=0))
+    assert problems_of(scaled) == [
+        f'{scaled}: dataset "cycle" declares 4 events (32 bytes) compressed with scaleoffset, which has no small '
+        "bound on its compression ratio; a trace's datasets may use only the filters deflate (gzip), lzf, shuffle, "
+        "fletcher32 and nbit"
+    ]
+
+
+def test_hdf5_datasets_kept_in_other_files_are_refused(tmp_path):
+    other = write_h5(tmp_path, "other.h5", x=np.zeros(4, dtype=np.int64))
+    linked = write_h5_with(tmp_path, "linked.h5",
+                           lambda f, key: f.__setitem__(key, h5py.ExternalLink(str(other), "/x")))
+    assert problems_of(linked) == [
+        f'{linked}: "cycle" is a link to "/x" in another file ({other}); a trace\'s datasets must be stored in the '
+        "trace file itself"
+    ]
+
+    def through(f, key):
+        f["elsewhere"] = h5py.ExternalLink(str(other), "/x")
+        f[key] = h5py.SoftLink("/elsewhere")
+
+    soft = write_h5_with(tmp_path, "soft.h5", through)
+    assert problems_of(soft) == [
+        f'{soft}: "cycle" is a soft link to "/elsewhere", which passes through another link; a trace\'s datasets '
+        "must be stored in the trace file itself, as a dataset or a soft link through groups"
+    ]
+    external = write_h5_with(tmp_path, "external.h5", lambda f, key: f.create_dataset(
+        key, shape=(4,), dtype=np.int64, external=[(str(other), 0, 32)]))
+    assert problems_of(external) == [
+        f'{external}: dataset "cycle" declares 4 events (32 bytes) stored in external files; a trace\'s datasets '
+        "must be stored in the trace file itself"
+    ]
+
+
+def test_compressed_chunked_compact_and_soft_linked_hdf5_traces_still_load(tmp_path):
+    """What h5py writes, in every layout and filter allowed, loads as before."""
+    n = 100_003  # an edge chunk not full
+    rng = np.random.default_rng(1)
+    data = {"cycle": rng.integers(0, 50, n), "row": rng.integers(0, 4, n), "col": rng.integers(0, 5, n),
+            "work_cycles": rng.integers(1, 9, n).astype(np.uint16)}
+    expected = load_trace(write_h5(tmp_path, "plain.h5", **data), 4, 5)
+    layouts = {
+        "gzip": dict(compression="gzip", shuffle=True, fletcher32=True, chunks=(4096,)),
+        "lzf": dict(compression="lzf", chunks=(10_000,)),
+        "chunked": dict(chunks=(30_000,), maxshape=(None,)),
+    }
+    for label, options in layouts.items():
+        path = tmp_path / f"{label}.h5"
+        with h5py.File(path, "w", userblock_size=512 if label == "gzip" else 0) as f:
+            for key, value in data.items():
+                f.create_dataset(key, data=value, **options)
+        assert all(np.array_equal(a, b) for a, b in zip(load_trace(path, 4, 5), expected, strict=True)), label
+
+    small = {key: value[:100] for key, value in data.items()}
+    compact = tmp_path / "compact.h5"
+    with h5py.File(compact, "w") as f:
+        for key, value in small.items():
+            space = h5py.h5s.create_simple(value.shape)
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_layout(h5py.h5d.COMPACT)
+            tid = h5py.h5t.py_create(value.dtype)
+            h5py.h5d.create(f.id, key.encode(), tid, space, dcpl=dcpl).write(h5py.h5s.ALL, h5py.h5s.ALL,
+                                                                               np.ascontiguousarray(value))
+        assert f["cycle"].id.get_create_plist().get_layout() == h5py.h5d.COMPACT
+    soft = tmp_path / "soft.h5"
+    with h5py.File(soft, "w") as f:
+        for key, value in small.items():
+            f[f"events/{key}"] = value
+            f[key] = h5py.SoftLink(f"/events/{key}")
+    expected_small = load_trace(write_h5(tmp_path, "small.h5", **small), 4, 5)
+    for path in (compact, soft):
+        assert all(np.array_equal(a, b) for a, b in zip(load_trace(path, 4, 5), expected_small, strict=True)), path

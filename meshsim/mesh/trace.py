@@ -8,6 +8,12 @@ naming the file, the line (CSV) or index (HDF5), the column, the bad value and w
 CSV: a header line with exactly the columns cycle,row,col,work_cycles in any order, then one event
 per line; blank lines and lines starting with # are ignored. HDF5 (.h5, .hdf5): 1-D integer datasets
 cycle, row, col and work_cycles of equal length at the file's root.
+
+A trace file is a regular file of at most 2 GiB (meshsim.files, "trace file"). An HDF5 trace's
+datasets are checked before any is read (docs/mesh.md, "Trace files"): each holds at most MAX_EVENTS
+events, lives in the trace file itself, and declares no more bytes than its storage in the file
+can hold (times the best ratio of its compression filters), so a small file cannot make meshsim
+allocate much more memory than the file's size.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import files
 from ..errors import InputError
 
 COLUMNS = ("cycle", "row", "col", "work_cycles")
@@ -28,6 +35,23 @@ MAX_WORK_CYCLES = 65535
 _INT64_MAX = np.iinfo(np.int64).max
 _INTEGER = re.compile(r"[+-]?[0-9]+\Z")
 _CHUNK_LINES = 1 << 16
+
+#: The most events a trace may hold: what the largest CSV trace (2 GiB of 8-byte lines such as
+#: "0,0,0,1") can hold. An HDF5 trace's datasets are checked against it before they are read.
+MAX_EVENTS = 2**28
+
+#: The best compression ratio (uncompressed bytes per stored byte) each HDF5 filter can reach, by
+#: filter id; a filter not listed is refused. deflate (gzip): 258 bytes per match of 2 bits at best,
+#: 1032:1. lzf: a back-reference of 3 bytes copies at most 264, 88:1. shuffle and fletcher32 do not
+#: shrink data. nbit (None here): at least one bit per value, 8 x the item size. Others (szip,
+#: scaleoffset, plugins) have no small bound, or none at all (scaleoffset stores a chunk of equal
+#: values in a few bytes).
+FILTER_RATIOS = {1: 1032, 32000: 88, 2: 1, 3: 1, 5: None}
+_FILTER_NAMES = {1: "deflate (gzip)", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit", 6: "scaleoffset",
+                 32000: "lzf"}
+
+#: The most bytes a compact dataset holds (HDF5 keeps it in its object header, of at most 64 KiB).
+COMPACT_MAX_BYTES = 64 * 1024
 
 
 def load_trace(path, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -41,10 +65,6 @@ def load_trace(path, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.n
     Raises InputError listing the problems (file, line or index, column, value, allowed range).
     """
     where = str(path)
-    if not os.path.exists(path):
-        raise InputError([f"{where}: no such trace file"])
-    if os.path.isdir(path):
-        raise InputError([f"{where}: is a folder, not a trace file"])
     bounds = {
         "cycle": (0, _INT64_MAX, "must be an integer >= 0 and < 2^63"),
         "row": (0, rows - 1, f"must be an integer in [0, {rows - 1}] (machine.rows = {rows})"),
@@ -98,10 +118,7 @@ def load_trace(path, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.n
 
 def _read_csv(path, where: str, allowed: dict[str, str]):
     """Columns {name: (int64 values, overflow mask, raw values)}, position(i), parse problems."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise InputError([f"{where}: cannot read trace file: {e.strerror or e}"]) from None
+    data = files.read_bounded(path, where, "trace file")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -284,6 +301,7 @@ def _read_hdf5(path, where: str):
     """Columns {name: (int64 values, overflow mask, raw values)}, position(i), parse problems."""
     import h5py  # Imported here so CSV traces and scenario checks do not pay for it.
 
+    checked = files.check_regular(path, where, "trace file")  # before h5py opens it: no FIFO or device
     try:
         f = h5py.File(path, "r")
     except OSError as e:
@@ -291,12 +309,14 @@ def _read_hdf5(path, where: str):
     problems = []
     arrays = {}
     with f:
+        file_size = _opened_size(f, checked, where)
+        datasets = {}
         for name in COLUMNS:
-            if name not in f:
-                problems.append(
-                    f'{where}: missing dataset "{name}"; a trace needs the 1-D integer '
-                    f"datasets {', '.join(COLUMNS)}"
-                )
+            # The link is looked at before the object is opened: opening an external link would
+            # open another file, unchecked.
+            problem = _link_problem(f, name, where)
+            if problem:
+                problems.append(problem)
                 continue
             obj = f[name]
             if not isinstance(obj, h5py.Dataset):
@@ -310,7 +330,17 @@ def _read_hdf5(path, where: str):
                     f'{where}: dataset "{name}" has type {obj.dtype}; it must hold integers'
                 )
                 continue
-            arrays[name] = obj[()]
+            problem = _size_problem(obj, name, where, file_size)
+            if problem:
+                problems.append(problem)
+                continue
+            datasets[name] = obj
+        if not problems:
+            for name, obj in datasets.items():
+                try:
+                    arrays[name] = obj[()]
+                except OSError as e:
+                    raise InputError([f'{where}: cannot read dataset "{name}" ({e})']) from None
     if not problems:
         lengths = {name: len(a) for name, a in arrays.items()}
         if len(set(lengths.values())) > 1:
@@ -328,6 +358,126 @@ def _read_hdf5(path, where: str):
             values = np.where(overflow, np.uint64(0), a).astype(np.int64)
         else:
             overflow = np.zeros(len(a), dtype=bool)
-            values = a.astype(np.int64)
+            values = a.astype(np.int64, copy=False)
         columns[name] = (values, overflow, a)
     return columns, (lambda i: f"index {i}"), []
+
+
+def _opened_size(f, checked, where: str) -> int:
+    """The size of the file h5py opened, which must be the regular file checked before."""
+    try:
+        st = os.fstat(f.id.get_vfd_handle())
+    except (OSError, ValueError, TypeError):  # a driver without a descriptor: the checked stat
+        return checked.st_size
+    if (st.st_dev, st.st_ino) != (checked.st_dev, checked.st_ino):
+        raise InputError([f"{where}: was replaced while it was opened; a trace file must stay as it is while "
+                          "meshsim reads it"])
+    limit = files.LIMITS["trace file"]
+    if st.st_size > limit:
+        raise InputError([f"{where}: {st.st_size:,} bytes; a trace file may be at most {files.size_text(limit)}"])
+    return st.st_size
+
+
+def _link_problem(f, name: str, where: str) -> str | None:
+    """Why the root's link `name` cannot be a trace dataset (missing, a link to another file, or a
+    soft link through anything but hard links), or None. Nothing is opened on the way."""
+    import h5py
+
+    def link_type(group_id, part: str):
+        part = part.encode()
+        return group_id.links.get_info(part).type if group_id.links.exists(part) else None
+
+    needs = f"a trace needs the 1-D integer datasets {', '.join(COLUMNS)}"
+    elsewhere = "a trace's datasets must be stored in the trace file itself"
+    kind = link_type(f.id, name)
+    if kind is None:
+        return f'{where}: missing dataset "{name}"; {needs}'
+    if kind == h5py.h5l.TYPE_HARD:
+        return None
+    if kind == h5py.h5l.TYPE_EXTERNAL:
+        filename, target = (b.decode(errors="replace") for b in f.id.links.get_val(name.encode()))
+        return f'{where}: "{name}" is a link to "{target}" in another file ({filename}); {elsewhere}'
+    if kind != h5py.h5l.TYPE_SOFT:
+        return f'{where}: "{name}" is a user-defined link; {elsewhere}'
+    target = f.id.links.get_val(name.encode()).decode(errors="replace")
+    parts = [p for p in target.split("/") if p and p != "."]
+    group = f.id
+    for k, part in enumerate(parts):
+        kind = link_type(group, part)
+        if kind is None:
+            return f'{where}: "{name}" is a soft link to "{target}", which is missing; {needs}'
+        if kind != h5py.h5l.TYPE_HARD:
+            return (f'{where}: "{name}" is a soft link to "{target}", which passes through another link; '
+                    f"{elsewhere}, as a dataset or a soft link through groups")
+        if k < len(parts) - 1:
+            inner = f["/" + "/".join(parts[:k + 1])]  # hard links only so far: in this file
+            if not isinstance(inner, h5py.Group):
+                return f'{where}: "{name}" is a soft link to "{target}", which is missing; {needs}'
+            group = inner.id
+    return None
+
+
+def _size_problem(obj, name: str, where: str, file_size: int) -> str | None:
+    """Why reading the dataset `obj` could ask for more memory than its file holds, or None
+    (docs/mesh.md, "Trace files")."""
+    import h5py
+
+    n = int(obj.shape[0])
+    itemsize = obj.dtype.itemsize
+    declared = n * itemsize
+    says = f'{where}: dataset "{name}" declares {n:,} events ({declared:,} bytes)'
+    if n > MAX_EVENTS:
+        return f"{says}; a trace may hold at most {MAX_EVENTS:,} events"
+    dsid = obj.id
+    dcpl = dsid.get_create_plist()
+    layout = dcpl.get_layout()
+    elsewhere = "a trace's datasets must be stored in the trace file itself"
+    if layout == h5py.h5d.VIRTUAL:
+        return f"{says} as a virtual dataset, whose data lies in other datasets or files; {elsewhere}"
+    if dcpl.get_external_count() > 0:
+        return f"{says} stored in external files; {elsewhere}"
+    storage = int(dsid.get_storage_size())
+    if layout == h5py.h5d.COMPACT:
+        if declared > COMPACT_MAX_BYTES:
+            return f"{says} as a compact dataset; a compact dataset holds at most {COMPACT_MAX_BYTES:,} bytes"
+        return None
+    if layout == h5py.h5d.CONTIGUOUS:
+        if declared == 0:
+            return None
+        offset = dsid.get_offset()
+        if offset is None or storage < declared:
+            return (f"{says} but only {storage:,} bytes of it are written in the file; every byte a dataset "
+                    "declares must be written")
+        end = offset + storage  # the offset is the file's own, user block included
+        if end > file_size:
+            return (f"{says} stored at bytes {offset:,} to {end:,}, beyond the end of the file "
+                    f"({file_size:,} bytes); a dataset's bytes must lie within the file")
+        return None
+    if layout != h5py.h5d.CHUNKED:
+        return f"{says} in an unknown storage layout ({layout}); {elsewhere}, contiguous, chunked or compact"
+    chunk = int(dcpl.get_chunk()[0])
+    n_chunks = -(-n // chunk)
+    written = int(dsid.get_num_chunks()) if n_chunks else 0
+    if written < n_chunks:
+        return (f"{says} in {n_chunks:,} chunks of which {written:,} are written; every chunk a dataset "
+                "declares must be written")
+    ratio, names = 1, []
+    for i in range(dcpl.get_nfilters()):
+        code = dcpl.get_filter(i)[0]
+        label = _FILTER_NAMES.get(code, f"filter {code}")
+        if code not in FILTER_RATIOS:
+            allowed = [_FILTER_NAMES[c] for c in FILTER_RATIOS]
+            return (f"{says} compressed with {label}, which has no small bound on its compression ratio; a "
+                    f"trace's datasets may use only the filters {', '.join(allowed[:-1])} and {allowed[-1]}")
+        bound = FILTER_RATIOS[code]
+        ratio *= 8 * itemsize if bound is None else bound
+        names.append(label)
+    if storage > file_size:
+        return (f"{says} whose chunks claim {storage:,} bytes, more than the file's {file_size:,}; a dataset's "
+                "bytes must lie within the file")
+    whole = n_chunks * chunk * itemsize  # what its chunks hold decompressed, an edge chunk in full
+    if whole > storage * ratio:
+        how = f"compressed with {' and '.join(names)}, at most {ratio:,}:1" if names else "uncompressed"
+        return (f"{says}, {whole:,} bytes in whole chunks, stored in {storage:,} bytes of the file ({how}); it may "
+                f"declare at most {storage * ratio:,} bytes")
+    return None
