@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import h5py
@@ -22,10 +23,10 @@ import numpy as np
 import pytest
 from conftest import assert_same_results
 
-from meshsim.checkpoint import checkpoint_path
+from meshsim.checkpoint import checkpoint_path, state_digest
 from meshsim.cli import main
 from meshsim.errors import InputError
-from meshsim.output import incomplete_path
+from meshsim.output import incomplete_path, plain
 from meshsim.run import RunInterrupted, resume_run, run_scenario
 from meshsim.scenario import load_scenario
 
@@ -298,8 +299,8 @@ def test_what_cannot_resume_is_a_clear_error_that_leaves_the_file_as_it_was(tmp_
     out = _stopped(tmp_path)
     inc = incomplete_path(out)
     before = inc.read_bytes()
-    assert "takes no a scenario" in _error(capsys, "--resume", inc, SC / "smoke.toml")
-    assert "takes no -o" in _error(capsys, "--resume", inc, "-o", tmp_path / "x.h5")
+    assert "give no scenario file with it" in _error(capsys, "--resume", inc, SC / "smoke.toml")
+    assert "give no -o with it" in _error(capsys, "--resume", inc, "-o", tmp_path / "x.h5")
     assert "give a scenario file, or --resume" in _error(capsys)
     assert "no such result file" in _error(capsys, "--resume", tmp_path / "none.incomplete.h5")
     # a checkpoint of another run of the same name
@@ -422,20 +423,33 @@ def test_a_run_still_going_is_neither_resumed_nor_replaced(tmp_path):
     assert out.exists() and not (tmp_path / "r.lock").exists()
 
 
+@contextmanager
+def _edited_and_signed(ck):
+    """The checkpoint `ck` opened for editing, then given the digest of what it holds after the
+    edit: a checkpoint whole in itself that disagrees with its file."""
+    with h5py.File(ck, "r+") as f:
+        yield f
+    with h5py.File(ck, "r+") as f:
+        attrs = {k: plain(v) for k, v in f.attrs.items()}
+        lengths = {k: int(v) for k, v in f["lengths"].attrs.items()}
+        arrays = {k: ds[()] for k, ds in f["state"].items()}
+        f.attrs["state_sha256"] = state_digest(attrs, lengths, plain(f["state"].attrs["values"]), arrays)
+
+
 def test_a_resume_that_fails_while_copying_leaves_the_file_and_its_checkpoint_as_they_were(tmp_path, capsys):
     out = _stopped(tmp_path, calls=5)
     inc, ck = incomplete_path(out), checkpoint_path(out)
     before, saved = inc.read_bytes(), ck.read_bytes()
     # a checkpoint that counts more rows than the file holds, then one without an array of the state
-    with h5py.File(ck, "r+") as f:
+    with _edited_and_signed(ck) as f:
         f["lengths"].attrs["series/busy"] = np.int64(10**6)
     assert "series/busy holds 200 rows and its checkpoint counts 1000000" in _error(capsys, "--resume", inc)
     ck.write_bytes(saved)
-    with h5py.File(ck, "r+") as f:
+    with _edited_and_signed(ck) as f:
         del f["state/state.q_len"]
     assert "checkpoint array state.q_len: missing" in _error(capsys, "--resume", inc)
     ck.write_bytes(saved)
-    with h5py.File(ck, "r+") as f:
+    with _edited_and_signed(ck) as f:
         f.attrs["cycles_done"] = np.int64(10**6)
     assert "the file was replaced by an older one" in _error(capsys, "--resume", inc)
     ck.write_bytes(b"not a checkpoint")
@@ -456,10 +470,12 @@ def test_a_checkpoint_that_cannot_be_written_is_a_warning_and_the_run_goes_on(tm
     import errno
 
     import meshsim.checkpoint
+    import meshsim.run
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(meshsim.checkpoint, "write", full)
+    monkeypatch.setattr(meshsim.run, "CHECKPOINT_BYTES_PER_SECOND", float("inf"))  # one due at every flush
     out = tmp_path / "r.h5"
     res = run_scenario(_scenario("hotspot_stealing", ["run.cycles=300"]), out, threads=1, progress=False)
     assert res.path == out and out.exists()
