@@ -1,8 +1,10 @@
 """Command line: `python -m meshsim` and the `meshsim` script (docs/design.md, "Command line").
 
 A thin layer over the library. Problems with what the user gave (scenario, overrides, trace,
-result file) print one line each and exit with status 2, no traceback; a bug keeps its traceback
-(exit 1); an interrupted run exits with 130 and names its incomplete file.
+result file) print one line each and exit with status 2, no traceback; a run its surroundings
+stopped (a write that failed: a full disk, an I/O error) says what failed, what was kept and how to
+go on, and exits with status 1, no traceback; a bug keeps its traceback (exit 1); an interrupted
+run exits with 130 and names its incomplete file.
 
 The commands that take a scenario (run, validate, roofline) read their options and their
 `section.key=value` overrides in any order: `run S.toml -o R.h5 a.b=1` is `run S.toml a.b=1 -o R.h5`.
@@ -22,7 +24,7 @@ import select
 import sys
 
 from . import __version__
-from .errors import InputError
+from .errors import InputError, RunFailed
 
 
 def _cmd_run(args) -> int:
@@ -34,11 +36,11 @@ def _cmd_run(args) -> int:
     if args.resume is not None:
         from .run import resume_run
 
-        given = [what for what, v in (("a scenario", args.scenario), ("overrides", args.overrides),
+        given = [what for what, v in (("scenario file", args.scenario), ("overrides", args.overrides),
                                       ("-o", args.output)) if v]
         if given:
-            raise InputError(f"--resume {args.resume}: takes no {' or '.join(given)}: a resumed run goes on with the "
-                             "scenario and the result path in its file")
+            raise InputError(f"--resume {args.resume}: give no {' and no '.join(given)} with it: a resumed run goes "
+                             "on with the scenario and the result path in its file")
         res = resume_run(args.resume, threads=args.threads, progress=progress)
     elif args.scenario is None:
         raise InputError("run: give a scenario file, or --resume RESULT.incomplete.h5")
@@ -448,6 +450,10 @@ def _main(argv) -> int:
         for line in e.problems:
             print(f"meshsim: error: {line}", file=sys.stderr)
         return 2
+    except RunFailed as e:  # the run's surroundings failed it (a full disk): what was kept, how to go on
+        for i, line in enumerate(e.lines):
+            print(f"meshsim: {'error: ' if i == 0 else ''}{line}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("meshsim: interrupted", file=sys.stderr)
         return 130

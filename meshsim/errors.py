@@ -23,6 +23,30 @@ class InputError(Exception):
         super().__init__("\n".join(self.problems))
 
 
+class WriteFailed(Exception):
+    """A write of a run's files failed (a full disk, an I/O error, a file-size limit) or the file
+    was taken away while the run wrote it: `why` says what failed, in the system's words. The run
+    loop turns it into RunFailed, which says what was kept."""
+
+    def __init__(self, why: str, errno: int | None = None, vanished: bool = False):
+        self.why = why
+        self.errno = errno
+        self.vanished = vanished
+        super().__init__(why)
+
+
+class RunFailed(Exception):
+    """A run that stopped because of its surroundings, not its input nor a bug in meshsim: what
+    failed, what was kept and how to go on, one line each. The command line prints them and exits
+    with status 1, without a traceback."""
+
+    def __init__(self, lines):
+        if isinstance(lines, str):
+            lines = [lines]
+        self.lines = list(lines)
+        super().__init__("\n".join(self.lines))
+
+
 def closest(word: str, candidates, cutoff: float = 0.6) -> str | None:
     """The candidate the user most likely meant, or None."""
     candidates = list(candidates)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from . import __version__, files
 from . import machine as machines
 from .errors import InputError
 from .output import open_result_file, plain
@@ -177,14 +177,16 @@ def export(path, fmt: str = "perfetto", out=None, *, points: int = DEFAULT_POINT
             "li": summary.get("li"),
         }),
     }
+    files.check_target(target, "trace")
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w") as fh:
+        with files.open_text_new(tmp) as fh:
             json.dump(doc, fh, separators=(",", ":"), allow_nan=False)
-        os.replace(tmp, target)
+        files.replace(tmp, target)
+    except OSError as e:
+        raise InputError(f"-o {target}: cannot write the trace ({e.strerror or e})") from None
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        files.remove(tmp)
     return target
 
 

@@ -31,15 +31,16 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import shutil
+import re
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import h5py
 import numpy as np
 
-from . import __version__
-from .errors import InputError
+from . import __version__, files
+from .errors import InputError, WriteFailed
 
 SCHEMA_VERSION = 1
 
@@ -58,9 +59,19 @@ def part_path(path: Path) -> Path:
     return path.with_name(path.name + ".part")
 
 
+def lock_path(final: Path) -> Path:
+    """The lock a run to `final` (NAME.h5) holds while it goes: NAME.lock."""
+    return final.with_name(final.stem + ".lock")
+
+
 def open_result_file(path) -> h5py.File:
     """A result file opened for reading: a finished or interrupted run's as any HDF5 file, a killed
-    run's (still marked open for writing by HDF5) through SWMR's reader."""
+    run's (still marked open for writing by HDF5) through SWMR's reader. OSError for anything but
+    a regular file (a FIFO would block the open, a device be read without end)."""
+    try:
+        files.check_regular(path, str(path), "result file")
+    except InputError as e:
+        raise OSError(e.problems[0]) from None
     try:
         return h5py.File(path, "r")
     except OSError as first:
@@ -91,8 +102,11 @@ def read_provisional(f: h5py.File) -> dict | None:
 
 def open_result(path: Path, scenario, machine: str, threads: int, cycles_requested: int) -> h5py.File:
     """A new result file at `path` with the root attributes of docs/design.md, "Result files", marked
-    incomplete (the writer sets cycles_done and complete as the run goes)."""
-    f = h5py.File(path, "w", libver=LIBVER)
+    incomplete (the writer sets cycles_done and complete as the run goes). A regular file left at
+    `path` (a killed run's) is replaced; anything else there is refused (meshsim.files)."""
+    files.check_target(path)
+    files.remove(path)
+    f = h5py.File(path, "x", libver=LIBVER)  # a new file, never written through a link
     a = f.attrs
     a["schema_version"] = SCHEMA_VERSION
     a["meshsim_version"] = __version__
@@ -121,7 +135,7 @@ class RunLock:
 
     def __init__(self, final: Path):
         self.final = Path(final)
-        self.path = self.final.with_name(self.final.stem + ".lock")
+        self.path = lock_path(self.final)
         self.fd = None
 
     def acquire(self) -> RunLock:
@@ -131,25 +145,22 @@ class RunLock:
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = files.open_for_lock(self.path, "run lock")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 os.close(fd)
                 raise InputError(f"{self.final}: another run is writing it now (it holds {self.path.name}); wait "
                                  "for it to end, or write elsewhere with -o") from None
-            try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:  # not a lock file its holder removed as this one opened it
+            if files.same_file(self.path, fd):  # not a lock file its holder removed as this one opened it
                 self.fd = fd
                 return self
             os.close(fd)
 
     def release(self) -> None:
         if self.fd is not None:
-            self.path.unlink(missing_ok=True)
+            if files.same_file(self.path, self.fd):
+                files.remove(self.path)
             os.close(self.fd)
             self.fd = None
 
@@ -215,9 +226,13 @@ class ResultFile:
                  compression_level: int):
         self.final_path = Path(final_path)
         self.path = incomplete_path(self.final_path)
+        self.scenario_path = str(scenario.path or "")
         self.part = part_path(self.path)
         self.comp = dict(compression="gzip", compression_opts=compression_level) if compression_level > 0 else {}
         self.finished = False
+        self.broken = False  # a write failed: the file is closed without writing more
+        self.flushed_cycle = None  # cycles_done at the last flush that reached the file
+        self.checkpoint_cycle = None  # cycles_done of the checkpoint beside the file
         self.state = "building"  # then "running" (SWMR, at self.path), then "finishing" (a copy at self.part)
         self._slot = 0
         self._appendable = None
@@ -295,8 +310,10 @@ class ResultFile:
             self.finished = True
             try:
                 self.f.close()
+            except (OSError, RuntimeError):
+                discard(self.f)
             finally:
-                self.part.unlink(missing_ok=True)
+                files.remove(self.part)
             if isinstance(e, OSError):
                 raise InputError(f"{self.final_path}: cannot write the result ({e.strerror or e})") from None
             raise
@@ -310,7 +327,7 @@ class ResultFile:
                              "finishes or is interrupted")
         self.f.flush()
         self.f.swmr_mode = True
-        os.replace(self.part, self.path)
+        files.replace(self.part, self.path)
         self.state = "running"
 
     def flush(self, cycles_done: int, summary: dict | None = None) -> None:
@@ -320,6 +337,7 @@ class ResultFile:
             self.f.attrs["cycles_done"] = np.int64(cycles_done)
             self.f.flush()
             return
+        self._check_still_there()
         self.f.flush()
         if summary is not None:
             text = json.dumps({"cycles_done": int(cycles_done),
@@ -333,6 +351,15 @@ class ResultFile:
             self._slot ^= 1
         self.f.attrs.modify("cycles_done", np.int64(cycles_done))
         self.f.flush()
+        self.flushed_cycle = int(cycles_done)
+
+    def _check_still_there(self) -> None:
+        """WriteFailed if the file's name no longer leads to the file being written (removed, renamed
+        away or replaced while the run goes): its data would be lost with it."""
+        if not files.same_file(self.path, self.f.id.get_vfd_handle()):
+            self.broken = True
+            raise WriteFailed(f"{self.path.name} was removed, renamed or replaced while the run wrote it",
+                              vanished=True)
 
     def write_summary(self, summary: dict) -> None:
         """The run's figures as attributes of /summary (replacing those written before), when it
@@ -346,18 +373,19 @@ class ResultFile:
         it, which `finish` puts in its place."""
         if self.state != "running":
             return
+        self._check_still_there()
         names = _handles(self)
         self.f.close()
         self.state = "finishing"  # from here, a failure removes the copy and keeps the flushed file
         try:
-            shutil.copyfile(self.path, self.part)
+            files.copy_new(self.path, self.part)
             self.f = h5py.File(self.part, "r+", libver=LIBVER)
-        except OSError as e:
+        except (OSError, InputError) as e:
             self.finished = True
-            self.part.unlink(missing_ok=True)
-            raise InputError(f"{self.final_path}: the run could not be finished: copying {self.path} to write its "
-                             f"totals failed ({e.strerror or e}; the copy needs as much free space as the file); "
-                             "the file is kept as of its last flush") from None
+            files.remove(self.part)
+            why = e.problems[0] if isinstance(e, InputError) else system_words(e)
+            raise WriteFailed(f"copying it to {self.part.name} to write the run's totals failed ({why})",
+                              errno=getattr(e, "errno", None)) from None
         _rebind(self, names)
 
     def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
@@ -373,16 +401,18 @@ class ResultFile:
         self.finished = True
         target = self.final_path if complete else self.path
         try:
-            os.replace(self.part, target)
-        except OSError as e:
-            raise InputError(f"{target}: the run's file is written in {self.part} but it could not be renamed "
-                             f"({e.strerror or e})") from None
+            files.replace(self.part, target)
+        except (OSError, InputError) as e:
+            files.remove(self.part)
+            why = e.problems[0] if isinstance(e, InputError) else system_words(e)
+            raise WriteFailed(f"renaming the finished copy {self.part.name} to {target.name} failed ({why})",
+                              errno=getattr(e, "errno", None)) from None
         if complete:
             try:
-                self.path.unlink(missing_ok=True)
+                files.remove(self.path)
             except OSError as e:
-                raise InputError(f"{target}: the run is complete, but {self.path} could not be removed "
-                                 f"({e.strerror or e})") from None
+                raise WriteFailed(f"the run is complete in {target}, but {self.path} could not be removed "
+                                  f"({system_words(e)})", errno=e.errno) from None
         return target
 
     def close_incomplete(self) -> Path:
@@ -392,11 +422,31 @@ class ResultFile:
             return self.path
         self.finished = True
         try:
-            self.f.close()
+            if self.broken:
+                discard(self.f)  # writes failed: HDF5 must not write again on close
+            else:
+                self.f.close()
         finally:
-            if self.state != "running" and self.part.exists():
-                self.part.unlink()  # the layout alone, or a copy being finished
+            if self.state != "running":
+                files.remove(self.part)  # the layout alone, or a copy being finished
         return self.path
+
+    @contextmanager
+    def writing(self, what: str = "writing the result"):
+        """Turn a failed write inside (a full disk, an I/O error, a file-size limit: an OSError, or
+        the RuntimeError h5py raises when HDF5's write fails) into WriteFailed, and mark the file so
+        that closing it writes nothing more (the file on disk stays as last flushed)."""
+        try:
+            yield
+        except WriteFailed:
+            self.broken = True
+            raise
+        except (OSError, RuntimeError) as e:
+            words = system_words(e)
+            if words is None:
+                raise
+            self.broken = True
+            raise WriteFailed(f"{what} failed ({words})", errno=getattr(e, "errno", None) or _errno_of(e)) from None
 
     def __enter__(self):
         if self.state == "building":
@@ -407,6 +457,49 @@ class ResultFile:
         if exc_type is not None:
             self.close_incomplete()
         return False
+
+
+_H5_ERRNO = re.compile(r"errno = (\d+), error message = '([^']*)'")
+
+
+def system_words(e: BaseException) -> str | None:
+    """The system's words for a failed write (an OSError's, or those HDF5 puts in the RuntimeError
+    h5py raises: "errno = 28, error message = 'No space left on device'"), or None when `e` is
+    not a failed write."""
+    if isinstance(e, OSError) and e.errno is not None:
+        return e.strerror or str(e)
+    if isinstance(e, (OSError, RuntimeError)):  # h5py's: the system's error is in HDF5's text, if anywhere
+        m = _H5_ERRNO.search(str(e))
+        if m:
+            return m.group(2)
+        if "write failed" in str(e) or "file write" in str(e):
+            return str(e).splitlines()[0]
+    return None
+
+
+def _errno_of(e: BaseException) -> int | None:
+    m = _H5_ERRNO.search(str(e))
+    return int(m.group(1)) if m else None
+
+
+def discard(f: h5py.File) -> None:
+    """Close an HDF5 file whose writes failed without writing to it again: its descriptor is first
+    pointed at the null device, so what HDF5 writes while closing goes nowhere, and the file on disk
+    stays as its last successful flush left it (closing it plainly fails again and leaves HDF5 to
+    crash the process at exit)."""
+    try:
+        fd = f.id.get_vfd_handle()
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+    except (OSError, ValueError, TypeError, RuntimeError):  # closed already, or a driver without a descriptor
+        pass
+    try:
+        f.close()
+    except (OSError, ValueError, RuntimeError):
+        pass
 
 
 def _handles(writer) -> list:

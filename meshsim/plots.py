@@ -11,6 +11,7 @@ frames, so a full-wafer, 10,000-cycle run draws in seconds.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -43,7 +44,10 @@ def _check_format(fmt: str) -> None:
 
 def _folder(out) -> Path:
     """The output folder, made if need be; InputError if it cannot be."""
+    from .files import check_folder
+
     out = Path(out)
+    check_folder(out, "figures' folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -52,9 +56,9 @@ def _folder(out) -> Path:
 
 
 def _save(fig: Figure, out: Path, name: str, fmt: str) -> Path:
-    path = _folder(out) / f"{name}.{fmt}"
-    fig.savefig(path, dpi=110)
-    return path
+    """The figure as `out/name.fmt`: drawn into a new file beside it, then renamed over a regular
+    file or nothing (meshsim.files: never into a device, a FIFO or through a link)."""
+    return _saved(_folder(out) / f"{name}.{fmt}", lambda p: fig.savefig(p, dpi=110, format=fmt))
 
 
 def _title(f) -> str:
@@ -144,12 +148,27 @@ def animation(path, out, fmt: str = "png") -> list[Path]:
         return im, head
 
     anim = FuncAnimation(fig, draw, frames=len(pick), blit=False)
-    written = [_folder(out) / "animation.gif"]
-    anim.save(written[0], writer=PillowWriter(fps=8), dpi=80)
+    written = [_saved(_folder(out) / "animation.gif", lambda p: anim.save(p, writer=PillowWriter(fps=8), dpi=80))]
     if shutil.which("ffmpeg"):
-        written.append(Path(out) / "animation.mp4")
-        anim.save(written[1], writer=FFMpegWriter(fps=8), dpi=80)
+        written.append(_saved(Path(out) / "animation.mp4", lambda p: anim.save(p, writer=FFMpegWriter(fps=8), dpi=80)))
     return written
+
+
+def _saved(path: Path, save) -> Path:
+    """`save(name)` writes a figure to the file `name`: it is given a new name beside `path`, which
+    then takes `path`'s place, a regular file or nothing (meshsim.files)."""
+    from . import files
+
+    files.check_target(path, "figure")
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.part{path.suffix}")
+    try:
+        files.check_target(tmp)
+        files.remove(tmp)
+        save(tmp)
+        files.replace(tmp, path)
+    finally:
+        files.remove(tmp)
+    return path
 
 
 def timeline(path, out, fmt: str = "png") -> list[Path]:
@@ -490,12 +509,13 @@ def read_table(path) -> list[dict]:
     """The rows of a sweep's summary table (CSV with a header: one column per swept key, such as
     migration.threshold, and one per summary figure, such as li), numbers as floats."""
     import csv
+    import io
 
+    from .files import read_bounded
+
+    data = read_bounded(path, str(path), "sweep table")
     try:
-        with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError as e:
-        raise InputError(f"{path}: cannot read the table ({e.strerror or e})") from None
+        rows = list(csv.DictReader(io.StringIO(data.decode("utf-8"), newline="")))
     except (csv.Error, UnicodeDecodeError) as e:
         raise InputError(f"{path}: not a CSV table ({e})") from None
     if not rows:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,8 +22,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
+from . import files
 from . import machine as machines
-from .errors import InputError
+from .errors import InputError, RunFailed, WriteFailed
 from .threads import set_threads
 
 if TYPE_CHECKING:
@@ -114,7 +116,43 @@ def check_output_path(path) -> Path:
             if not os.access(parent, os.W_OK | os.X_OK):
                 raise InputError(f"{p}: cannot write in {parent} (permission denied)")
             break
+    check_run_files(p)
     return p
+
+
+def run_files(final: Path) -> dict:
+    """Every name a run to `final` writes, renames or removes, each with what it holds
+    (docs/results.md, "Files meshsim touches")."""
+    from .checkpoint import checkpoint_path
+    from .output import incomplete_path, lock_path, part_path
+
+    ck = checkpoint_path(final)
+    inc = incomplete_path(final)
+    return {final: "result", inc: "incomplete result", part_path(inc): "result being built",
+            ck: "checkpoint", part_path(ck): "checkpoint being written", lock_path(final): "run lock"}
+
+
+#: The longest file name (bytes) the file systems meshsim runs on allow.
+NAME_MAX = 255
+
+
+def check_run_files(final: Path) -> None:
+    """InputError, before anything is written, if any name of `run_files` is taken by something
+    other than a regular file: a folder, a device, a FIFO, a socket or a symbolic link."""
+    from . import files
+
+    problems = []
+    for path, what in run_files(Path(final)).items():
+        if len(os.fsencode(path.name)) > NAME_MAX:
+            problems.append(f"{final}: its {what} would be named {path.name[:40]}... ({len(os.fsencode(path.name))} "
+                            f"bytes), longer than a file name may be ({NAME_MAX}); choose a shorter name")
+            break
+        try:
+            files.check_target(path, what)
+        except InputError as e:
+            problems.extend(e.problems)
+    if problems:
+        raise InputError(problems)
 
 
 
@@ -196,7 +234,8 @@ def resume_run(path, *, threads: int | None = None, progress: bool | None = None
     nothing to resume from, and RunInterrupted when stopped again (it resumes again the same way)."""
     from .output import RunLock
 
-    final = _final_of(Path(path))
+    final = _resume_final(Path(path))
+    check_run_files(final)
     with RunLock(final):  # refused while a run still writes it
         return _resume_locked(final, Path(path), threads, progress, max_cycles_per_call, stop)
 
@@ -240,10 +279,19 @@ def _resume_locked(final: Path, given: Path, threads, progress, max_cycles_per_c
         run = machine.start(scenario, inputs, per_call=stored)  # the stops the stopped run followed
     writer = _open_writer(machine, final, scenario, run, timing)
     try:
-        with open_result_file(path) as old:
-            writer.resume_from(old, point.lengths)
-        run.restore(point.values, point.arrays, writer)
-        writer.f.attrs["cycles_done"] = np.int64(run.cycle)
+        with writer.writing("writing the resumed run's file"):
+            with open_result_file(path) as old:
+                writer.resume_from(old, point.lengths)
+            run.restore(point.values, point.arrays, writer)
+            writer.f.attrs["cycles_done"] = np.int64(run.cycle)
+    except WriteFailed as e:
+        import shlex
+
+        writer.close_incomplete()  # the new layout alone: removed; the stopped file is as it was
+        raise RunFailed([f"{path}: the run cannot resume now: {e.why}.",
+                         f"Kept: {path} and its checkpoint {point.path.name}, as they were.",
+                         f"To resume once the cause is mended: meshsim run --resume {shlex.quote(str(path))}"]) \
+            from None
     except BaseException as e:
         writer.close_incomplete()  # the new layout alone: removed; the stopped file is as it was
         if isinstance(e, (OSError, KeyError, TypeError, ValueError)):
@@ -257,6 +305,24 @@ def _resume_locked(final: Path, given: Path, threads, progress, max_cycles_per_c
 def _checkpoint_every(scenario) -> float:
     """output.checkpoint_every_seconds (a machine whose runs do not resume keeps none whatever it says)."""
     return float(scenario.get("output", "checkpoint_every_seconds"))
+
+
+def _resume_final(given: Path) -> Path:
+    """NAME.h5 of the run that `given` (what --resume named) is the stopped file of; InputError,
+    naming it, for anything but a result file's name or a regular file (before any lock is taken,
+    so that nothing is made or removed beside a file that is not a run's)."""
+    if given.suffix != ".h5" or given.name in (".h5", ".incomplete.h5"):
+        raise InputError(f"--resume {given}: not a result file; --resume takes a stopped run's NAME.incomplete.h5")
+    try:
+        st = os.stat(given)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise InputError(f"--resume {given}: cannot be read ({e.strerror or e})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise InputError(f"--resume {given}: is {files.kind_of(st.st_mode)}; --resume takes a stopped run's "
+                         "NAME.incomplete.h5")
+    return _final_of(given)
 
 
 def _final_of(path: Path) -> Path:
@@ -274,14 +340,18 @@ def _stopped_attrs(final: Path, given: Path) -> dict:
     from .output import incomplete_path, open_result_file, plain
 
     inc = incomplete_path(final)
-    if not inc.exists():
-        if final.exists():
-            # a checkpoint beside a complete file is what a stop just after finishing left
+    if not os.path.lexists(inc):
+        if os.path.lexists(final):
+            done = _complete_run_id(final)
+            if done is None:
+                raise InputError(f"{given}: not a complete meshsim result, and no {inc.name} beside it: there is no "
+                                 "stopped run to resume")
+            # a checkpoint of this run beside its complete file is what a stop just after finishing left
             ck = checkpoint_path(final)
-            ck.unlink(missing_ok=True)
-            ck.with_name(ck.name + ".part").unlink(missing_ok=True)
-            done = "" if given == final else f" ({final})"
-            raise InputError(f"{given}: the run is complete{done}: there is nothing to resume")
+            if _checkpoint_run_id(ck) == done:
+                files.remove(ck)
+            where = "" if given == final else f" ({final})"
+            raise InputError(f"{given}: the run is complete{where}: there is nothing to resume")
         raise InputError(f"{given}: no such result file (a stopped run's file is NAME.incomplete.h5)")
     try:
         with open_result_file(inc) as f:
@@ -296,6 +366,33 @@ def _stopped_attrs(final: Path, given: Path) -> dict:
     return attrs
 
 
+def _complete_run_id(path: Path) -> str | None:
+    """The run_id of the complete meshsim result at `path`, or None if it is not one."""
+    from .output import open_result_file, plain
+
+    try:
+        with open_result_file(path) as f:
+            a = {k: plain(f.attrs[k]) for k in ("complete", "run_id", "schema_version") if k in f.attrs}
+    except (OSError, RuntimeError):
+        return None
+    return str(a["run_id"]) if a.get("complete") is True and "run_id" in a and "schema_version" in a else None
+
+
+def _checkpoint_run_id(path: Path) -> str | None:
+    """The run_id a checkpoint file at `path` names, or None."""
+    import h5py
+
+    from .output import plain
+
+    if not files.is_regular(path):
+        return None
+    try:
+        with h5py.File(path, "r") as f:
+            return str(plain(f.attrs["run_id"]))
+    except (OSError, KeyError, RuntimeError):
+        return None
+
+
 def _go(machine, run, writer, timing: Timing, progress, stop, checkpoint_every: float,
         resumed: bool = False) -> RunResult:
     """Drive `run` into `writer` to its end or a stop (docs/results.md, "The life")."""
@@ -307,25 +404,61 @@ def _go(machine, run, writer, timing: Timing, progress, stop, checkpoint_every: 
     try:
         with writer, stop_signals:
             if resumed:  # a provisional summary at once: a kill before the next flush keeps one
-                run.prepare_flush(writer)
-                writer.flush(run.cycle, run.summarise(timing))
+                with writer.writing():
+                    run.prepare_flush(writer)
+                    writer.flush(run.cycle, run.summarise(timing))
             else:
                 _remove_checkpoint(writer)  # of an earlier run of this name, whose file this one replaced
             try:
                 _drive(run, writer, timing, bar, stop_signals, checkpoint_every)
             except (KeyboardInterrupt, _StopRequested) as e:
-                run.catch_up(writer)  # stopped between the kernel call and its output
-                if isinstance(e, _StopRequested) and run.resumable:
-                    # a stop at a boundary: the checkpoint moves up to it, so nothing done is run again
-                    writer.flush(run.cycle, run.summarise(timing))
-                    _save_checkpoint(run, writer)
-                path, _ = _finish(run, writer, timing, complete=False)
+                with writer.writing():
+                    run.catch_up(writer)  # stopped between the kernel call and its output
+                    if isinstance(e, _StopRequested) and run.resumable:
+                        # a stop at a boundary: the checkpoint moves up to it, so nothing done is run again
+                        writer.flush(run.cycle, run.summarise(timing))
+                        _save_checkpoint(run, writer)
+                    path, _ = _finish(run, writer, timing, complete=False)
                 raise RunInterrupted(path, run.cycle) from None
-            path, summary = _finish(run, writer, timing, complete=True)
+            with writer.writing():
+                path, summary = _finish(run, writer, timing, complete=True)
             _remove_checkpoint(writer)
+    except WriteFailed as e:
+        raise RunFailed(_failure_lines(e, run, writer)) from None
     finally:
         bar.close()
     return RunResult(path=path, summary=summary)
+
+
+def _failure_lines(e: WriteFailed, run, writer) -> list:
+    """What RunFailed says when a write failed: what failed, what was kept, and how to go on."""
+    import shlex
+
+    from .checkpoint import checkpoint_path
+
+    path, final = writer.path, writer.final_path
+    lines = [f"{final}: the run stopped at cycle {run.cycle:,}: {e.why}."]
+    scenario = writer.scenario_path
+    again = "run the scenario again" + (f" (meshsim run {shlex.quote(scenario)} ...)" if scenario else "")
+    if e.vanished or (writer.state != "building" and not files.is_regular(path)):
+        files.remove(checkpoint_path(final))  # nothing can resume from it without its file
+        lines.append(f"Kept: nothing: the run's data went with {path.name}, and its checkpoint is removed; {again}.")
+        return lines
+    if writer.flushed_cycle is None:
+        lines.append(f"Kept: nothing of this run (it failed before its first flush); once the cause is mended, "
+                     f"{again}.")
+        return lines
+    kept = f"Kept: {path}, as of its last flush at cycle {writer.flushed_cycle:,}"
+    ck = writer.checkpoint_cycle
+    if run.resumable and ck is not None and files.is_regular(checkpoint_path(final)):
+        lines.append(f"{kept}, and its checkpoint at cycle {ck:,}; `meshsim report` reads the file as it is.")
+        fix = {28: "there is free space again", 27: "the file-size limit allows more"}.get(e.errno, "the cause is "
+                                                                                                 "mended")
+        lines.append(f"To go on from cycle {ck:,} once {fix}: meshsim run --resume {shlex.quote(str(path))}")
+    else:
+        why = "keep no checkpoint" if not run.resumable else "had written no checkpoint yet"
+        lines.append(f"{kept}; `meshsim report` reads it as it is. It cannot resume (its runs {why}); {again}.")
+    return lines
 
 
 def _save_checkpoint(run, writer) -> bool:
@@ -342,10 +475,12 @@ def _save_checkpoint(run, writer) -> bool:
         ck.write(path, machine=str(a["machine"]), run_id=writer.run_id, resolved=str(a["scenario_resolved"]),
                  inputs=run.inputs_digest(), per_call=run.per_call, cycles_done=run.cycle, done=run.done,
                  lengths=writer.lengths(), values=values, arrays=arrays)
-    except OSError as e:
+    except (OSError, InputError) as e:
+        why = e.problems[0] if isinstance(e, InputError) else (e.strerror or e)
         print(f"meshsim: warning: {path}: the checkpoint at cycle {run.cycle} could not be written "
-              f"({e.strerror or e}); the run goes on, and would resume from the one before", file=sys.stderr)
+              f"({why}); the run goes on, and would resume from the one before", file=sys.stderr)
         return False
+    writer.checkpoint_cycle = run.cycle
     return True
 
 
@@ -354,8 +489,8 @@ def _remove_checkpoint(writer) -> None:
     from .checkpoint import checkpoint_path
 
     path = checkpoint_path(writer.final_path)
-    path.unlink(missing_ok=True)
-    path.with_name(path.name + ".part").unlink(missing_ok=True)
+    files.remove(path)
+    files.remove(path.with_name(path.name + ".part"))
 
 
 #: Checkpoints take at most this share of a run's time: one waits 1 / share times as long as the
@@ -377,10 +512,13 @@ def _drive(run, writer, timing: Timing, bar, stop_signals, checkpoint_every: flo
         n = run.advance()
         timing.add_call(time.perf_counter() - t0, n)
         t_out = time.perf_counter()
-        run.record(writer)
-        if run.flush_due(time.perf_counter() - last_flush):
-            run.prepare_flush(writer)
-            writer.flush(run.cycle, run.summarise(timing))  # provisional: a killed run still has one
+        with writer.writing():
+            run.record(writer)
+            due = run.flush_due(time.perf_counter() - last_flush)
+            if due:
+                run.prepare_flush(writer)
+                writer.flush(run.cycle, run.summarise(timing))  # provisional: a killed run still has one
+        if due:
             last_flush = time.perf_counter()
             if run.resumable and not run.finished and \
                     last_flush - last_checkpoint >= max(checkpoint_every, cost / CHECKPOINT_SHARE):

@@ -157,7 +157,7 @@ def test_cycles_and_folders_are_checked(files, tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert main(["plot", str(files["hotspot"]), "--kind", "busy", "-o", str(blocker)]) == 2
-    assert "cannot make the folder" in capsys.readouterr().err
+    assert "is a regular file; the figures' folder must be a folder" in capsys.readouterr().err
 
 
 def sweep_table(tmp_path):
