@@ -10,11 +10,10 @@ import contextlib
 import json
 import os
 import sys
-from pathlib import Path
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .. import __version__
+from .. import __version__, files
 from ..errors import InputError
 from .stop import _stop_all
 
@@ -30,10 +29,11 @@ def dask_client(*, scheduler: str | None = None, scheduler_file: str | None = No
     Default: an embedded LocalCluster on loopback with one single-threaded worker process per
     `threads` cores (`workers` to change it) and no dashboard unless `dashboard`. `scheduler`
     (tls://HOST:PORT, with the certificates of the user's Dask configuration) or `scheduler_file`
-    joins a running cluster; an unencrypted address of another machine is refused unless
-    `insecure`. `cluster` = "slurm" or "pbs" starts `jobs` batch jobs through dask-jobqueue, each
-    with one single-threaded worker process per `threads` of its `cores`; queue, account, walltime
-    and memory go to the job script (unset ones come from dask-jobqueue's configuration). Its
+    (the address in it, read once: the address checked is the one connected to) joins a running
+    cluster; an unencrypted address of another machine is refused unless `insecure`. `cluster` =
+    "slurm" or "pbs" starts `jobs` batch jobs through dask-jobqueue, each with one single-threaded
+    worker process per `threads` of its `cores`; queue, account, walltime and memory go to the job
+    script (unset ones come from dask-jobqueue's configuration). Its
     scheduler and workers talk TLS (docs/sweeps.md, "Security") unless `insecure`; the workers'
     copies of a temporary authority's certificate and key are written in `shared_dir` (default:
     the current folder), which they must see at the same path, unless dask-jobqueue's
@@ -46,16 +46,17 @@ def dask_client(*, scheduler: str | None = None, scheduler_file: str | None = No
     from distributed import Client
 
     if scheduler is not None or scheduler_file is not None:
-        if scheduler_file is not None and not Path(scheduler_file).is_file():
-            raise InputError(f"--scheduler-file {scheduler_file}: no such file (the scheduler writes it when it "
-                             "starts: dask scheduler --scheduler-file FILE)")
-        what = f"--scheduler {scheduler}" if scheduler is not None else f"--scheduler-file {scheduler_file}"
-        address = scheduler if scheduler is not None else _scheduler_file_address(scheduler_file)
-        if address is not None:
-            _check_scheduler_address(address, what if scheduler is not None else f"{what} ({address})", insecure)
+        if scheduler is not None:
+            what, address = f"--scheduler {scheduler}", scheduler
+        else:
+            # Read once: the address checked here is the address connected to, whatever the file
+            # says a moment later (Dask would read the file again to connect).
+            address = _scheduler_file_address(scheduler_file)
+            what = f"--scheduler-file {scheduler_file} ({address})"
+        _check_scheduler_address(address, what, insecure)
         try:
-            client = Client(scheduler, scheduler_file=scheduler_file, timeout="20s")
-        except Exception as e:  # refused, timed out, or a scheduler file that is not one
+            client = Client(address, timeout="20s")
+        except Exception as e:  # refused, timed out, or an address that is not one
             raise InputError(f"{what}: cannot connect to the Dask scheduler ({type(e).__name__}: {e})") from None
         with client:
             _check_worker_versions(client, what)
@@ -151,13 +152,31 @@ def _check_worker_versions(client, what: str) -> None:
                          f"this one is {__version__}")
 
 
-def _scheduler_file_address(path) -> str | None:
-    """The address in a scheduler file, or None if it has none (connecting then says what is wrong)."""
+def _scheduler_file_address(path) -> str:
+    """The scheduler's address in a scheduler file (a JSON object with an "address" string, as
+    `dask scheduler --scheduler-file FILE` writes it), read once (meshsim.files.read_bounded), so
+    that the address checked is the address connected to; InputError naming the file if it has none."""
+    where = f"--scheduler-file {path}"
+    if not os.path.lexists(path):
+        raise InputError(f"{where}: no such file (the scheduler writes it when it starts: dask scheduler "
+                         "--scheduler-file FILE)")
+    data = files.read_bounded(path, where, "scheduler file")
     try:
-        address = json.loads(Path(path).read_text()).get("address")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return address if isinstance(address, str) else None
+        info = json.loads(data)
+    except (ValueError, RecursionError):  # empty, not UTF-8, not JSON, or nested beyond reading
+        info = found = "is empty" if not data.strip() else "is not JSON"
+    else:
+        found = "is JSON but not an object"
+    if isinstance(info, dict):
+        address = info.get("address")
+        if isinstance(address, str) and address.strip():
+            return address.strip()
+        shown = json.dumps(address)
+        found = (f'has "address": {shown if len(shown) <= 60 else shown[:57] + "..."}, not an address'
+                 if "address" in info else 'has no "address"')
+    raise InputError(f"{where}: {found}; a scheduler file is the JSON object that dask scheduler --scheduler-file "
+                     'FILE writes, whose "address" is the scheduler\'s, such as "tls://10.0.0.5:8786" (a scheduler '
+                     "still starting may not have written it yet: run the sweep again once it has)")
 
 
 def _is_loopback(host: str) -> bool:

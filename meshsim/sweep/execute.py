@@ -5,11 +5,15 @@ writes the point's own result file and returns the path and the summary row, nev
 `run_sweep` hands the points that are not yet complete to Dask (or runs them one after another),
 collects the rows by point id and writes the summary table: the CSV as points finish, the CSV and
 the HDF5 table at the end. Ctrl-C and SIGTERM stop it with every finished point kept; one sweep at
-a time runs in a results folder, and running it again finishes it.
+a time runs in a results folder, and running it again finishes it, keeping the run times of the
+points it skips. Before anything is written, every name the sweep and its points write must be a
+regular file or nothing, and the results folder and its points/ folders or nothing yet
+(meshsim.files; docs/sweeps.md, "What a sweep writes").
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -17,14 +21,14 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, files
 from .. import run as runner
 from ..errors import InputError
 from ..run import RunInterrupted, StopSignals
 from ..scenario import _toml_repr, load_scenario
 from .spec import Point, Sweep
 from .stop import _RUNNING, _STOP, _request_stop, _running
-from .table import write_summary
+from .table import temporary_path, write_summary
 
 
 class SweepInterrupted(Exception):
@@ -43,13 +47,16 @@ class SweepInterrupted(Exception):
 
 
 def point_status(point: Point) -> str:
-    """"complete", "stale" (complete, but of another scenario), "incomplete" or "new"."""
+    """"complete", "stale" (complete, but of another scenario), "incomplete" or "new". Only a
+    regular file is opened: anything else at the point's name (which a run refuses) is "incomplete"."""
     import h5py
 
     from ..output import incomplete_path
 
     final = Path(point.output)
-    if final.exists():
+    if os.path.lexists(final):
+        if not files.is_regular(final):
+            return "incomplete"
         try:
             with h5py.File(final, "r") as f:
                 complete = bool(f.attrs.get("complete", False))
@@ -59,7 +66,7 @@ def point_status(point: Point) -> str:
         if not complete:
             return "incomplete"
         return "complete" if resolved == point.resolved else "stale"
-    return "incomplete" if incomplete_path(final).exists() else "new"
+    return "incomplete" if os.path.lexists(incomplete_path(final)) else "new"
 
 
 def can_resume(point: Point) -> bool:
@@ -72,7 +79,7 @@ def can_resume(point: Point) -> bool:
 
     final = Path(point.output)
     inc, ck = incomplete_path(final), checkpoint_path(final)
-    if not (inc.exists() and ck.exists()):
+    if not (files.is_regular(inc) and files.is_regular(ck)):
         return False
     try:
         with open_result_file(inc) as f:
@@ -101,6 +108,48 @@ def _done_row(point: Point) -> dict | None:
         return {"point_id": point.id, "status": "done", "path": point.output, **row_of_file(point.output)}
     except InputError:
         return None
+
+
+def _earlier_rows(sweep: Sweep) -> dict:
+    """What the summary table an earlier run of the sweep left (summary.csv) says of each point, by
+    id: its status, path, run_seconds and wall_seconds. Empty without a readable table: it only
+    keeps the run times of the points that are complete already."""
+    import csv
+    import io
+
+    path = sweep.summary_csv
+    if not files.is_regular(path):
+        return {}
+    keep = ("status", "path", "run_seconds", "wall_seconds")
+    try:
+        text = files.read_bounded(path, str(path), "sweep table").decode("utf-8", errors="replace")
+        return {r["point_id"]: {k: r.get(k) for k in keep}
+                for r in csv.DictReader(io.StringIO(text, newline="")) if r.get("point_id")}
+    except (InputError, csv.Error):
+        return {}
+
+
+def _number(text) -> float | None:
+    """A finite number written in a table, or None."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _skipped_row(point: Point, earlier: dict) -> dict | None:
+    """The row of a point that is complete before the sweep runs (`_done_row`), with the
+    run_seconds of the run that wrote its file: the earlier table's, where its row of the point is
+    done and describes the same file (the same wall_seconds). None if the point runs."""
+    row = _done_row(point)
+    old = earlier.get(point.id) if row is not None else None
+    if old and old["status"] == "done" and old["path"] == point.output:
+        seconds = _number(old["run_seconds"])
+        if seconds is not None and (row.get("wall_seconds") is None
+                                    or _number(old["wall_seconds"]) == row["wall_seconds"]):
+            row["run_seconds"] = seconds
+    return row
 
 
 def run_point(point: Point, token: str | None = None, also_stop=None) -> dict:
@@ -215,7 +264,10 @@ def _run_sweep(sweep, client, connect, progress, on_row, t0, signals) -> SweepRe
         if signals.requested:
             raise KeyboardInterrupt
 
-    rows = {p.id: _done_row(p) or {"point_id": p.id, "status": "not run", "path": p.output} for p in sweep.points}
+    earlier = _earlier_rows(sweep)
+    rows = {p.id: _skipped_row(p, earlier) or {"point_id": p.id, "status": "not run", "path": p.output}
+            for p in sweep.points}
+    del earlier
     todo = [p for p in sweep.points if rows[p.id]["status"] != "done"]
     skipped = len(sweep.points) - len(todo)
     if progress is None:
@@ -289,60 +341,148 @@ def _run_sweep(sweep, client, connect, progress, on_row, t0, signals) -> SweepRe
                        workers=state["workers"])
 
 
+def _sweep_files(sweep: Sweep) -> dict:
+    """Every name in the results folder that the sweep itself writes, renames or removes, with what
+    it holds (the points' own files are in `_point_files`)."""
+    return {sweep.output / ".lock": "sweep lock",
+            sweep.summary_csv: "summary table", temporary_path(sweep.summary_csv): "summary table's temporary file",
+            sweep.summary_h5: "summary table", temporary_path(sweep.summary_h5): "summary table's temporary file"}
+
+
+def _point_files(point: Point) -> dict:
+    """Every name that the run of a point writes, renames or removes, with what it holds."""
+    from ..run import run_files
+
+    return run_files(Path(point.output))
+
+
+def _check_sweep_files(sweep: Sweep) -> None:
+    """InputError, before anything is written, naming every path of the sweep that meshsim would
+    have to write, rename or remove and that is not a regular file or nothing (a folder, a device,
+    a FIFO, a socket or a symbolic link), and the results folder or its points/ folder if either is
+    anything but a folder or nothing (meshsim.files)."""
+    problems = []
+
+    def check(test, *args):
+        try:
+            test(*args)
+        except InputError as e:
+            problems.extend(e.problems)
+
+    check(files.check_folder, sweep.output, "sweep's results folder")
+    if problems:
+        raise InputError(problems)
+    for path, what in _sweep_files(sweep).items():
+        check(files.check_target, path, what)
+    folders = {Path(folder) for folder in {os.path.dirname(p.output) for p in sweep.points}}
+    for folder in sorted(folders):
+        check(files.check_folder, folder, "folder of the points' result files")
+    # One listing of each folder, not a look at every name: a sweep may have 100,000 points.
+    odd = set()
+    for folder in folders:
+        try:
+            with os.scandir(folder) as entries:
+                odd.update(Path(e.path) for e in entries if not e.is_file(follow_symlinks=False))
+        except (FileNotFoundError, NotADirectoryError):  # not made yet, or reported above
+            pass
+        except OSError as e:
+            problems.append(f"{folder}: cannot be listed ({e.strerror or e})")
+    if odd:
+        for p in sweep.points:
+            for path, what in _point_files(p).items():
+                if path in odd:
+                    check(files.check_target, path, what)
+    if problems:
+        raise InputError(problems)
+
+
+# Opened never through a link, never waiting (a FIFO), never inherited by a child process.
+_SAFE_OPEN = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
 class _FolderLock:
     """One sweep at a time in a results folder: an exclusive lock on FOLDER/.lock while it runs, and
     a folder whose table belongs to another sweep file is refused (their tables would overwrite
-    each other)."""
+    each other). Before anything is written, every name the sweep writes is checked
+    (`_check_sweep_files`)."""
 
     def __init__(self, sweep: Sweep):
         self.sweep = sweep
-        self.fh = None
+        self.fd = None
 
     def __enter__(self):
-        import fcntl
-
-        import h5py
-
+        _check_sweep_files(self.sweep)
         out = self.sweep.output
-        self.created = [p for p in (out, *out.parents) if not p.exists()]
-        self.new_lock = not (out / ".lock").exists()
+        lock = out / ".lock"
+        self.created = [p for p in (out, *out.parents) if not os.path.lexists(p)]
+        self.new_lock = not os.path.lexists(lock)
         try:
             out.mkdir(parents=True, exist_ok=True)
-            self.fh = open(out / ".lock", "a")
         except OSError as e:
             raise InputError(f"{out}: cannot write the sweep's results there ({e.strerror or e})") from None
-        try:
-            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.fh.close()
-            raise InputError(f"{out}: another meshsim sweep is running in this folder; wait for it, or give this "
-                             "one another folder with -o or sweep.output") from None
-        except OSError:  # a filesystem without locks: go on unguarded
-            pass
+        self.fd = self._lock_file(lock, out)
         mine = str(Path(self.sweep.path).resolve())
-        try:
-            with h5py.File(self.sweep.summary_h5, "r") as f:
-                other = f.attrs.get("sweep_path", mine)
-        except OSError:  # no table yet, or not one of ours
-            other = mine
+        other = _sweep_of_table(self.sweep.summary_h5) or mine
         if other != mine:
             self.__exit__(InputError)
             raise InputError(f"{out}: holds the results of the sweep {other}; give this one another folder with -o "
                              "or sweep.output")
         return self
 
+    @staticmethod
+    def _lock_file(lock: Path, out: Path) -> int:
+        """A descriptor of the regular file `lock` (made if missing, never through a link), holding
+        its exclusive lock where the filesystem has locks."""
+        import fcntl
+
+        while True:
+            fd = files.open_for_lock(lock, "sweep lock")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise InputError(f"{out}: another meshsim sweep is running in this folder; wait for it, or give this "
+                                 "one another folder with -o or sweep.output") from None
+            except OSError:  # a filesystem without locks: go on unguarded
+                return fd
+            if files.same_file(lock, fd):  # not a lock file that a refused sweep removed as this one opened it
+                return fd
+            os.close(fd)
+
     def __exit__(self, exc_type=None, exc=None, tb=None):
-        if self.fh is not None:
-            self.fh.close()  # releases the lock
-            self.fh = None
+        if self.fd is not None:
+            os.close(self.fd)  # releases the lock
+            self.fd = None
             if exc_type is InputError and self.new_lock:  # e.g. no scheduler to connect to: leave nothing
+                files.remove(self.sweep.output / ".lock")
                 try:
-                    os.remove(self.sweep.output / ".lock")
                     for p in self.created:
                         p.rmdir()
                 except OSError:  # something was written after all
                     pass
         return False
+
+
+def _sweep_of_table(path: Path) -> str | None:
+    """The sweep file whose table `path` (summary.h5) is, or None without one: read only from a
+    regular file, through the descriptor checked (never through a link)."""
+    import stat
+
+    import h5py
+
+    try:
+        fd = os.open(path, os.O_RDONLY | _SAFE_OPEN)
+    except OSError:  # nothing there (or not one to read)
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            with h5py.File(fh, "r") as f:
+                other = f.attrs.get("sweep_path")
+        except (OSError, ValueError):  # not one of ours
+            return None
+    return other if isinstance(other, str) else None
 
 
 def _keep_partial(rows: dict, sweep: Sweep) -> None:
@@ -357,7 +497,7 @@ def _keep_partial(rows: dict, sweep: Sweep) -> None:
         done = _done_row(p)
         if done is not None:
             r.update(done)
-        elif incomplete_path(Path(p.output)).exists():
+        elif files.is_regular(incomplete_path(Path(p.output))):
             r.update(status="interrupted", path=str(incomplete_path(Path(p.output))))
 
 

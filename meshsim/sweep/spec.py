@@ -12,7 +12,7 @@ import itertools
 import json
 import math
 import os
-import tomllib
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +20,7 @@ import tomli_w
 
 from ..errors import InputError
 from ..params import PARAMS, sections
-from ..scenario import _closest, _read_text, _toml_repr, _unknown_key, _unknown_section, load_scenario
+from ..scenario import _closest, _read_text, _toml_repr, _unknown_key, _unknown_section, load_scenario, parse_toml
 
 #: Keys of the [sweep] table: (type, description). docs/sweeps.md lists the same.
 SWEEP_KEYS = {
@@ -147,14 +147,8 @@ def load_sweep(path, output=None, threads: int = 1) -> Sweep:
 def _read(path) -> _Reading:
     """The sweep file's text and TOML; InputError if it cannot be read or is not TOML."""
     where = str(path)
-    try:
-        text = _read_text(path, where).replace("\r\n", "\n")
-    except InputError as e:
-        raise InputError([m.replace("scenario file", "sweep file") for m in e.problems]) from None
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"{where}: invalid TOML: {e}") from None
+    text = _read_text(path, where, "sweep file").replace("\r\n", "\n")
+    raw = parse_toml(text, where)
     meta = raw.get("sweep", {}) if isinstance(raw.get("sweep"), dict) else {}
     return _Reading(where=where, text=text, raw=raw, meta=meta)
 
@@ -369,13 +363,18 @@ def _resolved(scenario, key: str):
 
 def _output_folder_problem(out: Path) -> str | None:
     """Why no results can be written in `out`, or None."""
+    from ..files import kind_of
+
     for p in (out, *out.parents):
-        if p.exists():
-            if not p.is_dir():
-                return f"{p} is a file, not a folder"
-            if not os.access(p, os.W_OK | os.X_OK):
-                return f"cannot write in {p} (permission denied)"
-            return None
+        try:
+            mode = os.stat(p).st_mode
+        except OSError:  # not there (yet)
+            continue
+        if not stat.S_ISDIR(mode):
+            return f"{p} is {'a file' if stat.S_ISREG(mode) else kind_of(mode)}, not a folder"
+        if not os.access(p, os.W_OK | os.X_OK):
+            return f"cannot write in {p} (permission denied)"
+        return None
     return None
 
 

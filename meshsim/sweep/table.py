@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import csv
 import datetime
+import io
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -58,27 +58,38 @@ def _csv_value(v):
     return v
 
 
+def temporary_path(path: Path) -> Path:
+    """The name a summary table is written under before it is renamed to `path`: .NAME.tmp beside it."""
+    return path.with_name(f".{path.name}.tmp")
+
+
 def write_summary(sweep: Sweep, rows: dict, hdf5: bool = True) -> tuple[Path, Path]:
     """Write summary.csv and (with `hdf5`) summary.h5 in the sweep's folder, each through a
     temporary name, so a reader never sees half a table. The HDF5 table has one dataset per column
-    along `point`."""
+    along `point`. Each is written as a new regular file and renamed over a regular file or nothing
+    (meshsim.files): a folder, device, FIFO, socket or symbolic link at either name is refused
+    (InputError), never written through or replaced."""
     import h5py
 
+    from .. import files
+
+    files.check_folder(sweep.output, "sweep's results folder")
     sweep.output.mkdir(parents=True, exist_ok=True)
     cols = table_columns(sweep, rows)
     table = table_rows(sweep, rows)
-    tmp = sweep.summary_csv.with_name(".summary.csv.tmp")
-    with open(tmp, "w", newline="") as fh:
+    tmp = temporary_path(sweep.summary_csv)
+    with files.open_text_new(tmp, newline="") as fh:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(cols)
         for r in table:
             w.writerow([_csv_value(r.get(c)) for c in cols])
-    os.replace(tmp, sweep.summary_csv)
+    files.replace(tmp, sweep.summary_csv)
     if not hdf5:
         return sweep.summary_csv, sweep.summary_h5
 
-    tmp = sweep.summary_h5.with_name(".summary.h5.tmp")
-    with h5py.File(tmp, "w") as f:
+    # Built in memory and written as a new file: HDF5 itself opens no path.
+    image = io.BytesIO()
+    with h5py.File(image, "w") as f:
         f.attrs["meshsim_version"] = __version__
         f.attrs["sweep_name"] = sweep.name
         f.attrs["sweep_path"] = str(Path(sweep.path).resolve())
@@ -94,7 +105,9 @@ def write_summary(sweep: Sweep, rows: dict, hdf5: bool = True) -> tuple[Path, Pa
             ds = g.create_dataset(c, data=_column_array(values))
             ds.attrs["role"] = ("parameter" if c in sweep.keys else "point" if c in INFO_FIRST or c in INFO_LAST
                                 else "summary")
-    os.replace(tmp, sweep.summary_h5)
+    tmp = temporary_path(sweep.summary_h5)
+    files.write_new(tmp, image.getvalue())
+    files.replace(tmp, sweep.summary_h5)
     return sweep.summary_csv, sweep.summary_h5
 
 
