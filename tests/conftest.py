@@ -8,8 +8,10 @@ import h5py
 import numpy as np
 import pytest
 
-#: Thread counts a determinism test runs with (a fresh process can be given 3 threads on any
-#: machine with NUMBA_NUM_THREADS=3; in-process, Numba caps them at the cores).
+#: Thread counts a determinism test runs with. tests/test_determinism.py runs each in a fresh
+#: process that uses exactly that many on any machine (more threads than cores if need be) and checks
+#: the result file's `threads`; in this process meshsim caps them at the cores, and a test skips the
+#: counts beyond them.
 THREAD_COUNTS = (1, 2, 3)
 
 #: Attributes that measure the host, not the model: they legitimately differ between runs.
