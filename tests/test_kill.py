@@ -54,6 +54,14 @@ def _kill_at(proc, seconds):
         proc.wait()
 
 
+def _kill_after_file(proc, inc: Path, seconds: float) -> None:
+    """Kill `proc` `seconds` after the file `inc` appears (or when it ends, or after 300 s without it)."""
+    t0 = time.perf_counter()
+    while not inc.exists() and proc.poll() is None and time.perf_counter() - t0 < 300:
+        time.sleep(0.005)
+    _kill_at(proc, seconds)
+
+
 def _cycles_held(f, machine) -> int:
     """The cycles the file's datasets cover."""
     if machine == "mesh":
@@ -122,8 +130,10 @@ def kill_runs(machine: str, kills: int, work: Path, seed: int = 1) -> list:
         inc = out.with_name(out.stem + ".incomplete.h5")
         for p in (out, inc, part_path(inc)):
             p.unlink(missing_ok=True)
-        moment = rng.uniform(0.5 * appear, appear + 3.0) if k else appear + 0.02
-        _kill_at(_start(args, work), moment)
+        if k:
+            _kill_at(_start(args, work), rng.uniform(0.5 * appear, appear + 3.0))
+        else:  # just after the file appears, however long that takes on a busy host
+            _kill_after_file(_start(args, work), inc, 0.02)
         found.append(check_killed(out, machine, work))
     return found
 
