@@ -121,10 +121,14 @@ def check_target(path, what: str = "file") -> None:
 
 
 def check_folder(path, what: str = "folder") -> None:
-    """`path` is a folder, or nothing yet (meshsim then makes it), and no link: InputError otherwise."""
+    """`path` is a folder (a link to one will do: meshsim writes in it, not on it), or nothing yet
+    (meshsim then makes it): InputError otherwise."""
     try:
-        st = os.lstat(path)
+        st = os.stat(path)
     except FileNotFoundError:
+        if os.path.islink(path):
+            raise InputError([f"{path}: is a symbolic link to nothing; the {what} must be a folder, or a name "
+                              "meshsim can make one at"]) from None
         return
     except OSError as e:
         raise InputError([f"{path}: cannot be checked ({e.strerror or e})"]) from None

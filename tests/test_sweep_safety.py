@@ -217,20 +217,31 @@ def test_the_results_folder_and_the_points_folder_must_be_folders(tmp_path):
         load_sweep(path)
     assert e.value.problems == [f'{path}: sweep.output = "{tmp_path / "pipe"}": {tmp_path / "pipe"} is a FIFO (named '
                                 "pipe), not a folder"]
-    # A link where the folder was when the sweep was read; a points folder that leads elsewhere.
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
+    # A link where the folder was when the sweep was read, to nothing, then to a FIFO; a points
+    # folder that is a FIFO.
     sw = sweep_in(tmp_path, tmp_path / "out")
-    (tmp_path / "out").symlink_to(elsewhere)
+    (tmp_path / "out").symlink_to(tmp_path / "nothing")
     msgs = refused(sw)
-    assert len(msgs) == 1 and says(msgs[0], tmp_path / "out", "a symbolic link", "sweep's results folder")
+    assert len(msgs) == 1 and says(msgs[0], tmp_path / "out", "a symbolic link to nothing", "sweep's results folder")
+    (tmp_path / "out").unlink()
+    (tmp_path / "out").symlink_to(tmp_path / "pipe")
+    msgs = refused(sw)
+    assert len(msgs) == 1 and says(msgs[0], tmp_path / "out", "a FIFO", "sweep's results folder")
     (tmp_path / "out").unlink()
     (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "points").symlink_to(elsewhere)
+    os.mkfifo(tmp_path / "out" / "points")
     msgs = refused(sw)
-    assert len(msgs) == 1 and says(msgs[0], tmp_path / "out" / "points", "a symbolic link",
+    assert len(msgs) == 1 and says(msgs[0], tmp_path / "out" / "points", "a FIFO",
                                    "folder of the points' result files")
-    assert list(elsewhere.iterdir()) == [] and sorted(p.name for p in (tmp_path / "out").iterdir()) == ["points"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["points"]
+
+
+def test_a_results_folder_that_is_a_link_to_a_folder_is_written_in(tmp_path):
+    elsewhere = tmp_path / "scratch"
+    elsewhere.mkdir()
+    (tmp_path / "out").symlink_to(elsewhere)
+    res = run_sweep(sweep_in(tmp_path, tmp_path / "out"), connect=None, progress=False)
+    assert res.failed == 0 and (elsewhere / "summary.csv").is_file() and os.path.islink(tmp_path / "out")
 
 
 def test_a_fifo_or_link_at_a_points_file_is_refused_before_any_point_runs(tmp_path, capsys):

@@ -12,8 +12,8 @@ cycle, row, col and work_cycles of equal length at the file's root.
 A trace file is a regular file of at most 2 GiB (meshsim.files, "trace file"). An HDF5 trace's
 datasets are checked before any is read (docs/mesh.md, "Trace files"): each holds at most MAX_EVENTS
 events, lives in the trace file itself, and declares no more bytes than its storage in the file
-can hold (times the best ratio of its compression filters), so a small file cannot make meshsim
-allocate much more memory than the file's size.
+can hold (times the best ratio of its compression filters), so a file can make meshsim allocate at
+most about 1,032 times its size, and never more than MAX_EVENTS events.
 """
 
 from __future__ import annotations
@@ -306,41 +306,14 @@ def _read_hdf5(path, where: str):
         f = h5py.File(path, "r")
     except OSError as e:
         raise InputError([f"{where}: cannot read as HDF5 ({e})"]) from None
-    problems = []
-    arrays = {}
-    with f:
-        file_size = _opened_size(f, checked, where)
-        datasets = {}
-        for name in COLUMNS:
-            # The link is looked at before the object is opened: opening an external link would
-            # open another file, unchecked.
-            problem = _link_problem(f, name, where)
-            if problem:
-                problems.append(problem)
-                continue
-            obj = f[name]
-            if not isinstance(obj, h5py.Dataset):
-                problems.append(f'{where}: "{name}" is a group; it must be a 1-D integer dataset')
-                continue
-            if obj.ndim != 1:
-                problems.append(f'{where}: dataset "{name}" has shape {obj.shape}; it must be 1-D')
-                continue
-            if obj.dtype.kind not in "iu":
-                problems.append(
-                    f'{where}: dataset "{name}" has type {obj.dtype}; it must hold integers'
-                )
-                continue
-            problem = _size_problem(obj, name, where, file_size)
-            if problem:
-                problems.append(problem)
-                continue
-            datasets[name] = obj
-        if not problems:
-            for name, obj in datasets.items():
-                try:
-                    arrays[name] = obj[()]
-                except OSError as e:
-                    raise InputError([f'{where}: cannot read dataset "{name}" ({e})']) from None
+    try:
+        with f:
+            problems, arrays = _read_columns(f, checked, where)
+    except InputError:
+        raise
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as e:  # a damaged file's structure
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InputError([f"{where}: cannot read as a trace: the HDF5 file is damaged ({first})"]) from None
     if not problems:
         lengths = {name: len(a) for name, a in arrays.items()}
         if len(set(lengths.values())) > 1:
@@ -348,7 +321,52 @@ def _read_hdf5(path, where: str):
             problems.append(f"{where}: the datasets must have equal lengths; they have {shown}")
     if problems:
         raise InputError(problems)
+    return _columns_of(arrays)
 
+
+def _read_columns(f, checked, where: str) -> tuple[list, dict]:
+    """(problems, {column: array}) of an open HDF5 trace: each dataset checked before it is read."""
+    import h5py
+
+    problems = []
+    arrays = {}
+    file_size = _opened_size(f, checked, where)
+    datasets = {}
+    for name in COLUMNS:
+        # The link is looked at before the object is opened: opening an external link would
+        # open another file, unchecked.
+        problem = _link_problem(f, name, where)
+        if problem:
+            problems.append(problem)
+            continue
+        obj = f[name]
+        if not isinstance(obj, h5py.Dataset):
+            problems.append(f'{where}: "{name}" is a group; it must be a 1-D integer dataset')
+            continue
+        if obj.ndim != 1:
+            problems.append(f'{where}: dataset "{name}" has shape {obj.shape}; it must be 1-D')
+            continue
+        if obj.dtype.kind not in "iu":
+            problems.append(
+                f'{where}: dataset "{name}" has type {obj.dtype}; it must hold integers'
+            )
+            continue
+        problem = _size_problem(obj, name, where, file_size)
+        if problem:
+            problems.append(problem)
+            continue
+        datasets[name] = obj
+    if not problems:
+        for name, obj in datasets.items():
+            try:
+                arrays[name] = obj[()]
+            except OSError as e:
+                raise InputError([f'{where}: cannot read dataset "{name}" ({e})']) from None
+    return problems, arrays
+
+
+def _columns_of(arrays: dict):
+    """The trace's columns (int64 values, overflow mask, raw values), position(i), no problems."""
     columns = {}
     for name in COLUMNS:
         a = arrays[name]
