@@ -25,7 +25,7 @@ import numpy as np
 
 from . import __version__, files
 from . import machine as machines
-from .errors import InputError
+from .errors import InputError, RunFailed
 from .output import open_result_file, plain
 from .report import read_summary
 from .roofline import values_of_file
@@ -184,7 +184,7 @@ def export(path, fmt: str = "perfetto", out=None, *, points: int = DEFAULT_POINT
             json.dump(doc, fh, separators=(",", ":"), allow_nan=False)
         files.replace(tmp, target)
     except OSError as e:
-        raise InputError(f"-o {target}: cannot write the trace ({e.strerror or e})") from None
+        raise RunFailed(f"{target}: cannot write the trace ({e.strerror or e}); nothing was left behind") from None
     finally:
         files.remove(tmp)
     return target

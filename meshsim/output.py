@@ -29,10 +29,13 @@ opens it (through SWMR's reader), and so does any HDF5 program that opens it wit
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import re
+import sys
 import uuid
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -48,6 +51,11 @@ SCHEMA_VERSION = 1
 LIBVER = ("v110", "v110")
 #: Bytes of one slot of summary/provisional when it is created (it widens if a summary needs more).
 PROVISIONAL_WIDTH = 16384
+#: While a file is laid out or finished (whole datasets written at once), HDF5 keeps no chunk in
+#: memory: a write that fails then fails in the call that made it, where the writer sees it, not
+#: when a dataset's handle is dropped (where h5py can only print it). The running file, which is
+#: appended to a little at a time, is opened again with HDF5's usual cache.
+BUILD_CACHE = dict(rdcc_nbytes=0)
 
 def incomplete_path(final: Path) -> Path:
     """Where a run writes before it is complete: NAME.incomplete.h5 beside NAME.h5."""
@@ -106,7 +114,7 @@ def open_result(path: Path, scenario, machine: str, threads: int, cycles_request
     `path` (a killed run's) is replaced; anything else there is refused (meshsim.files)."""
     files.check_target(path)
     files.remove(path)
-    f = h5py.File(path, "x", libver=LIBVER)  # a new file, never written through a link
+    f = h5py.File(path, "x", libver=LIBVER, **BUILD_CACHE)  # a new file
     a = f.attrs
     a["schema_version"] = SCHEMA_VERSION
     a["meshsim_version"] = __version__
@@ -159,8 +167,11 @@ class RunLock:
 
     def release(self) -> None:
         if self.fd is not None:
-            if files.same_file(self.path, self.fd):
-                files.remove(self.path)
+            try:
+                if files.same_file(self.path, self.fd):
+                    files.remove(self.path)
+            except OSError as e:  # a lock file left is harmless: the next run takes it
+                print(f"meshsim: warning: {self.path} could not be removed ({e.strerror or e})", file=sys.stderr)
             os.close(self.fd)
             self.fd = None
 
@@ -236,8 +247,10 @@ class ResultFile:
         self.state = "building"  # then "running" (SWMR, at self.path), then "finishing" (a copy at self.part)
         self._slot = 0
         self._appendable = None
+        self.start_cycle = None  # a resumed run's: the cycles its file holds once laid out
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.f = open_result(self.part, scenario, machine, threads, cycles_requested)
+        _BUILDING[self.part] = self  # until the layout is done: what abandon_layout discards
 
     def _scale(self, parent, name, values, units, description, grow=False, chunk=8192):
         kw = dict(maxshape=(None,), chunks=(chunk,)) if grow else dict(chunks=True)
@@ -295,27 +308,31 @@ class ResultFile:
         return None
 
     def sync(self) -> None:
-        """Force what the last flush wrote to disk (before a checkpoint that counts on it)."""
+        """Force what the last flush wrote to disk (before a checkpoint that counts on it); OSError
+        if the system reports that it could not (the flushed data may then not be on disk)."""
         try:
-            os.fsync(self.f.id.get_vfd_handle())
-        except (OSError, ValueError, TypeError):  # a driver without a file descriptor
-            pass
+            fd = self.f.id.get_vfd_handle()
+        except (ValueError, TypeError, RuntimeError):  # a driver without a file descriptor
+            return
+        try:
+            os.fsync(fd)
+        except OSError as e:
+            if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):  # else: a file that cannot sync
+                raise
 
     def _start(self) -> None:
         """The layout is built: the provisional summary's slots, SWMR on, and the file under its name.
-        If that fails, the half-made file is removed."""
+        If that fails, the half-made file is discarded and removed (a failed write: WriteFailed)."""
+        _BUILDING.pop(self.part, None)
         try:
             self._start_swmr()
         except BaseException as e:
             self.finished = True
-            try:
-                self.f.close()
-            except (OSError, RuntimeError):
-                discard(self.f)
-            finally:
-                files.remove(self.part)
-            if isinstance(e, OSError):
-                raise InputError(f"{self.final_path}: cannot write the result ({e.strerror or e})") from None
+            discard(self.f)
+            files.remove(self.part)
+            words = system_words(e) if isinstance(e, Exception) else None
+            if words is not None:
+                raise WriteFailed(f"laying out its file failed ({words})", errno=_errno_of(e)) from None
             raise
 
     def _start_swmr(self) -> None:
@@ -326,9 +343,14 @@ class ResultFile:
                              "{cycles_done, summary} in two alternating slots (NUL-padded); removed when the run "
                              "finishes or is interrupted")
         self.f.flush()
+        names = _handles(self)
+        self.f.close()  # flushed: nothing is left to write
+        self.f = h5py.File(self.part, "r+", libver=LIBVER)  # with HDF5's usual chunk cache (BUILD_CACHE)
+        _rebind(self, names)
         self.f.swmr_mode = True
         files.replace(self.part, self.path)
         self.state = "running"
+        self.flushed_cycle = self.start_cycle
 
     def flush(self, cycles_done: int, summary: dict | None = None) -> None:
         """Make everything written so far durable and readable: the data, then cycles_done and, while
@@ -375,11 +397,11 @@ class ResultFile:
             return
         self._check_still_there()
         names = _handles(self)
-        self.f.close()
+        self._close_file()
         self.state = "finishing"  # from here, a failure removes the copy and keeps the flushed file
         try:
             files.copy_new(self.path, self.part)
-            self.f = h5py.File(self.part, "r+", libver=LIBVER)
+            self.f = h5py.File(self.part, "r+", libver=LIBVER, **BUILD_CACHE)
         except (OSError, InputError) as e:
             self.finished = True
             files.remove(self.part)
@@ -397,7 +419,7 @@ class ResultFile:
         self.write_summary(summary)
         self.f.attrs["cycles_done"] = np.int64(cycles_done)
         self.f.attrs["complete"] = complete
-        self.f.close()
+        self._close_file()
         self.finished = True
         target = self.final_path if complete else self.path
         try:
@@ -410,10 +432,22 @@ class ResultFile:
         if complete:
             try:
                 files.remove(self.path)
-            except OSError as e:
-                raise WriteFailed(f"the run is complete in {target}, but {self.path} could not be removed "
-                                  f"({system_words(e)})", errno=e.errno) from None
+            except OSError as e:  # the run is done all the same
+                print(f"meshsim: warning: the run is complete in {target}, but {self.path} could not be removed "
+                      f"({system_words(e)}); remove it by hand", file=sys.stderr)
         return target
+
+    def _close_file(self) -> None:
+        """Close the file after flushing it. A flush that fails marks the writer broken and discards
+        the file (closing it plainly would make HDF5 write again, fail again and crash the process
+        at its exit)."""
+        try:
+            self.f.flush()
+        except BaseException:
+            self.broken = True
+            discard(self.f)
+            raise
+        self.f.close()
 
     def close_incomplete(self) -> Path:
         """Close a file whose run broke off before `finish`, keeping it as last flushed, marked
@@ -421,11 +455,15 @@ class ResultFile:
         if self.finished:
             return self.path
         self.finished = True
+        _BUILDING.pop(self.part, None)
         try:
-            if self.broken:
-                discard(self.f)  # writes failed: HDF5 must not write again on close
+            if self.broken or self.state != "running":
+                discard(self.f)  # writes failed, or a layout or copy removed anyway: HDF5 writes no more
             else:
-                self.f.close()
+                try:
+                    self._close_file()
+                except (OSError, RuntimeError):  # discarded: the file stays as last flushed
+                    pass
         finally:
             if self.state != "running":
                 files.remove(self.part)  # the layout alone, or a copy being finished
@@ -446,7 +484,7 @@ class ResultFile:
             if words is None:
                 raise
             self.broken = True
-            raise WriteFailed(f"{what} failed ({words})", errno=getattr(e, "errno", None) or _errno_of(e)) from None
+            raise WriteFailed(f"{what} failed ({words})", errno=_errno_of(e) or getattr(e, "errno", None)) from None
 
     def __enter__(self):
         if self.state == "building":
@@ -466,14 +504,15 @@ def system_words(e: BaseException) -> str | None:
     """The system's words for a failed write (an OSError's, or those HDF5 puts in the RuntimeError
     h5py raises: "errno = 28, error message = 'No space left on device'"), or None when `e` is
     not a failed write."""
+    if not isinstance(e, (OSError, RuntimeError)):
+        return None
+    m = _H5_ERRNO.search(str(e))  # h5py's errors carry the system's in HDF5's text
+    if m:
+        return m.group(2)
     if isinstance(e, OSError) and e.errno is not None:
-        return e.strerror or str(e)
-    if isinstance(e, (OSError, RuntimeError)):  # h5py's: the system's error is in HDF5's text, if anywhere
-        m = _H5_ERRNO.search(str(e))
-        if m:
-            return m.group(2)
-        if "write failed" in str(e) or "file write" in str(e):
-            return str(e).splitlines()[0]
+        return (e.strerror or str(e) or type(e).__name__).splitlines()[0]
+    if "write failed" in str(e) or "file write" in str(e):
+        return str(e).splitlines()[0]
     return None
 
 
@@ -482,11 +521,24 @@ def _errno_of(e: BaseException) -> int | None:
     return int(m.group(1)) if m else None
 
 
+#: Files `discard` has dealt with: HDF5 may refuse to close one, and asking it about one again then
+#: crashes the process.
+_DISCARDED: weakref.WeakSet = weakref.WeakSet()
+
+
 def discard(f: h5py.File) -> None:
     """Close an HDF5 file whose writes failed without writing to it again: its descriptor is first
     pointed at the null device, so what HDF5 writes while closing goes nowhere, and the file on disk
     stays as its last successful flush left it (closing it plainly fails again and leaves HDF5 to
-    crash the process at exit)."""
+    crash the process at exit). Never after a plain close of the same file was tried; once only."""
+    if f in _DISCARDED:
+        return
+    _DISCARDED.add(f)
+    try:
+        if not f.id.valid:  # closed already
+            return
+    except (ValueError, TypeError, RuntimeError):
+        return
     try:
         fd = f.id.get_vfd_handle()
         null = os.open(os.devnull, os.O_RDWR)
@@ -500,6 +552,20 @@ def discard(f: h5py.File) -> None:
         f.close()
     except (OSError, ValueError, RuntimeError):
         pass
+
+
+#: Writers whose layout is being built (by part path): a writer's constructor that fails leaves its
+#: file here for `abandon_layout`.
+_BUILDING: dict = {}
+
+
+def abandon_layout(final: Path) -> None:
+    """Discard and remove the half-built layout of a run to `final` whose writer's constructor failed."""
+    w = _BUILDING.pop(part_path(incomplete_path(Path(final))), None)
+    if w is not None:
+        w.finished = True
+        discard(w.f)
+        files.remove(w.part)
 
 
 def _handles(writer) -> list:

@@ -58,7 +58,7 @@ def _folder(out) -> Path:
 def _save(fig: Figure, out: Path, name: str, fmt: str) -> Path:
     """The figure as `out/name.fmt`: drawn into a new file beside it, then renamed over a regular
     file or nothing (meshsim.files: never into a device, a FIFO or through a link)."""
-    return _saved(_folder(out) / f"{name}.{fmt}", lambda p: fig.savefig(p, dpi=110, format=fmt))
+    return _saved(_folder(out) / f"{name}.{fmt}", lambda fh: fig.savefig(fh, dpi=110, format=fmt))
 
 
 def _title(f) -> str:
@@ -148,24 +148,36 @@ def animation(path, out, fmt: str = "png") -> list[Path]:
         return im, head
 
     anim = FuncAnimation(fig, draw, frames=len(pick), blit=False)
-    written = [_saved(_folder(out) / "animation.gif", lambda p: anim.save(p, writer=PillowWriter(fps=8), dpi=80))]
+    gif = _saved(_folder(out) / "animation.gif", lambda p: anim.save(p, writer=PillowWriter(fps=8), dpi=80),
+                 by_name=True)
+    written = [gif]
     if shutil.which("ffmpeg"):
-        written.append(_saved(Path(out) / "animation.mp4", lambda p: anim.save(p, writer=FFMpegWriter(fps=8), dpi=80)))
+        written.append(_saved(Path(out) / "animation.mp4", lambda p: anim.save(p, writer=FFMpegWriter(fps=8), dpi=80),
+                              by_name=True))
     return written
 
 
-def _saved(path: Path, save) -> Path:
-    """`save(name)` writes a figure to the file `name`: it is given a new name beside `path`, which
-    then takes `path`'s place, a regular file or nothing (meshsim.files)."""
+def _saved(path: Path, save, by_name: bool = False) -> Path:
+    """`save(target)` writes a figure into `target`: a file object on a new file beside `path` (made
+    with O_EXCL), or, `by_name`, that file's name (an animation's writer opens it itself); the new
+    file then takes `path`'s place, which must be a regular file or nothing (meshsim.files). A write
+    that fails (a full disk) is RunFailed, and leaves nothing behind."""
     from . import files
+    from .errors import RunFailed
 
     files.check_target(path, "figure")
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.part{path.suffix}")
     try:
-        files.check_target(tmp)
-        files.remove(tmp)
-        save(tmp)
+        if by_name:
+            files.check_target(tmp)
+            files.remove(tmp)
+            save(tmp)
+        else:
+            with os.fdopen(files.create_new(tmp), "wb") as fh:
+                save(fh)
         files.replace(tmp, path)
+    except OSError as e:
+        raise RunFailed(f"{path}: cannot write the figure ({e.strerror or e})") from None
     finally:
         files.remove(tmp)
     return path

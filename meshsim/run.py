@@ -217,11 +217,32 @@ def _start(machine, scenario, threads, per_call) -> tuple:
     return timing, inputs, machine.start(scenario, inputs, per_call=per_call)
 
 
-def _open_writer(machine, final: Path, scenario, run, timing: Timing):
+def _open_writer(machine, final: Path, scenario, run, timing: Timing, resuming: Path | None = None):
+    """The machine's writer of `final`, its layout built; a layout that cannot be written (a full
+    disk) is discarded and removed, and ends the command with RunFailed (for `resuming`, the
+    stopped file, saying that it and its checkpoint are as they were)."""
+    from .output import abandon_layout, system_words
+
     try:
         return machine.open_writer(final, scenario, run, timing.threads)
-    except OSError as e:
-        raise InputError(f"{final}: cannot write the result ({e.strerror or e})") from None
+    except BaseException as e:
+        abandon_layout(final)
+        words = system_words(e) if isinstance(e, Exception) and not isinstance(e, InputError) else None
+        if words is None:
+            raise
+        raise RunFailed(_layout_failure_lines(final, f"laying out its file failed ({words})", resuming)) from None
+
+
+def _layout_failure_lines(final: Path, why: str, resuming: Path | None) -> list:
+    """What RunFailed says of a run whose file could not be laid out: nothing of it was written."""
+    import shlex
+
+    if resuming is None:
+        return [f"{final}: the run could not start: {why}.",
+                "Kept: nothing (nothing was written); once the cause is mended, run the scenario again."]
+    return [f"{resuming}: the run cannot resume now: {why}.",
+            f"Kept: {resuming} and its checkpoint, as they were.",
+            f"To resume once the cause is mended: meshsim run --resume {shlex.quote(str(resuming))}"]
 
 
 def resume_run(path, *, threads: int | None = None, progress: bool | None = None,
@@ -277,7 +298,8 @@ def _resume_locked(final: Path, given: Path, threads, progress, max_cycles_per_c
     stored = int(point.attrs.get("per_call", 0))
     if max_cycles_per_call is None and stored > 0 and stored != run.per_call:
         run = machine.start(scenario, inputs, per_call=stored)  # the stops the stopped run followed
-    writer = _open_writer(machine, final, scenario, run, timing)
+    writer = _open_writer(machine, final, scenario, run, timing, resuming=path)
+    writer.start_cycle = writer.checkpoint_cycle = point.cycles_done
     try:
         with writer.writing("writing the resumed run's file"):
             with open_result_file(path) as old:
@@ -285,13 +307,8 @@ def _resume_locked(final: Path, given: Path, threads, progress, max_cycles_per_c
             run.restore(point.values, point.arrays, writer)
             writer.f.attrs["cycles_done"] = np.int64(run.cycle)
     except WriteFailed as e:
-        import shlex
-
         writer.close_incomplete()  # the new layout alone: removed; the stopped file is as it was
-        raise RunFailed([f"{path}: the run cannot resume now: {e.why}.",
-                         f"Kept: {path} and its checkpoint {point.path.name}, as they were.",
-                         f"To resume once the cause is mended: meshsim run --resume {shlex.quote(str(path))}"]) \
-            from None
+        raise RunFailed(_layout_failure_lines(final, e.why, path)) from None
     except BaseException as e:
         writer.close_incomplete()  # the new layout alone: removed; the stopped file is as it was
         if isinstance(e, (OSError, KeyError, TypeError, ValueError)):
@@ -311,8 +328,6 @@ def _resume_final(given: Path) -> Path:
     """NAME.h5 of the run that `given` (what --resume named) is the stopped file of; InputError,
     naming it, for anything but a result file's name or a regular file (before any lock is taken,
     so that nothing is made or removed beside a file that is not a run's)."""
-    if given.suffix != ".h5" or given.name in (".h5", ".incomplete.h5"):
-        raise InputError(f"--resume {given}: not a result file; --resume takes a stopped run's NAME.incomplete.h5")
     try:
         st = os.stat(given)
     except FileNotFoundError:
@@ -322,6 +337,8 @@ def _resume_final(given: Path) -> Path:
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise InputError(f"--resume {given}: is {files.kind_of(st.st_mode)}; --resume takes a stopped run's "
                          "NAME.incomplete.h5")
+    if given.suffix != ".h5" or given.name in (".h5", ".incomplete.h5"):
+        raise InputError(f"--resume {given}: not a result file; --resume takes a stopped run's NAME.incomplete.h5")
     return _final_of(given)
 
 
@@ -437,6 +454,8 @@ def _failure_lines(e: WriteFailed, run, writer) -> list:
     from .checkpoint import checkpoint_path
 
     path, final = writer.path, writer.final_path
+    if writer.state == "building":  # SWMR never started: the file (a stopped run's, if resumed) is as it was
+        return _layout_failure_lines(final, e.why, path if writer.start_cycle is not None else None)
     lines = [f"{final}: the run stopped at cycle {run.cycle:,}: {e.why}."]
     scenario = writer.scenario_path
     again = "run the scenario again" + (f" (meshsim run {shlex.quote(scenario)} ...)" if scenario else "")
@@ -470,8 +489,9 @@ def _save_checkpoint(run, writer) -> bool:
     values, arrays = run.checkpoint()
     a = writer.f.attrs
     path = ck.checkpoint_path(writer.final_path)
-    try:
+    with writer.writing("forcing the result to disk"):  # a checkpoint must never be ahead of the file on disk
         writer.sync()
+    try:
         ck.write(path, machine=str(a["machine"]), run_id=writer.run_id, resolved=str(a["scenario_resolved"]),
                  inputs=run.inputs_digest(), per_call=run.per_call, cycles_done=run.cycle, done=run.done,
                  lengths=writer.lengths(), values=values, arrays=arrays)
@@ -489,8 +509,12 @@ def _remove_checkpoint(writer) -> None:
     from .checkpoint import checkpoint_path
 
     path = checkpoint_path(writer.final_path)
-    files.remove(path)
-    files.remove(path.with_name(path.name + ".part"))
+    for p in (path, path.with_name(path.name + ".part")):
+        try:
+            files.remove(p)
+        except OSError as e:
+            print(f"meshsim: warning: {p} could not be removed ({e.strerror or e}); remove it by hand",
+                  file=sys.stderr)
 
 
 #: Checkpoints take at most this share of a run's time: one waits 1 / share times as long as the
@@ -532,6 +556,9 @@ def _drive(run, writer, timing: Timing, bar, stop_signals, checkpoint_every: flo
 
 
 def _finish(run, writer, timing: Timing, complete: bool):
+    if writer.state == "running":  # the file as a kill now would leave it, should finishing fail
+        run.prepare_flush(writer)
+        writer.flush(run.cycle, run.summarise(timing))
     run.write_final(writer)
     summary = run.summarise(timing)
     return writer.finish(summary, run.cycle, complete=complete), summary

@@ -374,7 +374,7 @@ def test_resume_of_anything_but_a_stopped_run_says_what_it_is(tmp_path, capsys):
     (tmp_path / "s.checkpoint.toml").write_text("precious")
     assert "not a result file; --resume takes a stopped run's NAME.incomplete.h5" in _err(
         capsys, ["run", "--resume", SC / "smoke.toml"])
-    assert "not a result file" in _err(capsys, ["run", "--resume", "/dev/zero"])
+    assert "/dev/zero: is a character device; --resume takes" in _err(capsys, ["run", "--resume", "/dev/zero"])
     (tmp_path / "d.h5").mkdir()
     assert "d.h5: is a folder" in _err(capsys, ["run", "--resume", tmp_path / "d.h5"])
     (tmp_path / "other.h5").write_bytes(b"not hdf5")
@@ -446,3 +446,78 @@ def test_a_resume_whose_writes_fail_keeps_the_stopped_file_and_its_checkpoint(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.checkpoint.h5", "r.incomplete.h5"]
     monkeypatch.undo()
     assert main(["run", "--resume", str(inc), "-q"]) == 0
+
+
+def _limited(args, limit: int, cwd=None, env=None):
+    """`meshsim ARGS` in a process whose files may not grow past `limit` bytes."""
+    def cap():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+    return subprocess.run([sys.executable, "-m", "meshsim", *map(str, args)], env=env or ENV, cwd=cwd,
+                          capture_output=True, text=True, preexec_fn=cap)
+
+
+def test_a_layout_that_cannot_be_written_leaves_nothing_and_a_resume_leaves_the_stopped_run(tmp_path):
+    _reference(tmp_path, LONG)  # the kernels compiled: the limited processes write no cache
+    out = tmp_path / "r.h5"
+    r = _limited(["run", SC / "smoke.toml", *LONG, "-o", out, "-q", "--threads", "1"], 4096)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr and r.stderr.startswith("meshsim: error: ")
+    assert "the run could not start: laying out its file failed (File too large)" in r.stderr
+    assert "Kept: nothing (nothing was written)" in r.stderr and len(r.stderr.strip().splitlines()) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ref"]
+    # a stopped run, resumed where its file cannot be laid out again
+    out = _stopped(tmp_path)
+    inc, ck = incomplete_path(out), checkpoint_path(out)
+    before, saved = inc.read_bytes(), ck.read_bytes()
+    r = _limited(["run", "--resume", inc, "-q"], 4096)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr and f"{inc}: the run cannot resume now: " in r.stderr
+    assert "(File too large)" in r.stderr and f"meshsim run --resume {inc}" in r.stderr
+    assert inc.read_bytes() == before and ck.read_bytes() == saved
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.checkpoint.h5", "r.incomplete.h5", "ref"]
+
+
+# A run whose file may grow only a little once it is being finished: the limit is set just after
+# the flushed file is copied, so the totals fail to be written inside HDF5 itself.
+FINISHING = """
+import os, resource, sys
+import meshsim.run
+from meshsim import output
+from meshsim.cli import main
+meshsim.run.CHECKPOINT_BYTES_PER_SECOND = float("inf")  # a checkpoint at every flush
+copy = output.ResultFile._finishing
+def finishing(self):
+    copy(self)
+    if self.state == "finishing":
+        resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(self.part) + 512, resource.RLIM_INFINITY))
+output.ResultFile._finishing = finishing
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("scenario, overrides", [
+    ("smoke.toml", ["run.cycles=1200", "output.flush_every_cycles=100"]),
+    ("ipu_gpt2_even.toml", ["run.steps=6"]),
+], ids=["mesh", "ipu"])
+def test_totals_that_cannot_be_written_keep_the_flushed_file(tmp_path, scenario, overrides):
+    """The ipu flushes by the clock, so its failure may come before any checkpoint: its file is
+    checked; the mesh, flushed every 100 cycles and checkpointed at the first flush at least, is
+    resumed and compared too."""
+    ref = tmp_path / "ref.h5"
+    assert main(["run", str(SC / scenario), *overrides, "-o", str(ref), "-q", "--threads", "1"]) == 0
+    out = tmp_path / "r.h5"
+    r = subprocess.run([sys.executable, "-c", FINISHING, "run", SC / scenario, *overrides, "-o", out, "-q",
+                        "--threads", "1"], env=ENV, capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
+    inc = incomplete_path(out)
+    lines = r.stderr.strip().splitlines()
+    assert "Traceback" not in r.stderr and lines[0].startswith("meshsim: error: "), r.stderr
+    assert "(File too large)" in lines[0] and lines[1].startswith(f"meshsim: Kept: {inc}, as of its last flush")
+    assert not list(tmp_path.glob("*.part"))
+    assert main(["report", str(inc)]) == 0
+    if scenario == "smoke.toml":
+        assert lines[2].startswith("meshsim: To go on from cycle ")  # its last checkpoint's, as the clock made it
+        assert lines[2].endswith(f" once the file-size limit allows more: meshsim run --resume {inc}")
+        assert main(["run", "--resume", str(inc), "-q", "--threads", "1"]) == 0
+        assert_same_results(ref, out)

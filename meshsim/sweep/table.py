@@ -10,11 +10,13 @@ import datetime
 import io
 import json
 import math
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from .. import __version__
+from ..errors import RunFailed
 from .spec import Sweep
 
 # Columns of the summary table that describe the point rather than its result.
@@ -78,12 +80,13 @@ def write_summary(sweep: Sweep, rows: dict, hdf5: bool = True) -> tuple[Path, Pa
     cols = table_columns(sweep, rows)
     table = table_rows(sweep, rows)
     tmp = temporary_path(sweep.summary_csv)
-    with files.open_text_new(tmp, newline="") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(cols)
-        for r in table:
-            w.writerow([_csv_value(r.get(c)) for c in cols])
-    files.replace(tmp, sweep.summary_csv)
+    with _writing_table(tmp):
+        with files.open_text_new(tmp, newline="") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(cols)
+            for r in table:
+                w.writerow([_csv_value(r.get(c)) for c in cols])
+        files.replace(tmp, sweep.summary_csv)
     if not hdf5:
         return sweep.summary_csv, sweep.summary_h5
 
@@ -106,9 +109,26 @@ def write_summary(sweep: Sweep, rows: dict, hdf5: bool = True) -> tuple[Path, Pa
             ds.attrs["role"] = ("parameter" if c in sweep.keys else "point" if c in INFO_FIRST or c in INFO_LAST
                                 else "summary")
     tmp = temporary_path(sweep.summary_h5)
-    files.write_new(tmp, image.getvalue())
-    files.replace(tmp, sweep.summary_h5)
+    with _writing_table(tmp):
+        files.write_new(tmp, image.getvalue())
+        files.replace(tmp, sweep.summary_h5)
     return sweep.summary_csv, sweep.summary_h5
+
+
+@contextmanager
+def _writing_table(tmp: Path):
+    """A table written through `tmp`: a write that fails (a full disk) removes it and is RunFailed,
+    saying that the points' files are kept and a rerun writes the table again."""
+    from .. import files
+
+    try:
+        yield
+    except OSError as e:
+        files.remove(tmp)
+        final = tmp.with_name(tmp.name[1:-len(".tmp")])
+        raise RunFailed([f"{final}: the sweep's table could not be written ({e.strerror or e}).",
+                         "Kept: every point's result file; running the sweep again once the cause is mended "
+                         "writes the table again, and runs only the points not complete."]) from None
 
 
 def _column_array(values):
