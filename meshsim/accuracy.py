@@ -13,7 +13,16 @@ A reference table is a CSV file with one case per row and the columns
 
 and, optionally, `case` (a name; default the figure), `baseline` (overrides applied on top of the
 case's for a second run: the figure is then the case's over the baseline's, a ratio such as a
-speed-up) and `tolerance` (the relative error the model claims for the case; empty: none).
+speed-up), `tolerance` (the relative error the model claims for the case; empty: none) and `role`
+(`calibration`: the model was fitted or chosen against this row, a parameter fitted to it or a rule
+picked among variants by it, so its error says how well the fit holds, not how well the model
+predicts; `validation`: nothing was fitted to it; empty: not said). In the shipped table the SN30
+rows are calibration (docs/rdu.md, "Calibration": `machine.section_fill` fitted to the section
+counts, the allocation rules chosen against the speed-ups), the analytic and CS-2 rows validation.
+
+Every row is reported: a case within its tolerance, outside it, without one, or one that could not
+run (its scenario refused, its run stopped, its figure missing), with its CSV line and why, while
+the others run.
 
 The shipped table, `meshsim/data/accuracy.csv`, holds the analytic network results (the mesh's
 zero-load latency and accepted load below saturation) and the SN30 fusion measurements of the
@@ -36,7 +45,8 @@ from .errors import InputError
 
 SHIPPED = Path(__file__).parent / "data" / "accuracy.csv"
 REQUIRED = ("scenario", "overrides", "figure", "reference", "source")
-OPTIONAL = ("case", "baseline", "tolerance")
+OPTIONAL = ("case", "baseline", "tolerance", "role")
+ROLES = ("calibration", "validation", "")
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,7 @@ class Case:
     baseline: tuple | None = None
     tolerance: float | None = None
     origin: str = ""  # "table.csv:line", for messages
+    role: str = ""  # "calibration", "validation" or "" (not said)
 
 
 def read_table(path) -> list[Case]:
@@ -85,13 +96,17 @@ def read_table(path) -> list[Case]:
         scenario = (row.get("scenario") or "").strip()
         if scenario and not Path(scenario).is_absolute() and (path.parent / scenario).exists():
             scenario = str(path.parent / scenario)
+        role = (row.get("role") or "").strip().lower()
+        if role not in ROLES:
+            problems.append(f"{where}: role = {row.get('role')!r}: must be calibration, validation or empty")
         base = row.get("baseline")
         overrides, baseline = _items(row.get("overrides"), where, "overrides", problems), None
         if base and base.strip():
             baseline = _items(base, where, "baseline", problems)
         cases.append(Case(case=(row.get("case") or "").strip() or figure, scenario=scenario, overrides=overrides,
                           figure=figure, reference=ref if ref is not None else math.nan,
-                          source=(row.get("source") or "").strip(), baseline=baseline, tolerance=tol, origin=where))
+                          source=(row.get("source") or "").strip(), baseline=baseline, tolerance=tol, origin=where,
+                          role=role))
     if problems:
         raise InputError(problems)
     return cases
@@ -134,8 +149,12 @@ def _scenario(case: Case, overrides: tuple):
 
 def evaluate(cases: list[Case], progress=None) -> list[dict]:
     """Run every case (each distinct scenario once) and return one row per case: its figure in the
-    model, the reference, the relative error (model / reference - 1) and whether it is within the
-    case's tolerance (None without one). `progress(done, total, label)` is called after each run."""
+    model, the reference, the relative error (model / reference - 1), whether it is within the
+    case's tolerance (None without one) and its status: "within", "outside", "no tolerance" or
+    "could not run" (then `why` says why: a refused scenario, a run that failed, a figure the
+    summary lacks). `progress(done, total, label)` is called after each run."""
+    from . import files
+    from .errors import RunFailed
     from .report import read_summary
     from .run import run_scenario
 
@@ -144,36 +163,52 @@ def evaluate(cases: list[Case], progress=None) -> list[dict]:
         plan.setdefault((c.scenario, c.overrides), c)
         if c.baseline is not None:
             plan.setdefault((c.scenario, c.overrides + c.baseline), c)
-    # every scenario is checked before the first runs: a bad row costs nothing
-    scenarios, problems = {}, []
+    # every scenario is checked before the first runs: a bad row costs no run, and stops no other
+    scenarios, failed = {}, {}
     for key, case in plan.items():
         try:
             scenarios[key] = _scenario(case, key[1])
         except InputError as e:
-            problems.extend(e.problems)
-    if problems:
-        raise InputError(problems)
+            failed[key] = "; ".join(e.problems)
     by_key = {}
     with tempfile.TemporaryDirectory(prefix="meshsim-accuracy-") as tmp:
         for i, (key, case) in enumerate(plan.items()):
-            res = run_scenario(scenarios[key], Path(tmp) / f"case{i}.h5", progress=False)
-            by_key[key] = read_summary(res.path)[1]
-            Path(res.path).unlink()
+            if key in failed:
+                continue
+            try:
+                res = run_scenario(scenarios[key], Path(tmp) / f"case{i}.h5", progress=False)
+                by_key[key] = read_summary(res.path)[1]
+                files.remove(res.path)
+            except (InputError, RunFailed) as e:
+                failed[key] = "; ".join(getattr(e, "problems", None) or getattr(e, "lines", None) or [str(e)])
             if progress is not None:
                 progress(i + 1, len(plan), case.case)
-    rows = []
-    for c in cases:
-        s = by_key[(c.scenario, c.overrides)]
-        value = _figure(s, c)
+    return [_row(c, by_key, failed) for c in cases]
+
+
+def _row(c: Case, by_key: dict, failed: dict) -> dict:
+    """A case's row of the table (evaluate)."""
+    row = dict(case=c.case, figure=c.figure + (" / baseline" if c.baseline else ""), model=math.nan,
+               reference=c.reference, error=math.nan, tolerance=c.tolerance, within=None, source=c.source,
+               origin=c.origin, role=c.role, status="could not run", why="")
+    keys = [(c.scenario, c.overrides)] + ([(c.scenario, c.overrides + c.baseline)] if c.baseline is not None else [])
+    why = [failed[k] for k in keys if k in failed]
+    if why:
+        row["why"] = why[0]
+        return row
+    try:
+        value = _figure(by_key[keys[0]], c)
         if c.baseline is not None:
-            b = _figure(by_key[(c.scenario, c.overrides + c.baseline)], c)
+            b = _figure(by_key[keys[1]], c)
             value = value / b if b else math.nan
-        err = value / c.reference - 1 if math.isfinite(value) else math.nan
-        within = None if c.tolerance is None else bool(abs(err) <= c.tolerance)
-        rows.append(dict(case=c.case, figure=c.figure + (" / baseline" if c.baseline else ""),
-                         model=value, reference=c.reference, error=err, tolerance=c.tolerance, within=within,
-                         source=c.source, origin=c.origin))
-    return rows
+    except InputError as e:
+        row["why"] = "; ".join(e.problems)
+        return row
+    err = value / c.reference - 1 if math.isfinite(value) else math.nan
+    within = None if c.tolerance is None else bool(abs(err) <= c.tolerance)
+    row.update(model=value, error=err, within=within,
+               status="no tolerance" if within is None else "within" if within else "outside")
+    return row
 
 
 def _figure(summary: dict, case: Case) -> float:
@@ -190,21 +225,46 @@ def _figure(summary: dict, case: Case) -> float:
 
 
 def envelope(rows: list[dict]) -> dict:
-    """The largest |error| over the cases, and how many lie within their tolerance."""
-    errs = [abs(r["error"]) for r in rows if math.isfinite(r["error"])]
-    judged = [r for r in rows if r["within"] is not None]
-    return dict(cases=len(rows), max_abs_error=max(errs) if errs else math.nan,
-                within=sum(1 for r in judged if r["within"]), with_tolerance=len(judged))
+    """Every row counted: how many lie within their tolerance, outside it, have none, or could not
+    run; the largest |error| over those that ran, and over those with no tolerance apart."""
+    def largest(rs):
+        errs = [abs(r["error"]) for r in rs if math.isfinite(r["error"])]
+        return max(errs) if errs else math.nan
+
+    count = {s: sum(1 for r in rows if r.get("status") == s) for s in ("within", "outside", "no tolerance",
+                                                                         "could not run")}
+    return dict(cases=len(rows), max_abs_error=largest(rows), within=count["within"], outside=count["outside"],
+                with_tolerance=count["within"] + count["outside"], without_tolerance=count["no tolerance"],
+                max_abs_error_without_tolerance=largest([r for r in rows if r.get("status") == "no tolerance"]),
+                could_not_run=count["could not run"])
 
 
 def format_rows(rows: list[dict]) -> str:
-    """The cases as a table, then the envelope."""
-    lines = [f"{'case':<42}{'figure':<38}{'model':>11}{'reference':>11}{'error':>9}  {'tolerance':<12}source"]
+    """The cases as a table (a case that could not run in its row, why below the table), then the
+    envelope, which counts every row."""
+    lines = [f"{'case':<42}{'figure':<38}{'model':>11}{'reference':>11}{'error':>9}  {'tolerance':<14}"
+             f"{'role':<12}source"]
     for r in rows:
-        tol = "" if r["tolerance"] is None else f"{r['tolerance']:.0%} " + ("ok" if r["within"] else "OUTSIDE")
-        lines.append(f"{r['case'][:41]:<42}{r['figure'][:37]:<38}{r['model']:>11.4g}{r['reference']:>11.4g}"
-                     f"{r['error']:>+9.1%}  {tol:<12}{r['source']}")
-    e = envelope(rows)
-    lines.append(f"envelope: largest error {e['max_abs_error']:.1%} over {e['cases']} case(s); {e['within']} of "
-                 f"{e['with_tolerance']} within their tolerance")
+        if r.get("status") == "could not run":
+            model, err, tol = f"{'-':>11}", f"{'-':>9}", "COULD NOT RUN"
+        else:
+            model, err = f"{r['model']:>11.4g}", f"{r['error']:>+9.1%}"
+            tol = "none" if r["tolerance"] is None else f"{r['tolerance']:.0%} " + ("ok" if r["within"] else "OUTSIDE")
+        lines.append(f"{r['case'][:41]:<42}{r['figure'][:37]:<38}{model}{r['reference']:>11.4g}{err}  {tol:<14}"
+                     f"{r.get('role') or '-':<12}{r['source']}")
+    for r in rows:
+        if r.get("status") == "could not run":
+            lines.append(f"  {r['origin']}: {r['case']}: could not run: {r['why']}")
+    lines.append(format_envelope(envelope(rows)))
     return "\n".join(lines)
+
+
+def format_envelope(e: dict) -> str:
+    """The summary line: every row counted."""
+    def pct(x):
+        return "-" if not math.isfinite(x) else f"{x:.1%}"
+
+    return (f"envelope: {e['cases']} case(s): {e['within']} within their tolerance, {e['outside']} outside it, "
+            f"{e['without_tolerance']} with no tolerance (largest error among them "
+            f"{pct(e['max_abs_error_without_tolerance'])}), {e['could_not_run']} could not run; largest error "
+            f"{pct(e['max_abs_error'])} over the {e['cases'] - e['could_not_run']} that ran")

@@ -60,9 +60,11 @@ def test_cases_run_once_each_and_a_baseline_makes_a_ratio(tmp_path):
     assert rows[0]["within"] == (abs(ratio / 2.0 - 1) <= 0.5)
     assert rows[1]["model"] == o3["sections"] and rows[1]["within"] is None
     e = envelope(rows)
-    assert e["cases"] == 2 and e["with_tolerance"] == 1
+    assert e["cases"] == 2 and e["with_tolerance"] == 1 and e["without_tolerance"] == 1 and e["could_not_run"] == 0
     assert e["max_abs_error"] == pytest.approx(max(abs(r["error"]) for r in rows))
-    assert "envelope: largest error" in format_rows(rows)
+    assert e["max_abs_error_without_tolerance"] == pytest.approx(abs(rows[1]["error"]))
+    assert rows[1]["status"] == "no tolerance" and rows[0]["status"] in ("within", "outside")
+    assert "envelope: 2 case(s): " in format_rows(rows)
 
 
 def test_a_figure_the_summary_lacks_is_named_with_the_nearest(tmp_path, capsys):
@@ -70,6 +72,45 @@ def test_a_figure_the_summary_lacks_is_named_with_the_nearest(tmp_path, capsys):
     assert main(["accuracy", "--no-shipped", "--table", str(table), "-q"]) == 2
     err = capsys.readouterr().err
     assert "'samples_per_secnd' is not in the run's summary; did you mean samples_per_second" in err
+
+
+def test_a_case_that_cannot_run_is_reported_in_its_row_while_the_others_run(tmp_path, capsys):
+    table = write(tmp_path / "t.csv", [
+        ("fine", "", RDU, "sections", "3", "me", "", "10"),
+        ("refused", "", RDU + " workload.hidden_size=-5", "sections", "3", "me", "", "0.5"),
+        ("typo", "", RDU, "sectons", "3", "me", "", ""),
+        ("loose", "", RDU, "sections", "1000", "me", "", ""),
+    ])
+    assert main(["accuracy", "--no-shipped", "--table", str(table), "-q"]) == 2
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert [ln.split()[0] for ln in lines[1:5]] == ["fine", "refused", "typo", "loose"]
+    assert "COULD NOT RUN" in lines[2] and "COULD NOT RUN" in lines[3] and "none" in lines[4]
+    assert f"{table}:3: refused: could not run: " in out and "workload.hidden_size = -5" in out
+    assert f"{table}:4: typo: could not run: " in out and "did you mean sections" in out
+    last = lines[-1]
+    assert last.startswith("envelope: 4 case(s): 1 within their tolerance, 0 outside it, 1 with no tolerance "
+                           "(largest error among them ")
+    assert "), 2 could not run; largest error " in last and last.endswith(" over the 2 that ran")
+    assert err.count("meshsim: error: ") == 2 and f"{table}:3: refused" in err and "Traceback" not in err
+    rows = {r["case"]: r for r in evaluate(read_table(table))}
+    assert rows["refused"]["status"] == "could not run" and math.isnan(rows["refused"]["model"])
+    assert rows["loose"]["status"] == "no tolerance" and rows["loose"]["error"] < -0.9
+
+
+def test_roles_are_read_and_the_shipped_table_says_which_rows_were_fitted(tmp_path):
+    header = ("case", "scenario", "overrides", "figure", "reference", "source", "role")
+    table = write(tmp_path / "t.csv", [("a", "", RDU, "sections", "3", "me", "Calibration"),
+                                       ("b", "", RDU, "sections", "3", "me", "")], header=header)
+    assert [c.role for c in read_table(table)] == ["calibration", ""]
+    bad = write(tmp_path / "bad.csv", [("a", "", RDU, "sections", "3", "me", "fitted")], header=header)
+    with pytest.raises(InputError) as e:
+        read_table(bad)
+    assert e.value.problems == [f"{bad}:2: role = 'fitted': must be calibration, validation or empty"]
+    shipped = read_table(SHIPPED)
+    assert all(c.role in ("calibration", "validation") for c in shipped)
+    assert {c.case for c in shipped if c.role == "calibration"} == {c.case for c in shipped
+                                                                     if c.case.startswith("SN30")}
 
 
 def test_the_shipped_analytic_references_are_the_formulas(tmp_path):
@@ -97,11 +138,14 @@ def test_the_shipped_cases_print_their_errors_and_speedups_and_sections_hold_the
     for name in rows:
         if name.startswith("mesh") or name.endswith(("throughput", "o3 sections")):
             assert rows[name]["within"], (name, rows[name])
-    # every case with a tolerance holds it, so --check passes; the highest PCU share claims none
+    # every case with a tolerance holds it, so --check passes; the highest PCU share claims none,
+    # and is counted as such
     assert all(r["within"] is not False for r in rows.values())
     assert all(rows[n]["within"] is None for n in rows if n.endswith("highest PCU share"))
+    assert data["envelope"]["without_tolerance"] == 4 and data["envelope"]["could_not_run"] == 0
+    assert data["envelope"]["within"] + data["envelope"]["without_tolerance"] == 16
     assert main(["accuracy", "-q", "--check", "--only", "mesh 8x8 zero-load"]) == 0
-    assert "envelope" in capsys.readouterr().out
+    assert "envelope: 2 case(s): 2 within their tolerance" in capsys.readouterr().out
 
 
 def test_the_cs2_cases_run_the_shipped_training_scenario_and_skip_leaving_nothing_is_refused(capsys):
