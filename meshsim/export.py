@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import numpy as np
 
 from . import __version__, files
 from . import machine as machines
-from .errors import InputError, RunFailed
+from .errors import InputError
 from .output import open_result_file, plain
 from .report import read_summary
 from .roofline import values_of_file
@@ -177,16 +176,8 @@ def export(path, fmt: str = "perfetto", out=None, *, points: int = DEFAULT_POINT
             "li": summary.get("li"),
         }),
     }
-    files.check_target(target, "trace")
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        with files.open_text_new(tmp) as fh:
-            json.dump(doc, fh, separators=(",", ":"), allow_nan=False)
-        files.replace(tmp, target)
-    except OSError as e:
-        raise RunFailed(f"{target}: cannot write the trace ({e.strerror or e}); nothing was left behind") from None
-    finally:
-        files.remove(tmp)
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    files.write_through_temporary(target, "trace", lambda fh: fh.write(text.encode()))
     return target
 
 

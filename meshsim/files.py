@@ -13,13 +13,16 @@ most its limit. The limits of each kind of input are in LIMITS.
 Writing: `check_target` before a run for every name it will write; `create_new` opens a file that
 must not exist (O_EXCL, so never through a link someone put there); `replace` renames a file of
 ours over a regular file or nothing; `remove` deletes a regular file and nothing else;
-`open_for_lock` opens (or makes) a lock file.
+`open_for_lock` opens (or makes) a lock file and `lock_exclusive` locks it;
+`write_through_temporary` writes an output (a figure, a trace) as a new file that then takes its
+name.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 from .errors import InputError
 
@@ -219,6 +222,52 @@ def open_for_lock(path, what: str) -> int:
         check_target(path, what)  # says what it is
         raise InputError([f"{path}: changed as it was opened; meshsim writes its {what} only as a regular file"])
     return fd
+
+
+def lock_exclusive(path, what: str) -> tuple[int, bool]:
+    """(descriptor, locked) of the lock file `path` (open_for_lock) with its exclusive lock taken:
+    BlockingIOError, the descriptor closed, while another process holds it; locked is False on a
+    filesystem without locks (the descriptor open all the same). A lock file its holder removed as
+    this one opened it is opened again."""
+    import fcntl
+
+    while True:
+        fd = open_for_lock(path, what)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise
+        except OSError:
+            return fd, False
+        if same_file(path, fd):
+            return fd, True
+        os.close(fd)
+
+
+def write_through_temporary(path, what: str, save, by_name: bool = False) -> None:
+    """Write `path` as a new file: `save(target)` writes into `target`, a binary file object on a
+    new file beside it (made with O_EXCL), or, `by_name`, that file's name (for writers that open it
+    themselves); the new file then takes `path`'s place, which must be a regular file or nothing. A
+    write that fails (a full disk) is RunFailed, and leaves nothing behind."""
+    from .errors import RunFailed
+
+    path = Path(path)
+    check_target(path, what)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.part{path.suffix}")
+    try:
+        if by_name:
+            check_target(tmp)
+            remove(tmp)
+            save(tmp)
+        else:
+            with os.fdopen(create_new(tmp), "wb") as fh:
+                save(fh)
+        replace(tmp, path)
+    except OSError as e:
+        raise RunFailed(f"{path}: cannot write the {what} ({e.strerror or e}); nothing was left behind") from None
+    finally:
+        remove(tmp)
 
 
 def same_file(path, fd: int) -> bool:

@@ -148,22 +148,22 @@ class RunLock:
 
     def acquire(self) -> RunLock:
         try:
-            import fcntl
+            import fcntl  # noqa: F401
         except ImportError:
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            fd = files.open_for_lock(self.path, "run lock")
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+        try:
+            fd, locked = files.lock_exclusive(self.path, "run lock")
+        except BlockingIOError:
+            locked = False
+        else:
+            if not locked:
                 os.close(fd)
-                raise InputError(f"{self.final}: another run is writing it now (it holds {self.path.name}); wait "
-                                 "for it to end, or write elsewhere with -o") from None
-            if files.same_file(self.path, fd):  # not a lock file its holder removed as this one opened it
-                self.fd = fd
-                return self
-            os.close(fd)
+        if not locked:
+            raise InputError(f"{self.final}: another run is writing it now (it holds {self.path.name}); wait "
+                             "for it to end, or write elsewhere with -o")
+        self.fd = fd
+        return self
 
     def release(self) -> None:
         if self.fd is not None:

@@ -11,7 +11,6 @@ frames, so a full-wafer, 10,000-cycle run draws in seconds.
 from __future__ import annotations
 
 import math
-import os
 import shutil
 from pathlib import Path
 
@@ -158,28 +157,10 @@ def animation(path, out, fmt: str = "png") -> list[Path]:
 
 
 def _saved(path: Path, save, by_name: bool = False) -> Path:
-    """`save(target)` writes a figure into `target`: a file object on a new file beside `path` (made
-    with O_EXCL), or, `by_name`, that file's name (an animation's writer opens it itself); the new
-    file then takes `path`'s place, which must be a regular file or nothing (meshsim.files). A write
-    that fails (a full disk) is RunFailed, and leaves nothing behind."""
+    """`path`, written by `save` through a new file beside it (meshsim.files.write_through_temporary)."""
     from . import files
-    from .errors import RunFailed
 
-    files.check_target(path, "figure")
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.part{path.suffix}")
-    try:
-        if by_name:
-            files.check_target(tmp)
-            files.remove(tmp)
-            save(tmp)
-        else:
-            with os.fdopen(files.create_new(tmp), "wb") as fh:
-                save(fh)
-        files.replace(tmp, path)
-    except OSError as e:
-        raise RunFailed(f"{path}: cannot write the figure ({e.strerror or e})") from None
-    finally:
-        files.remove(tmp)
+    files.write_through_temporary(path, "figure", save, by_name=by_name)
     return path
 
 

@@ -433,21 +433,12 @@ class _FolderLock:
     def _lock_file(lock: Path, out: Path) -> int:
         """A descriptor of the regular file `lock` (made if missing, never through a link), holding
         its exclusive lock where the filesystem has locks."""
-        import fcntl
-
-        while True:
-            fd = files.open_for_lock(lock, "sweep lock")
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise InputError(f"{out}: another meshsim sweep is running in this folder; wait for it, or give this "
-                                 "one another folder with -o or sweep.output") from None
-            except OSError:  # a filesystem without locks: go on unguarded
-                return fd
-            if files.same_file(lock, fd):  # not a lock file that a refused sweep removed as this one opened it
-                return fd
-            os.close(fd)
+        try:
+            fd, _ = files.lock_exclusive(lock, "sweep lock")  # unlocked on a filesystem without locks: unguarded
+        except BlockingIOError:
+            raise InputError(f"{out}: another meshsim sweep is running in this folder; wait for it, or give this "
+                             "one another folder with -o or sweep.output") from None
+        return fd
 
     def __exit__(self, exc_type=None, exc=None, tb=None):
         if self.fd is not None:
