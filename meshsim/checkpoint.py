@@ -121,13 +121,11 @@ def write(path: Path, *, machine: str, run_id: str, resolved: str, inputs: str, 
     try:
         files.write_new(part, image.getbuffer())
         files.replace(part, path)
-        fsync_path(path.parent)
+        files.fsync_path(path.parent)
     except BaseException:
         files.remove(part)
         raise
 
-
-fsync_path = files.fsync_path
 
 
 def read(path: Path, result: Path) -> Checkpoint:
