@@ -45,7 +45,7 @@ from .errors import InputError
 
 SHIPPED = Path(__file__).parent / "data" / "accuracy.csv"
 REQUIRED = ("scenario", "overrides", "figure", "reference", "source")
-OPTIONAL = ("case", "baseline", "tolerance", "role")
+OPTIONAL = ("case", "baseline", "tolerance", "role", "group", "fit")
 ROLES = ("calibration", "validation", "")
 
 
@@ -63,6 +63,8 @@ class Case:
     tolerance: float | None = None
     origin: str = ""  # "table.csv:line", for messages
     role: str = ""  # "calibration", "validation" or "" (not said)
+    group: str = ""  # rows of one model, left out together by cross-validation ("": the row alone)
+    fit: tuple = ()  # the keys fitted to this row (meshsim.calibrate)
 
 
 def read_table(path) -> list[Case]:
@@ -106,10 +108,22 @@ def read_table(path) -> list[Case]:
         cases.append(Case(case=(row.get("case") or "").strip() or figure, scenario=scenario, overrides=overrides,
                           figure=figure, reference=ref if ref is not None else math.nan,
                           source=(row.get("source") or "").strip(), baseline=baseline, tolerance=tol, origin=where,
-                          role=role))
+                          role=role, group=(row.get("group") or "").strip(), fit=_keys(row.get("fit"), where,
+                                                                                         problems)))
     if problems:
         raise InputError(problems)
     return cases
+
+
+def _keys(text, where: str, problems: list) -> tuple:
+    """The `fit` column: scenario keys, separated by spaces or commas."""
+    from .params import PARAMS
+
+    keys = tuple(k for k in (text or "").replace(",", " ").split() if k)
+    for k in keys:
+        if k not in {p.path for p in PARAMS}:
+            problems.append(f"{where}: fit = {text!r}: {k} is not a scenario key")
+    return keys
 
 
 def _items(text, where: str, column: str, problems: list) -> tuple:

@@ -22,6 +22,7 @@ import argparse
 import os
 import select
 import sys
+from pathlib import Path
 
 from . import __version__
 from .errors import InputError, RunFailed
@@ -231,6 +232,8 @@ def _cmd_accuracy(args) -> int:
         if not args.json and not args.quiet:
             print(f"  [{done}/{total}] {label}", file=sys.stderr, flush=True)
 
+    if args.cross_validate:
+        return _cross_validate(args, cases)
     rows = evaluate(cases, progress)
     if args.json:
         print(json.dumps(dict(cases=rows, envelope=envelope(rows)), indent=1, default=str))
@@ -243,6 +246,61 @@ def _cmd_accuracy(args) -> int:
                 print(f"meshsim: error: {r['origin']}: {r['case']}: could not run: {r['why']}", file=sys.stderr)
         return 2
     return 1 if args.check and e["outside"] else 0
+
+
+def _cross_validate(args, cases) -> int:
+    import json
+
+    from .calibrate import check_keys, cross_validate, format_cross_validation, start_values, table_keys
+
+    keys = check_keys(args.fit) if args.fit else table_keys(cases)
+    if not keys:
+        raise InputError("--cross-validate: no --fit given and no calibration row names a key in its fit column")
+    rows = [c for c in cases if c.role == "calibration"] or cases
+    fitted = start_values(rows, keys)
+
+    def progress(n, group, f):
+        if not args.json and not args.quiet:
+            shown = ", ".join(f"{k.partition('.')[2]}={v:.6g}" for k, v in f.values.items())
+            print(f"  left out {group}: refit {shown} ({f.evaluations} evaluations)", file=sys.stderr, flush=True)
+
+    out = cross_validate(cases, keys, fitted, progress)
+    if args.json:
+        print(json.dumps(dict(keys=list(keys), fitted=fitted, rows=out), indent=1, default=str))
+    else:
+        print(format_cross_validation(out))
+    return 0
+
+
+def _cmd_calibrate(args) -> int:
+    import hashlib
+
+    from . import files
+    from .accuracy import read_table
+    from .calibrate import check_keys, fit, format_fit, preset_text, table_keys
+
+    cases = read_table(args.table)
+    keys = check_keys(args.fit) if args.fit else table_keys(cases)
+    if not keys:
+        raise InputError(f"{args.table}: no --fit given and no calibration row names a key in its fit column: "
+                         "name the keys to fit, e.g. --fit machine.section_switch_cycles")
+    out = Path(args.output) if args.output else Path(args.table).with_suffix(".preset.toml")
+    files.check_target(out, "preset file")
+    if not out.parent.is_dir():
+        raise InputError(f"-o {out}: no such folder {out.parent}")
+
+    def progress(n, c, values):
+        if not args.quiet:
+            shown = ", ".join(f"{k.partition('.')[2]}={v:.6g}" for k, v in values.items())
+            print(f"  [{n}] {shown}: sum of squared log errors {c:.4g}", file=sys.stderr, flush=True)
+
+    f = fit(cases, keys, progress)
+    print(format_fit(f, args.table))
+    digest = hashlib.sha256(files.read_bounded(args.table, args.table, "reference table")).hexdigest()
+    text = preset_text(f, Path(args.table).name, digest)
+    files.write_through_temporary(out, "preset file", lambda fh: fh.write(text.encode()))
+    print(f"preset file: {out} (a scenario uses it with machine.preset_file = \"{out}\")")
+    return 0
 
 
 def _cmd_bench(args) -> int:
@@ -389,8 +447,22 @@ def build_parser() -> argparse.ArgumentParser:
     ac.add_argument("--json", action="store_true", help="print the cases and the envelope as JSON")
     ac.add_argument("--check", action="store_true", help="exit 1 when a case lies outside its tolerance (a case "
                     "that could not run is reported in its row, and makes the command exit 2, either way)")
+    ac.add_argument("--cross-validate", action="store_true", help="refit the keys of the calibration rows' fit "
+                    "column (or --fit) leaving out one group of rows (one model) at a time, and print each left-out "
+                    "row's error beside its error under the shipped fit")
+    ac.add_argument("--fit", metavar="KEY[,KEY...]", help="with --cross-validate: the keys to refit")
     ac.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     ac.set_defaults(func=_cmd_accuracy)
+
+    ca = sub.add_parser("calibrate", help="fit machine keys to a reference table (least squares on the log of "
+                        "model / measured) and write them as a preset file")
+    ca.add_argument("table", help="a reference table (as meshsim accuracy reads; its calibration rows are fitted)")
+    ca.add_argument("--fit", metavar="KEY[,KEY...]", help="the numeric machine keys to fit (default: those the "
+                    "calibration rows name in their fit column)")
+    ca.add_argument("-o", "--output", metavar="FILE", help="the preset file to write (default: beside the table, "
+                    "TABLE.preset.toml)")
+    ca.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    ca.set_defaults(func=_cmd_calibrate)
 
     b = sub.add_parser("bench", help="measure simulation speed, compile time, memory and output overhead")
     b.add_argument("--json", action="store_true", help="print the figures as JSON")

@@ -164,6 +164,7 @@ def export(path, fmt: str = "perfetto", out=None, *, points: int = DEFAULT_POINT
     tl = Timeline(clock_ghz=float(values["machine"]["clock_ghz"]), points=points, slices=slices)
     with open_result_file(path) as f:
         m.trace_events(f, values, tl)
+    _host_slices(tl, root, summary)
     doc = {
         "traceEvents": tl.trace(),
         "displayTimeUnit": "ns",
@@ -173,12 +174,33 @@ def export(path, fmt: str = "perfetto", out=None, *, points: int = DEFAULT_POINT
             "cycles": int(root.get("cycles_done", 0)), "clock_ghz": tl.clock_ghz,
             "time": "microseconds of simulated time: cycles / clock_ghz / 1000",
             "points_per_counter": points, "slices_at_most": slices, "notes": tl.notes,
-            "li": summary.get("li"),
+            "li": summary.get("li"), "chip_seconds": summary.get("chip_seconds"),
+            "host_seconds": summary.get("host_seconds"),
         }),
     }
     text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
     files.write_through_temporary(target, "trace", lambda fh: fh.write(text.encode()))
     return target
+
+
+HOST_PID = 1_000_000  # the host's process in the trace, apart from every chip's
+
+
+def _host_slices(tl: Timeline, root: dict, summary: dict) -> None:
+    """The host's part of every step (`host_seconds`) as slices of its own process, after the chip's
+    simulated time: the model adds it to the chip's time, it does not overlap it."""
+    host = summary.get("host_seconds")
+    steps = int(summary.get("steps", 1) or 0)
+    if not isinstance(host, float) or not host > 0 or not steps or not tl.slices_left:
+        return
+    end, width = int(root.get("cycles_done", 0)), host * tl.clock_ghz * 1e9
+    tl.process(HOST_PID, "host")
+    tl.thread(HOST_PID, 1, "host part of each step")
+    shown = min(steps, tl.slices_left)
+    for i in range(shown):
+        tl.slice(HOST_PID, 1, "host", end + i * width, width, cat="host", args={"step": i})
+    tl.notes.append(f"host: {host:g} s a step after the chip's {end:,} cycles, added to them as the summary's "
+                    f"step_seconds does" + (f" (the first {shown:,} of {steps:,} steps)" if shown < steps else ""))
 
 
 def _plain(d: dict) -> dict:

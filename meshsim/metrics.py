@@ -153,3 +153,21 @@ def weighted_allocation(span, held, li, pcus: int) -> dict:
     return dict(pcu_alloc_max=float(held.max()) / pcus if held.size else float("nan"),
                 pcu_alloc_mean=float((span * held).sum() / (pcus * t)) if t else float("nan"),
                 li_occupied=float((span[ok] * li[ok]).sum() / span[ok].sum()) if span[ok].sum() else float("nan"))
+
+
+def step_figures(chip_seconds: float, host_seconds: float, samples: float) -> dict:
+    """A step's time as the summary gives it (docs/design.md, "Result files"): the chip's time and the
+    host's apart, the whole step their sum, and samples per second both ways: end to end
+    (`samples_per_second`, over the whole step, what a user of the machine sees) and on the chip alone.
+    `samples`: the samples of one step. Not a number where the chip's time is not (an interrupted run)."""
+    nan = float("nan")
+    ok = math.isfinite(chip_seconds) and chip_seconds > 0
+    step = chip_seconds + host_seconds if ok else nan
+    return {
+        "chip_seconds": chip_seconds if ok else nan,
+        "host_seconds": host_seconds,
+        "step_seconds": step,
+        "time_per_sample_seconds": step / samples if ok else nan,
+        "samples_per_second": samples / step if ok else nan,
+        "chip_samples_per_second": samples / chip_seconds if ok else nan,
+    }

@@ -86,15 +86,22 @@ _IPU = ("machine.type", ("ipu",))
 _RESUMABLE = ("machine.type", ("mesh", "ipu"))
 _RDU_IPU = ("machine.type", ("rdu", "ipu"))
 
+#: The values `meshsim calibrate meshsim/data/accuracy.csv` fits to the SN30 measurements of the shipped
+#: table (docs/rdu.md, "Calibration"); the SN10 takes the SN30's, an assumption (no SN10 table is shipped).
+RDU_FITTED = dict(section_fill=0.7, section_switch_cycles=10_000, host_seconds=0.0)
+
 #: RDU presets (docs/rdu.md, "Presets and their sources"): the values machine.preset gives the keys a
 #: scenario does not set. clock_ghz is not published: it makes PCUs x lanes x stages x 2 FLOPs per
 #: cycle equal the published peak BF16 rate (SN10 320 TFLOP/s, SN30 688 TFLOP/s). fp32_rate is not
-#: published: an assumption, the WSE-2's ratio.
+#: published: an assumption, the WSE-2's ratio. chip_tiles: SambaNova's documentation (SN10 4 tiles per
+#: RDU, SN30 8).
 RDU_PRESETS = {
     "sn10": dict(pcus=640, pcu_lanes=16, pcu_stages=6, pmus=640, pmu_kib=512, pmu_bytes_per_cycle=90,
-                 ddr_bandwidth_gbps=100.0, clock_ghz=round(320e12 / (640 * 16 * 6 * 2) / 1e9, 3), fp32_rate=0.5),
+                 ddr_bandwidth_gbps=100.0, clock_ghz=round(320e12 / (640 * 16 * 6 * 2) / 1e9, 3), fp32_rate=0.5,
+                 chip_tiles=4, **RDU_FITTED),
     "sn30": dict(pcus=1280, pcu_lanes=16, pcu_stages=6, pmus=1280, pmu_kib=512, pmu_bytes_per_cycle=90,
-                 ddr_bandwidth_gbps=200.0, clock_ghz=round(688e12 / (1280 * 16 * 6 * 2) / 1e9, 3), fp32_rate=0.5),
+                 ddr_bandwidth_gbps=200.0, clock_ghz=round(688e12 / (1280 * 16 * 6 * 2) / 1e9, 3), fp32_rate=0.5,
+                 chip_tiles=8, **RDU_FITTED),
 }
 
 # The rdu keys' defaults are the default preset's (sn30).
@@ -197,6 +204,10 @@ PARAMS: tuple[Param, ...] = (
           "Chip whose published figures fill the machine keys the scenario does not set: sn10 or sn30 "
           "for rdu (docs/rdu.md), gc200, bow or gc2 for ipu (docs/ipu.md); when not set, sn30 for "
           "rdu and gc200 for ipu.", ("sn10", "sn30", "gc200", "bow", "gc2"), _RDU_IPU),
+    Param("machine", "preset_file", "str", "", "",
+          "A TOML file whose [machine] table fills the machine keys the scenario does not set, over "
+          "machine.preset: the values `meshsim calibrate` fits (relative to the scenario file; docs/design.md, "
+          "\"Calibration\"). Empty: none."),
     Param("machine", "pcus", "int", "PCUs", _SN30["pcus"],
           "Pattern compute units per chip (preset: SN10 640, SN30 1,280).", (1, 1_000_000), _RDU),
     Param("machine", "pcu_lanes", "int", "lanes", _SN30["pcu_lanes"],
@@ -215,9 +226,17 @@ PARAMS: tuple[Param, ...] = (
     Param("machine", "ddr_burst_kib", "int", "KiB", 256,
           "Size of one DDR transfer; the weight, load and store streams take turns burst by burst.",
           (1, 1_048_576), _RDU),
-    Param("machine", "section_switch_cycles", "int", "cycles", 10_000,
-          "Cycles to reconfigure the chip between sections (an assumption; not published).",
-          (0, 1_000_000_000), _RDU),
+    Param("machine", "section_switch_cycles", "int", "cycles", _SN30["section_switch_cycles"],
+          "Cycles every section instance costs before it runs: its configuration and program load and the "
+          "synchronisation with the section before (not published: fitted to the SN30's chip time per step, "
+          "docs/rdu.md, \"Calibration\").", (0, 10_000_000_000), _RDU),
+    Param("machine", "chip_tiles", "int", "tiles", _SN30["chip_tiles"],
+          "Tiles of one chip, each an equal share of its PCUs, PMUs and DDR channels (preset: SN10 4, SN30 8; "
+          "SambaNova's documentation).", (1, 1024), _RDU),
+    Param("machine", "num_tiles", "int", "tiles", 0,
+          "Tiles the program is compiled for, as SambaFlow's --num-tiles: the run gets num_tiles / chip_tiles "
+          "of the chip's PCUs, PMUs and DDR bandwidth (0: the whole chip; docs/rdu.md, \"Presets\").",
+          (0, 1024), _RDU),
     Param("machine", "buffer_tiles", "int", "tiles", 2,
           "Tiles each stage's input buffer holds (2: double buffering).", (1, 64), _RDU),
     Param("machine", "elastic_pmus", "bool", "", True,
@@ -227,10 +246,11 @@ PARAMS: tuple[Param, ...] = (
           "Where a section's operators sit on the PCUs: spread, the PCUs a section leaves free shared "
           "out as equal gaps before, between and after its operators; packed, every operator after the "
           "one before from PCU 0 (docs/rdu.md, \"Allocation\").", ("spread", "packed"), _RDU),
-    Param("machine", "section_fill", "float", "", 0.7,
+    Param("machine", "section_fill", "float", "", _SN30["section_fill"],
           "o3 merges o1's sections while the column groups their operators need (one PCU per pcu_lanes "
-          "output columns) stay within this share of the PCUs; fitted to the SN30 compiler's section counts "
-          "(docs/rdu.md, \"Sections\" and \"Calibration\").", (0.01, 1.0), _RDU),
+          "output columns) stay within this share of the PCUs (above 1: a section's PCUs take more than one "
+          "column group each); fitted to the SN30 compiler's section counts (docs/rdu.md, \"Sections\" and "
+          "\"Calibration\").", (0.01, 4.0), _RDU),
     Param("machine", "interconnect_gbps", "float", "GB/s", 100.0,
           "Chip-to-chip bandwidth per chip within a node, for collectives and pipeline transfers (an "
           "assumption).", (0.001, 1e6), _RDU),
@@ -244,6 +264,11 @@ PARAMS: tuple[Param, ...] = (
           "collective or transfer whose chips are not all in one node.", (0.001, 1e6), _RDU),
     Param("machine", "node_interconnect_latency_cycles", "int", "cycles", 20000,
           "Latency of one transfer step between nodes (an assumption, about 7 us).", (0, 1_000_000_000), _RDU),
+    Param("machine", "host_seconds", "float", "s", 0.0,
+          "The host's part of every step, outside the chip: input feeding, step launch, the framework's own "
+          "work. Reported apart (host_seconds) and added to the chip's time in step_seconds and "
+          "samples_per_second (rdu preset: fitted to the SN30's end-to-end rates, docs/rdu.md, "
+          "\"Calibration\"; ipu: 0, not measured).", (0.0, 1e6), _RDU_IPU),
     Param("machine", "tiles", "int", "tiles", _GC200["tiles"],
           "Tiles per IPU (preset: GC200 and Bow 1,472, GC2 1,216).", (1, 1_000_000), _IPU),
     Param("machine", "tile_sram_kib", "int", "KiB", _GC200["tile_sram_kib"],

@@ -64,6 +64,14 @@ def fmt(x, digits=4):
     return f"{x:,}" if isinstance(x, int) else str(x)
 
 
+def step_split(s: dict) -> str:
+    """How a step's time divides, chip and host (a file written before the split: empty)."""
+    if "chip_seconds" not in s:
+        return ""
+    return (f"chip {fmt(s['chip_seconds'] * 1e3)} ms + host {fmt(s['host_seconds'] * 1e3)} ms; "
+            f"{fmt(s['chip_samples_per_second'])} samples/s on the chip alone; ")
+
+
 def format_summary(summary: dict, root: dict | None = None, path=None, regions: dict | None = None) -> str:
     """The one-screen summary of a run: whose, where, then the lines of its machine (the file's
     `machine` attribute, meshsim.machine.Machine.summary_lines)."""

@@ -357,6 +357,7 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
                             f"the {mtype}; when machine.type is \"{mtype}\" it must be one of "
                             f"{format_choices(presets)}")
 
+    problems.extend(_apply_preset_file(values, valid, given, origin, path))
     problems.extend(_apply_model_config(values, valid, given, origin, path))
 
     for p in PARAMS:
@@ -376,6 +377,48 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
     if problems:
         raise InputError(problems)
     return Scenario(path=path, source_text=source_text, values=values, overrides=applied)
+
+
+#: Machine keys a preset file may not set: they choose the machine and its presets.
+_NOT_IN_PRESET_FILE = ("type", "preset", "preset_file")
+
+
+def _apply_preset_file(values, valid, given, origin, path) -> list[str]:
+    """Fill the machine keys the scenario leaves out from machine.preset_file, a TOML file with a [machine]
+    table (what `meshsim calibrate` writes; a [calibration] table beside it says how it was fitted and is not
+    read here). It wins over machine.preset; a key the scenario sets wins over both (docs/design.md,
+    "Calibration")."""
+    key = "machine.preset_file"
+    file = values["machine"]["preset_file"]
+    if not valid[key] or not file:
+        return []
+    if all(f"machine.{k}" in given for k in _KEYS["machine"] if k not in _NOT_IN_PRESET_FILE):
+        return []  # a scenario that sets every key (a result file's resolved scenario) does not read it
+    shown = f"{origin[key]}: {key} = {_toml_repr(file)}"
+    try:
+        raw = parse_toml(_read_text(_resolve_relative(file, path), shown, "scenario file"), shown)
+    except InputError as e:
+        valid[key] = False
+        return list(e.problems)
+    problems = [f"{shown}: [{name}]: a preset file holds a [machine] table (and a [calibration] table that says "
+                "how it was fitted), nothing else" for name in raw if name not in ("machine", "calibration")]
+    table = raw.get("machine", {})
+    if not isinstance(table, dict):
+        return problems + [f"{shown}: machine = {_toml_repr(table)}: must be a [machine] table"]
+    for k, v in table.items():
+        if k not in _KEYS["machine"] or k in _NOT_IN_PRESET_FILE:
+            problems.append(f"{shown}: machine.{k}: " + ("a preset file may not set it (it sets the keys of the "
+                            "machine a scenario chose)" if k in _NOT_IN_PRESET_FILE else _unknown_key("machine", k)))
+            continue
+        p = param("machine", k)
+        wrong = _check_value(p, v)
+        if wrong is not None:
+            problems.append(f"{shown}: machine.{k} = {_toml_repr(v)}: {wrong}")
+            continue
+        if p.path not in given:
+            values["machine"][k] = _normalise(p, v)
+            origin[p.path] = shown
+    return problems
 
 
 def _apply_model_config(values, valid, given, origin, path) -> list[str]:

@@ -71,6 +71,7 @@ class IpuSpec:
     ipus_per_node: int = 16
     node_link_gbps: float = 6.25
     node_sync_cycles: int = 20000
+    host_seconds: float = 0.0  # the host's part of every step, outside the chips
 
     def link(self, groups) -> tuple[float, int]:
         """(GB/s, sync cycles) of a movement every group of IPUs in `groups` makes at once: the
@@ -125,7 +126,8 @@ def spec_of(values: dict) -> IpuSpec:
                    recompute=w["recompute"] and w["training"], steps=values["run"]["steps"],
                    tensor_parallel=w.get("tensor_parallel", 1), optimizer=w.get("optimizer", "none"),
                    master_weights=w.get("master_weights", "same"), ipus_per_node=m.get("ipus_per_node", 16),
-                   node_link_gbps=m.get("node_link_gbps", 6.25), node_sync_cycles=m.get("node_sync_cycles", 20000))
+                   node_link_gbps=m.get("node_link_gbps", 6.25), node_sync_cycles=m.get("node_sync_cycles", 20000),
+                   host_seconds=m.get("host_seconds", 0.0))
 
 
 def bytes_cycles(nbytes: int, gbps: float, clock_ghz: float) -> int:

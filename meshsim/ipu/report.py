@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from ..report import fmt as _f
+from ..report import step_split
 
 
 def summary_lines(s: dict, regions: dict | None = None) -> list:
     """The summary of an ipu run: throughput, where the time goes, load balance and memory."""
     return [
-        f"steps         {_f(s['steps'])} of {_f(s['step_seconds'] * 1e3)} ms ({_f(s['cycles'])} cycles at "
+        f"steps         {_f(s['steps'])} of {_f(s['step_seconds'] * 1e3)} ms ({step_split(s)}"
+        f"{_f(s['cycles'])} cycles at "
         f"{_f(s['clock_ghz'])} GHz); {_f(s['samples_per_second'])} samples/s, "
         f"{_f(s['time_per_sample_seconds'] * 1e3)} ms per sample; {_f(s['achieved_tflops'])} TFLOP/s per IPU",
         f"IPUs          {_f(s['ipus'])} ({s['preset']}): {_f(s['stages'])} pipeline stages x "

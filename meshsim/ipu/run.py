@@ -36,7 +36,6 @@ def summarise(prog: IpuProgram, sim: IpuSim, wall: float, kernel_seconds: float,
     flops = int(sum(t.flops * int(c) for t, c in zip(prog.templates, sim.count, strict=True)))
     seconds = cycles / (spec.clock_ghz * 1e9)
     done = sim.steps_done
-    samples = spec.model.batch * done
     nan = float("nan")
     m, n = spec.microbatches, prog.stages
     mem = prog.memory
@@ -80,9 +79,7 @@ def summarise(prog: IpuProgram, sim: IpuSim, wall: float, kernel_seconds: float,
         "flops": flops if flops < 2**63 else float(flops),
         "clock_ghz": spec.clock_ghz,
         "simulated_seconds": seconds,
-        "step_seconds": seconds / done if done else nan,
-        "time_per_sample_seconds": seconds / samples if samples else nan,
-        "samples_per_second": samples / seconds if cycles else nan,
+        **metrics.step_figures(seconds / done if done else nan, spec.host_seconds, spec.model.batch),
         "achieved_tflops": flops / n / seconds / 1e12 if cycles else nan,
         "memory_max_bytes": int(mem.max()),
         "memory_mean_bytes": float(mem.mean()),

@@ -29,6 +29,22 @@ def check_scenario(ok, get, add, shown) -> None:
         add(reps, [mtype], 'must be 1 when machine.type is "rdu"; its data-parallel copies are the D of '
                            'workload.parallelism')
     _check_transformer(ok, get, add, shown)
+    _check_tiles(ok, get, add, shown)
+
+
+def _check_tiles(ok, get, add, shown) -> None:
+    """machine.num_tiles: at most the chip's tiles, and a share of whole PCUs and PMUs."""
+    n, of = "machine.num_tiles", "machine.chip_tiles"
+    if not ok(n, of) or not get(n):
+        return
+    if get(n) > get(of):
+        add(n, [of], f"must be at most {of} = {shown(of)} (0: the whole chip)")
+        return
+    for units in ("machine.pcus", "machine.pmus"):
+        if ok(units) and get(units) * get(n) % get(of):
+            add(n, [of, units], f"must give a whole share of {units} = {shown(units)}: {units} x num_tiles / "
+                                f"chip_tiles is {get(units) * get(n) / get(of):g}")
+            return
 
 
 def _check_transformer(ok, get, add, shown) -> None:

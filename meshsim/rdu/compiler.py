@@ -69,6 +69,7 @@ class RduSpec:
     node_interconnect_latency_cycles: int = 20000
     optimizer: str = "none"  # the update at the end of a training step: none, sgd or adam
     master_weights: str = "same"  # "fp32": fp32 master weights beside the weights computed with
+    host_seconds: float = 0.0  # the host's part of every step, outside the chip
 
     @property
     def degrees(self) -> tuple[int, int, int]:
@@ -133,16 +134,28 @@ class RduSpec:
 MACHINE_KEYS = ("pcus", "pcu_lanes", "pcu_stages", "pmus", "pmu_kib", "pmu_bytes_per_cycle", "ddr_bandwidth_gbps",
                 "ddr_burst_kib", "clock_ghz", "section_switch_cycles", "buffer_tiles", "elastic_pmus",
                 "interconnect_gbps", "interconnect_latency_cycles", "placement", "section_fill", "fp32_rate",
-                "chips_per_node", "node_interconnect_gbps", "node_interconnect_latency_cycles")
+                "chips_per_node", "node_interconnect_gbps", "node_interconnect_latency_cycles", "host_seconds")
 RUN_KEYS = ("training", "fusion", "tile_tokens", "parallelism", "microbatches", "prefetch", "layers_per_stage",
             "optimizer", "master_weights")
 
 
 def spec_from_scenario(sc) -> RduSpec:
-    """The RduSpec of a validated rdu scenario."""
+    """The RduSpec of a validated rdu scenario: with `machine.num_tiles` the run's share of the chip,
+    `num_tiles / chip_tiles` of its PCUs, PMUs and DDR bandwidth (docs/rdu.md, "Presets")."""
     m, w = sc.values["machine"], sc.values["workload"]
     run = {k: tuple(w[k]) if isinstance(w[k], list) else w[k] for k in RUN_KEYS}
-    return RduSpec(**{k: m[k] for k in MACHINE_KEYS}, **run, model=model_from_workload(w))
+    chip = {k: m[k] for k in MACHINE_KEYS}
+    chip.update(tile_share(m))
+    return RduSpec(**chip, **run, model=model_from_workload(w))
+
+
+def tile_share(m: dict) -> dict:
+    """The PCUs, PMUs and DDR bandwidth of the tiles a program is compiled for (`machine.num_tiles` of
+    `machine.chip_tiles`; 0: the whole chip). The scenario's checks make the shares whole."""
+    n, of = m["num_tiles"], m["chip_tiles"]
+    if not n or n == of:
+        return {}
+    return dict(pcus=m["pcus"] * n // of, pmus=m["pmus"] * n // of, ddr_bandwidth_gbps=m["ddr_bandwidth_gbps"] * n / of)
 
 
 def compile_scenario(sc) -> RduProgram:
@@ -159,7 +172,7 @@ def spec_for(preset: str = "sn30", **kw) -> RduSpec:
     parameter table's default: for tests and scripts that do without a scenario."""
     values = {k: param("machine", k).default for k in MACHINE_KEYS}
     values.update({k: param("workload", k).default for k in RUN_KEYS})
-    values.update(RDU_PRESETS[preset])
+    values.update({k: v for k, v in RDU_PRESETS[preset].items() if k in MACHINE_KEYS})
     model = {k: param("workload", k).default for k in MODEL_KEYS}
     model.update({k: kw.pop(k) for k in list(kw) if k in MODEL_KEYS})
     values.update(kw)

@@ -5,14 +5,15 @@ from __future__ import annotations
 import math
 
 from ..report import fmt as _f
+from ..report import step_split
 
 
 def summary_lines(s: dict, regions: dict | None = None) -> list:
     """The summary of an rdu run: the step's time, PCU/PMU/DDR use and load balance."""
     return [
-        f"step          {_f(s['step_seconds'] * 1e3)} ms ({_f(s['cycles'])} cycles at {_f(s['clock_ghz'])} GHz); "
-        f"{_f(s['time_per_sample_seconds'] * 1e3)} ms per sample, {_f(s['samples_per_second'])} samples/s; "
-        f"{_f(s['achieved_tflops'])} TFLOP/s per chip",
+        f"step          {_f(s['step_seconds'] * 1e3)} ms ({step_split(s)}{_f(s['cycles'])} cycles at "
+        f"{_f(s['clock_ghz'])} GHz); {_f(s['time_per_sample_seconds'] * 1e3)} ms per sample, "
+        f"{_f(s['samples_per_second'])} samples/s; {_f(s['achieved_tflops'])} TFLOP/s per chip",
         f"chips         {_f(s['chips'])} ({s['parallelism']}; {_f(s['chips_simulated'])} simulated); fusion "
         f"{s['fusion']}: {_f(s['sections'])} sections, {_f(s['section_instances'])} run, "
         f"{_f(s['sections_spilled'])} spill weights to DDR",

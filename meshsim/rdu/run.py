@@ -181,9 +181,8 @@ def summarise(prog: RduProgram, sim: RduSim, sums: _Sums, wall: float, kernel_se
         "flops": flops,
         "clock_ghz": spec.clock_ghz,
         "simulated_seconds": seconds,
-        "step_seconds": seconds if sim.finished else float("nan"),
-        "time_per_sample_seconds": seconds / spec.model.batch if cycles and sim.finished else float("nan"),
-        "samples_per_second": spec.model.batch / seconds if cycles and sim.finished else float("nan"),
+        **metrics.step_figures(seconds if cycles and sim.finished else float("nan"), spec.host_seconds,
+                               spec.model.batch),
         # every simulated chip stands for its tensor- and data-parallel copies, which do the same
         "achieved_tflops": flops / chips / seconds / 1e12 if cycles else float("nan"),
         "ddr_bytes": ddr_bytes,
