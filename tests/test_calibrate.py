@@ -1,0 +1,51 @@
+"""meshsim calibrate: a fit recovers a key's value from a table made with it, and writes a preset file a
+scenario can use (docs/design.md, "Calibration")."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshsim.accuracy import read_table
+from meshsim.calibrate import check_keys, fit
+from meshsim.errors import InputError
+from meshsim.scenario import scenario_from_dict
+
+RDU = ("machine.type=rdu workload.type=transformer workload.hidden_size=64 workload.n_layers=2 workload.n_heads=2 "
+       "workload.seq_len=64 workload.batch=2 workload.tile_tokens=32 workload.fusion=o0")
+
+
+def test_a_fit_recovers_the_host_time_a_table_was_made_with(tmp_path):
+    from meshsim.accuracy import evaluate
+
+    table = tmp_path / "t.csv"
+    table.write_text("case,scenario,overrides,figure,reference,source,role\n"
+                     f"chip,,{RDU},chip_samples_per_second,1,made,validation\n")
+    chip = evaluate(read_table(table))[0]["model"]
+    host = 0.002
+    ref = 2 / (2 / chip + host)
+    table.write_text("case,scenario,overrides,figure,reference,source,role,fit\n"
+                     f"end to end,,{RDU},samples_per_second,{ref!r},made,calibration,machine.host_seconds\n")
+    f = fit(read_table(table), ("machine.host_seconds",))
+    assert f.start == {"machine.host_seconds": 0.0}
+    assert f.values["machine.host_seconds"] == pytest.approx(host, rel=0.02)
+    assert abs(f.after[0]["error"]) < 0.01 < abs(f.before[0]["error"])
+
+
+def test_only_numeric_machine_keys_can_be_fitted():
+    assert check_keys("machine.host_seconds, machine.section_fill") == ("machine.host_seconds", "machine.section_fill")
+    for bad in ("workload.batch", "machine.placement", "machine.nope", ""):
+        with pytest.raises(InputError):
+            check_keys(bad)
+
+
+def test_a_preset_file_fills_the_keys_a_scenario_leaves_out(tmp_path):
+    preset = tmp_path / "fitted.toml"
+    preset.write_text("[machine]\nhost_seconds = 1.5\nsection_fill = 0.8\n[calibration]\nkeys = []\n")
+    sc = scenario_from_dict({"machine": {"type": "rdu", "preset_file": str(preset), "section_fill": 0.6},
+                             "workload": {"type": "transformer"}})
+    assert sc.values["machine"]["host_seconds"] == 1.5 and sc.values["machine"]["section_fill"] == 0.6
+    preset.write_text("[machine]\npreset = \"sn10\"\n")
+    with pytest.raises(InputError) as e:
+        scenario_from_dict({"machine": {"type": "rdu", "preset_file": str(preset)},
+                            "workload": {"type": "transformer"}})
+    assert "machine.preset" in str(e.value.problems)
