@@ -120,8 +120,9 @@ def _keys(text, where: str, problems: list) -> tuple:
     from .params import PARAMS
 
     keys = tuple(k for k in (text or "").replace(",", " ").split() if k)
+    known = {p.path for p in PARAMS}
     for k in keys:
-        if k not in {p.path for p in PARAMS}:
+        if k not in known:
             problems.append(f"{where}: fit = {text!r}: {k} is not a scenario key")
     return keys
 

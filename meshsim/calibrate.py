@@ -124,7 +124,7 @@ def fit(cases: list, keys, progress=None, start: dict | None = None) -> Fit:
     from scipy.optimize import minimize
 
     from .accuracy import evaluate
-    from .params import PARAMS
+    from .params import param
 
     keys = check_keys(keys)
     rows = calibration_rows(cases)
@@ -132,10 +132,9 @@ def fit(cases: list, keys, progress=None, start: dict | None = None) -> Fit:
         raise InputError("the table has no calibration rows to fit to (its role column marks none calibration)")
     t0 = time.perf_counter()
     start = dict(start) if start is not None else start_values(rows, keys)
-    params = {p.path: p for p in PARAMS}
     to_u, from_u, bounds = [], [], []
     for k in keys:
-        p = params[k]
+        p = param(*k.split("."))
         lo, hi = p.range
         shift = 1.0 if lo <= 0 else 0.0
         to_u.append(lambda v, s=shift: math.log(v + s))

@@ -251,13 +251,19 @@ def _cmd_accuracy(args) -> int:
 def _cross_validate(args, cases) -> int:
     import json
 
-    from .calibrate import check_keys, cross_validate, format_cross_validation, start_values, table_keys
+    from .calibrate import (
+        calibration_rows,
+        check_keys,
+        cross_validate,
+        format_cross_validation,
+        start_values,
+        table_keys,
+    )
 
     keys = check_keys(args.fit) if args.fit else table_keys(cases)
     if not keys:
         raise InputError("--cross-validate: no --fit given and no calibration row names a key in its fit column")
-    rows = [c for c in cases if c.role == "calibration"] or cases
-    fitted = start_values(rows, keys)
+    fitted = start_values(calibration_rows(cases), keys)
 
     def progress(n, group, f):
         if not args.json and not args.quiet:

@@ -49,3 +49,25 @@ def test_a_preset_file_fills_the_keys_a_scenario_leaves_out(tmp_path):
         scenario_from_dict({"machine": {"type": "rdu", "preset_file": str(preset)},
                             "workload": {"type": "transformer"}})
     assert "machine.preset" in str(e.value.problems)
+
+
+def test_cross_validation_refits_without_each_group_and_reports_its_rows(tmp_path, capsys):
+    from meshsim.accuracy import evaluate
+    from meshsim.cli import main
+
+    table = tmp_path / "t.csv"
+    table.write_text("case,scenario,overrides,figure,reference,source,role\n"
+                     f"chip,,{RDU},chip_samples_per_second,1,made,validation\n")
+    chip = evaluate(read_table(table))[0]["model"]
+    # two models measured with host times of 2 and 4 ms: each left out is predicted from the other
+    refs = [2 / (2 / chip + host) for host in (0.002, 0.004)]
+    table.write_text("case,scenario,overrides,figure,reference,source,role,group,fit\n" + "".join(
+        f"m{i},,{RDU},samples_per_second,{r!r},made,calibration,g{i},machine.host_seconds\n"
+        for i, r in enumerate(refs)))
+    assert main(["accuracy", "--no-shipped", "--table", str(table), "--cross-validate", "-q"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("g0", "g1"))]
+    assert [r[0] for r in rows] == ["g0", "g1"]
+    # left out, each row is predicted with the other's host time: its error is the other's, not ~0
+    assert all(abs(float(r[-1].rstrip("%"))) > 1 for r in rows)
+    assert "cross-validated: largest error" in out
