@@ -16,19 +16,21 @@ case's for a second run: the figure is then the case's over the baseline's, a ra
 speed-up), `tolerance` (the relative error the model claims for the case; empty: none) and `role`
 (`calibration`: the model was fitted or chosen against this row, a parameter fitted to it or a rule
 picked among variants by it, so its error says how well the fit holds, not how well the model
-predicts; `validation`: nothing was fitted to it; empty: not said). In the shipped table the SN30
-rows are calibration (docs/rdu.md, "Calibration": `machine.section_fill` fitted to the section
-counts, the allocation rules chosen against the speed-ups), the analytic and CS-2 rows validation.
+predicts; `validation`: nothing was fitted to it; empty: not said), `group` (the rows of one model,
+left out together by cross-validation) and `fit` (the keys fitted to the row: meshsim.calibrate). In
+the shipped table the SN30 rows are calibration (docs/rdu.md, "Calibration": four machine keys
+fitted to them by `meshsim calibrate`), the analytic and CS-2 rows validation.
 
 Every row is reported: a case within its tolerance, outside it, without one, or one that could not
 run (its scenario refused, its run stopped, its figure missing), with its CSV line and why, while
 the others run.
 
 The shipped table, `meshsim/data/accuracy.csv`, holds the analytic network results (the mesh's
-zero-load latency and accepted load below saturation) and the SN30 fusion measurements of the
-DABench-LLM artifact (the rdu's o3 speed-up over o0, its section count and its highest PCU
-allocation), and the Cerebras compiler's estimate for GPT-2 small training on the CS-2 from the same
-artifact (the mesh's samples/s, active PEs and compute utilisation). Every case runs without writing
+zero-load latency and accepted load below saturation) and the SN30 measurements of the
+DABench-LLM artifact (the rdu's chip time per step and end-to-end samples/s in o0 and o3, o3's
+section count and its highest PCU allocation), and the Cerebras compiler's estimate for GPT-2 small
+training on the CS-2 from the same artifact (the mesh's samples/s, active PEs and compute
+utilisation). Every case runs without writing
 a result the user keeps; equal runs are run once.
 """
 
@@ -162,16 +164,18 @@ def _scenario(case: Case, overrides: tuple):
         raise InputError([f"{case.origin}: {p}" for p in e.problems]) from None
 
 
-def evaluate(cases: list[Case], progress=None) -> list[dict]:
+def evaluate(cases: list[Case], progress=None, files_needed: bool = True) -> list[dict]:
     """Run every case (each distinct scenario once) and return one row per case: its figure in the
     model, the reference, the relative error (model / reference - 1), whether it is within the
     case's tolerance (None without one) and its status: "within", "outside", "no tolerance" or
     "could not run" (then `why` says why: a refused scenario, a run that failed, a figure the
-    summary lacks). `progress(done, total, label)` is called after each run."""
+    summary lacks). `progress(done, total, label)` is called after each run. files_needed=False: a
+    machine whose summary needs no result file (meshsim.run.summary_only) writes none, its figures the
+    same."""
     from . import files
     from .errors import RunFailed
     from .report import read_summary
-    from .run import run_scenario
+    from .run import run_scenario, summary_only
 
     plan: dict = {}  # (scenario, overrides) -> the first case that asks for that run
     for c in cases:
@@ -191,9 +195,12 @@ def evaluate(cases: list[Case], progress=None) -> list[dict]:
             if key in failed:
                 continue
             try:
-                res = run_scenario(scenarios[key], Path(tmp) / f"case{i}.h5", progress=False)
-                by_key[key] = read_summary(res.path)[1]
-                files.remove(res.path)
+                summary = None if files_needed else summary_only(scenarios[key])
+                if summary is None:
+                    res = run_scenario(scenarios[key], Path(tmp) / f"case{i}.h5", progress=False)
+                    summary = read_summary(res.path)[1]
+                    files.remove(res.path)
+                by_key[key] = summary
             except (InputError, RunFailed) as e:
                 failed[key] = "; ".join(getattr(e, "problems", None) or getattr(e, "lines", None) or [str(e)])
             if progress is not None:

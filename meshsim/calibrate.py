@@ -146,7 +146,7 @@ def fit(cases: list, keys, progress=None, start: dict | None = None) -> Fit:
     def evaluate_at(values: dict) -> list:
         key = tuple(values.values())
         if key not in seen:
-            seen[key] = evaluate(with_values(rows, values))
+            seen[key] = evaluate(with_values(rows, values), files_needed=False)
             if progress is not None:
                 progress(len(seen), cost(seen[key]), values)
         return seen[key]
@@ -184,13 +184,13 @@ def cross_validate(cases: list, keys, fitted: dict, progress=None) -> list[dict]
     if len(groups) < 2:
         raise InputError("--cross-validate: the calibration rows form fewer than two groups (the group column), "
                          "so none can be left out")
-    full = {r["origin"]: r for r in evaluate(with_values(rows, fitted))}
+    full = {r["origin"]: r for r in evaluate(with_values(rows, fitted), files_needed=False)}
     out = []
     for g in groups:
         kept = [c for c in rows if (c.group or c.case) != g]
         left = [c for c in rows if (c.group or c.case) == g]
         f = fit(kept, keys, start=fitted)
-        for r in evaluate(with_values(left, f.values)):
+        for r in evaluate(with_values(left, f.values), files_needed=False):
             out.append(dict(group=g, case=r["case"], figure=r["figure"], reference=r["reference"],
                             model_fitted=full[r["origin"]]["model"], error_fitted=full[r["origin"]]["error"],
                             model_left_out=r["model"], error_left_out=r["error"], status=r["status"],

@@ -88,6 +88,10 @@ class Run(ABC):
     #: checkpoint keeps it, and a resumed run follows it)
     per_call: int = 0
 
+    def record_nothing(self) -> None:
+        """Add what the last `advance` produced to the running figures, writing nothing."""
+        raise NotImplementedError
+
     def inputs_digest(self) -> str:
         """A hash of what the run read besides its scenario (a trace's events, say): a resumed run
         must read the same."""
@@ -118,6 +122,9 @@ class Machine(ABC):
     unit: str = "cycle"
     #: what one unit of its load balance is ("PEs", "PCUs", "tiles")
     unit_label: str = "units"
+    #: whether its Run's `record_nothing` stands in for `record`: a run's summary then needs no result
+    #: file (meshsim.run.summary_only)
+    summary_only: bool = False
     #: the dataset of every unit's busy cycles in its result file
     busy_dataset: str = "units/busy_cycles"
     #: the group of its values along its time (meshsim.result.Result.series)

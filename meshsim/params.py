@@ -88,7 +88,8 @@ _RDU_IPU = ("machine.type", ("rdu", "ipu"))
 
 #: The values `meshsim calibrate meshsim/data/accuracy.csv` fits to the SN30 measurements of the shipped
 #: table (docs/rdu.md, "Calibration"); the SN10 takes the SN30's, an assumption (no SN10 table is shipped).
-RDU_FITTED = dict(section_fill=0.7, section_switch_cycles=10_000, host_seconds=0.0)
+RDU_FITTED = dict(section_switch_cycles=20_605_123, host_seconds=1.4674756144874284,
+                  section_fill=1.4414378853308898, pcu_place_limit=0.8175651090807622)
 
 #: RDU presets (docs/rdu.md, "Presets and their sources"): the values machine.preset gives the keys a
 #: scenario does not set. clock_ghz is not published: it makes PCUs x lanes x stages x 2 FLOPs per
@@ -251,6 +252,10 @@ PARAMS: tuple[Param, ...] = (
           "output columns) stay within this share of the PCUs (above 1: a section's PCUs take more than one "
           "column group each); fitted to the SN30 compiler's section counts (docs/rdu.md, \"Sections\" and "
           "\"Calibration\").", (0.01, 4.0), _RDU),
+    Param("machine", "pcu_place_limit", "float", "", _SN30["pcu_place_limit"],
+          "The largest share of the PCUs one section's operators are placed on (the placer leaves the rest "
+          "to routing); fitted to the SN30 compiler's highest PCU utilisation (docs/rdu.md, \"Allocation\" "
+          "and \"Calibration\").", (0.01, 1.0), _RDU),
     Param("machine", "interconnect_gbps", "float", "GB/s", 100.0,
           "Chip-to-chip bandwidth per chip within a node, for collectives and pipeline transfers (an "
           "assumption).", (0.001, 1e6), _RDU),
@@ -476,8 +481,9 @@ PARAMS: tuple[Param, ...] = (
           "Micro-batches per step of each replica; they flow through the pipeline stages one after "
           "another (batch / (replicas x gradient_accumulation) sequences each).", (1, 1_048_576), _IPU),
     Param("workload", "vocab_size", "int", "tokens", 50257,
-          "Vocabulary of the embedding on IPU 0 (GPT-2: 50,257); 0 leaves the embedding out.",
-          (0, 10_000_000), _IPU),
+          "Vocabulary of the token embedding and of the output head (GPT-2: 50,257): rdu, the embedding on "
+          "the first pipeline stage and the final norm, head and loss on the last; ipu, the embedding on "
+          "IPU 0. 0 leaves them out (the blocks alone).", (0, 10_000_000), _RDU_IPU),
     Param("workload", "recompute", "bool", "", False,
           "Training: keep only each micro-batch's input and recompute a block's activations before its "
           "backward (less memory, more compute).", None, _IPU),

@@ -208,6 +208,23 @@ def run_scenario(scenario, output=None, *, threads: int | None = None, progress:
         return _go(machine, run, writer, timing, progress, stop, _checkpoint_every(scenario))
 
 
+def summary_only(scenario, *, threads: int | None = None) -> dict | None:
+    """The summary of a whole run of a validated scenario, with no result file written, for a
+    machine whose runs allow it (machine.Machine.summary_only: the rdu); None for the others. The figures
+    are those the result file's summary would hold (wall and output times aside); what a fit
+    evaluates many times (meshsim.calibrate)."""
+    machine = machines.get(scenario.get("machine", "type"))
+    if not machine.summary_only:
+        return None
+    timing, _, run = _start(machine, scenario, threads, None)
+    while not run.finished:
+        t0 = time.perf_counter()
+        n = run.advance()
+        timing.add_call(time.perf_counter() - t0, n)
+        run.record_nothing()
+    return run.summarise(timing)
+
+
 def _start(machine, scenario, threads, per_call) -> tuple:
     """(Timing, the compiled inputs, the Run) of a scenario on its machine, with the threads set."""
     timing = Timing(threads=0)

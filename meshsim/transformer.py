@@ -240,8 +240,9 @@ def model_from_workload(workload: dict, batch: int | None = None) -> Model:
 
 
 def backward_of(op: Operator) -> Operator:
-    """The backward operator of a forward one, under the assumptions stated in `operators`."""
-    grad_out = op.weight_bytes if op.kind in ("gemm", "norm") else 0
+    """The backward operator of a forward one, under the assumptions stated in `operators` (the
+    embedding's weight gradient is the gradient of the rows it looked up, as large as its output)."""
+    grad_out = op.weight_bytes if op.kind in ("gemm", "norm") else op.output_bytes if op.name == EMBEDDING else 0
     return Operator(
         name=f"{op.name}.backward",
         layer=op.layer,
@@ -296,7 +297,8 @@ def operators(model: Model, training: bool = False) -> list[Operator]:
     - output_bytes: the gradient of the forward input (forward input_bytes), plus the weight
       gradient (forward weight_bytes) for gemm and norm.
 
-    Activation recomputation, optimizer steps and dropout are not modelled.
+    The embedding, final norm, output head and loss are `edge_operators`; the optimiser update is
+    `update_cost`; activation recomputation and dropout are not modelled here.
     """
     e = model.element_bytes
     per_layer = _layer_elements(model)
@@ -308,6 +310,50 @@ def operators(model: Model, training: bool = False) -> list[Operator]:
     if not training:
         return forward
     return forward + [backward_of(op) for op in reversed(forward)]
+
+
+#: The operators around the blocks (edge_operators), by name.
+EMBEDDING, FINAL_NORM, HEAD, LOSS = "embedding.lookup", "head.final_norm", "head.logits", "head.loss"
+#: Bytes of a token id (int32).
+ID_BYTES = 4
+
+
+def edge_operators(model: Model, vocab_size: int) -> tuple[list[Operator], list[Operator]]:
+    """The operators of a step outside the transformer blocks, forward (docs/design.md, "The whole
+    step"): (before block 0, after the last block). With T tokens, H hidden size, S seq_len, V
+    vocab_size and e element bytes (token ids 4 bytes each):
+
+        op                kind         flops    weights        in           out
+        embedding.lookup  elementwise  T H      (V + S) H      4T           T H
+        head.final_norm   norm         8 T H    2H             T H          T H
+        head.logits       gemm         2 T H V  V H            T H          T V
+        head.loss         elementwise  5 T V    0              T V + 4T     T V
+
+    The embedding looks up each token's row of the token table and adds its position's row; the head
+    projects onto the vocabulary with the token table itself (GPT-2 ties the two, so its weights are
+    counted once in edge_parameter_count); the loss is softmax cross-entropy against the next token
+    (5 FLOPs per logit, as softmax), and its output is the softmax it keeps for its backward pass (as
+    Megatron's cross-entropy does; the T losses are negligible beside it), so it works across the
+    vocabulary's V columns. Backward (backward_of): the logits GEMM 2x, the others 1x; the
+    embedding's weight gradient is its output's size (the rows it read). vocab_size = 0: none."""
+    if not vocab_size:
+        return [], []
+    e, t, h, v = model.element_bytes, model.tokens, model.hidden_size, vocab_size
+    end = model.n_layers
+    first = [Operator(EMBEDDING, -1, "elementwise", "forward", t * h, (v + model.seq_len) * h * e, ID_BYTES * t,
+                      t * h * e)]
+    last = [Operator(FINAL_NORM, end, "norm", "forward", 8 * t * h, 2 * h * e, t * h * e, t * h * e),
+            Operator(HEAD, end, "gemm", "forward", 2 * t * h * v, v * h * e, t * h * e, t * v * e),
+            Operator(LOSS, end, "elementwise", "forward", 5 * t * v, 0, t * v * e + ID_BYTES * t, t * v * e)]
+    return first, last
+
+
+def edge_parameter_count(model: Model, vocab_size: int) -> int:
+    """Parameters outside the blocks: the token and position tables ((V + S) H, the head tied to the
+    token table) and the final norm (2H); 0 without a vocabulary."""
+    if not vocab_size:
+        return 0
+    return (vocab_size + model.seq_len) * model.hidden_size + 2 * model.hidden_size
 
 
 def parameter_count(model: Model) -> int:

@@ -145,7 +145,8 @@ def test_report_says_when_a_lever_cannot_move_the_judged_li(tmp_path, capsys):
     def run(name, **workload):
         sc = scenario_from_dict({"machine": {"type": "rdu", "preset": "sn10", **workload.pop("machine", {})},
                                  "workload": {"type": "transformer", "hidden_size": 256, "n_heads": 4, "n_layers": 1,
-                                              "seq_len": 1024, "batch": 16, "fusion": "o1", **workload}})
+                                              "seq_len": 1024, "batch": 16, "fusion": "o1", "vocab_size": 0,
+                                              **workload}})
         return str(run_scenario(sc, tmp_path / name, progress=False).path)
 
     a, b = run("a.h5"), run("b.h5", batch=32)
@@ -236,9 +237,10 @@ def test_the_diagnosis_names_idle_units_ddr_waits_and_memory_bound_kernels(tmp_p
     assert any("never worked" in x["finding"] and x["figure"].startswith("units/busy_cycles") for x in found)
     # an rdu whose sections spill and wait on DDR
     rdu = run_scenario(scenario_from_dict({
-        "machine": {"type": "rdu", "preset": "sn10", "pmus": 8, "pmu_kib": 64, "ddr_bandwidth_gbps": 5.0},
+        "machine": {"type": "rdu", "preset": "sn10", "pmus": 8, "pmu_kib": 64, "ddr_bandwidth_gbps": 5.0,
+                    "section_switch_cycles": 10_000},  # the DDR's waits, not the sections' switches
         "workload": {"type": "transformer", "hidden_size": 256, "n_heads": 4, "n_layers": 1, "seq_len": 128,
-                     "batch": 2, "fusion": "o1"}}), tmp_path / "r.h5", progress=False).path
+                     "batch": 2, "fusion": "o1", "vocab_size": 0}}), tmp_path / "r.h5", progress=False).path
     found = analyse(rdu)["diagnosis"]["findings"]
     figures = " ".join(x["figure"] for x in found)
     assert "series/ddr_wait" in figures and "sections/spilled_bytes" in figures and "roofline" in figures

@@ -100,7 +100,8 @@ def test_rdu_sections_and_ddr_per_chip(runs, tmp_path):
     with meshsim.load(runs["rdu"]) as r:
         chips = r.maps["chip"].values.tolist()
         assert len(chips) == r.summary["chips_simulated"] == 2  # T4P2D1: a chip of each pipeline stage
-        assert sorted(doc["_processes"].values()) == [f"chip {c}" for c in chips]  # one process per chip
+        # one process per chip, and the host's part of the step (the SN30 preset's host_seconds)
+        assert sorted(doc["_processes"].values()) == [f"chip {c}" for c in chips] + ["host"]
         sections = r.dataset("sections")
         clock = r.scenario["machine"]["clock_ghz"]
         chip0 = sections.where(sections["chip"] == 0, drop=True)

@@ -67,11 +67,11 @@ def test_keys_the_scenario_sets_win_over_the_config():
     assert (w["ffn_width"], model_from_workload(w).ffn_size) == (0, 8192)
 
 
-def test_keys_of_another_machine_are_left_alone_and_the_resolved_scenario_loads_again():
+def test_an_rdu_takes_the_configs_vocabulary_and_the_resolved_scenario_loads_again():
     text = ('[machine]\ntype = "rdu"\n[workload]\ntype = "transformer"\nmodel_config = '
             '"models/llama-2-7b/config.json"\nseq_len = 1024\n')
     sc = load_scenario(ROOT / "scenarios" / "x.toml", text=text)
-    assert sc.values["workload"]["vocab_size"] == 50257  # the ipu's key, at its default
+    assert sc.values["workload"]["vocab_size"] == 32000  # the config's vocabulary, for the rdu's head
     assert sc.values["workload"]["hidden_size"] == 4096
     # the resolved form sets every key, so the config is not read again (it may be elsewhere by then)
     again = load_scenario(Path("/nonexistent/elsewhere.toml"), text=sc.resolved_toml())

@@ -128,7 +128,8 @@ def test_the_rdu_ends_a_training_step_with_the_update_streamed_through_ddr():
     by hand; fp32 master weights move more bytes and compute at the fp32 rate."""
     from meshsim.rdu.sim import RduSim
 
-    kw = dict(hidden_size=256, n_heads=4, n_layers=2, seq_len=128, batch=2, training=True, fusion="o1")
+    kw = dict(hidden_size=256, n_heads=4, n_layers=2, seq_len=128, batch=2, training=True, fusion="o1",
+              vocab_size=0)
     runs = {}
     for opt, master in (("none", "same"), ("adam", "same"), ("adam", "fp32")):
         spec = spec_for("sn10", optimizer=opt, master_weights=master, **kw)

@@ -23,7 +23,7 @@ from meshsim.rdu.compiler import (
     spec_from_scenario,
 )
 from meshsim.scenario import load_scenario
-from meshsim.transformer import Model, operators, totals
+from meshsim.transformer import Model, backward_of, edge_operators, operators, totals
 
 RDU = '[machine]\ntype = "rdu"\n[workload]\ntype = "transformer"\n'
 
@@ -94,8 +94,18 @@ def test_one_chip_runs_every_flop_of_the_model():
     spec = spec_for("sn30", training=True)
     mb = Model(768, 12, 12, 1024, 8)
     ops = chip_ops(spec, range(12), "forward") + chip_ops(spec, range(12), "backward")
-    assert sum(o.flops for o in ops) == totals(operators(mb, training=True))["flops"]
-    assert [o.name for o in ops] == [o.name for o in operators(mb, training=True)]
+    first, last = edge_operators(mb, 50257)
+    forward = first + operators(mb) + last
+    whole = forward + [backward_of(op) for op in reversed(forward)]
+    assert sum(o.flops for o in ops) == totals(whole)["flops"]
+    assert [o.name for o in ops] == [o.name for o in whole]
+    assert ops[0].name == "embedding.lookup" and ops[len(forward) - 1].name == "head.loss"
+    # the head over GPT-2's vocabulary: 2 T H V FLOPs forward, its weights the token table's
+    head = next(o for o in ops if o.name == "head.logits")
+    assert head.flops == 2 * 8 * 1024 * 768 * 50257 and head.weight_bytes == 50257 * 768 * 2
+    # without a vocabulary, the blocks alone
+    blocks = chip_ops(dataclasses.replace(spec, vocab_size=0), range(12), "forward")
+    assert [o.name for o in blocks] == [o.name for o in operators(mb)]
 
 
 def test_tensor_parallelism_splits_gemms_and_adds_all_reduces():
@@ -119,12 +129,12 @@ def test_tensor_parallelism_splits_gemms_and_adds_all_reduces():
 
 
 def test_o1_fuses_by_the_documented_rules():
-    spec = spec_for("sn30", fusion="o1")
+    spec = spec_for("sn30", fusion="o1", vocab_size=0)
     groups = form_sections(chip_ops(spec, range(1), "forward"), spec)
     short = [[o.name.split(".", 1)[1] for o in g] for g in groups]
     assert short == [["ln1", "qkv_proj"], ["attn_scores_softmax"], ["attn_v"], ["out_proj", "residual1"],
                      ["ln2", "ffn_up", "gelu"], ["ffn_down", "residual2"]]
-    assert len(form_sections(chip_ops(spec_for("sn30", fusion="o0"), range(1), "forward"),
+    assert len(form_sections(chip_ops(spec_for("sn30", fusion="o0", vocab_size=0), range(1), "forward"),
                              spec_for("sn30", fusion="o0"))) == 11
 
 
@@ -325,10 +335,10 @@ def test_an_uneven_split_gives_each_stage_its_layers_and_moves_the_chips_balance
     """workload.layers_per_stage: the stages hold the blocks it lists, in order; the chips' load
     follows, and a bad list is refused by name before anything compiles."""
     assert [(r.start, len(r)) for r in layer_groups(12, 3, (2, 4, 6))] == [(0, 2), (2, 4), (6, 6)]
-    even = spec_for("sn30", hidden_size=256, n_heads=4, n_layers=12, seq_len=128, batch=4, parallelism="T1P2D1",
-                    microbatches=2)
-    uneven = spec_for("sn30", hidden_size=256, n_heads=4, n_layers=12, seq_len=128, batch=4, parallelism="T1P2D1",
-                      microbatches=2, layers_per_stage=(3, 9))
+    even = spec_for("sn30", vocab_size=0, hidden_size=256, n_heads=4, n_layers=12, seq_len=128, batch=4,
+                    parallelism="T1P2D1", microbatches=2)
+    uneven = spec_for("sn30", vocab_size=0, hidden_size=256, n_heads=4, n_layers=12, seq_len=128, batch=4,
+                      parallelism="T1P2D1", microbatches=2, layers_per_stage=(3, 9))
 
     def chip_flops(spec):
         prog = compile_program(spec)
@@ -349,7 +359,8 @@ def test_an_uneven_split_gives_each_stage_its_layers_and_moves_the_chips_balance
 
 
 def test_gpipe_programs_and_their_dependencies():
-    spec = spec_for("sn30", training=True, parallelism="T1P2D2", microbatches=2, n_layers=2, fusion="o1")
+    spec = spec_for("sn30", training=True, parallelism="T1P2D2", microbatches=2, n_layers=2, fusion="o1",
+                    vocab_size=0)
     prog = compile_program(spec)
     n = prog.n_instances.tolist()
     assert prog.chips_total == 4 and prog.n_chips == 2 and n[0] == n[1]
@@ -395,7 +406,7 @@ def test_spec_from_scenario_reads_every_key():
 
 
 def test_sections_hand_over_on_chip_what_fits():
-    spec = spec_for("sn30", fusion="o1")
+    spec = spec_for("sn30", fusion="o1", vocab_size=0)
     prog = compile_program(spec)
     secs = prog.sections
     assert secs[0].held_in == 0  # the first reads the model's input from DDR
@@ -417,14 +428,15 @@ def test_sections_hand_over_on_chip_what_fits():
 
 def test_collectives_stay_with_their_operator_in_every_mode():
     for fusion in ("o0", "o1", "o3"):
-        spec = spec_for("sn30", fusion=fusion, parallelism="T4P1D1", training=True, n_layers=2, tile_tokens=4096)
+        spec = spec_for("sn30", fusion=fusion, parallelism="T4P1D1", training=True, n_layers=2, tile_tokens=4096,
+                        vocab_size=0)
         for sec in compile_program(spec).sections:
             kinds = [s.op.kind for s in sec.stages]
             assert kinds[0] != "collective", (fusion, sec.name)
             for a, b in zip(sec.stages, sec.stages[1:], strict=False):
                 if b.op.kind == "collective":
                     assert b.op.name == a.op.name + ".allreduce"
-    o0 = compile_program(spec_for("sn30", fusion="o0", parallelism="T4P1D1", n_layers=1)).sections
+    o0 = compile_program(spec_for("sn30", fusion="o0", parallelism="T4P1D1", n_layers=1, vocab_size=0)).sections
     assert len(o0) == 11  # 11 operators, two of them with their all-reduce
 
 
@@ -494,3 +506,18 @@ def test_a_pipeline_split_over_two_nodes_waits_longer_at_the_node_boundary():
     delays = {int(prog.instance[c, k, K.IN_DEP_CHIP]): int(prog.instance[c, k, K.IN_DELAY])
               for c in range(4) for k in range(int(prog.n_instances[c])) if prog.instance[c, k, K.IN_DEP_CHIP] >= 0}
     assert delays[1] > delays[0] == delays[2]
+
+
+def test_no_section_is_placed_on_more_pcus_than_the_place_limit():
+    """docs/rdu.md, "Allocation": at most floor(pcu_place_limit x P) PCUs a section, never fewer than one per
+    operator; the limit moves the highest share the compiler reports."""
+    for limit in (1.0, 0.8, 0.5):
+        spec = spec_for("sn30", training=True, fusion="o3", n_layers=2, pcu_place_limit=limit)
+        prog = compile_program(spec)
+        held = [sum(s.pcus for s in sec.stages if s.op.kind != "collective") for sec in prog.sections
+                if not sec.name.endswith(("optimizer", "allreduce"))]
+        assert max(held) <= math.floor(Fraction(str(limit)) * spec.pcus)
+        if limit < 1:
+            assert max(held) == math.floor(Fraction(str(limit)) * spec.pcus)  # the head fills what it may
+    tiny = spec_for("sn30", fusion="o0", n_layers=1, pcus=4, pcu_place_limit=0.01, vocab_size=0)
+    assert all(sum(s.pcus for s in sec.stages) >= 1 for sec in compile_program(tiny).sections)

@@ -145,7 +145,8 @@ def test_the_kernel_matches_the_reference_on_hand_programs(name, prog, cycles):
 
 
 TINY = dict(hidden_size=32, n_heads=2, seq_len=16, batch=2, n_layers=2, pcus=16, pmus=16, pmu_kib=4,
-            section_switch_cycles=50, ddr_burst_kib=1, tile_tokens=8, interconnect_latency_cycles=20)
+            section_switch_cycles=50, ddr_burst_kib=1, tile_tokens=8, interconnect_latency_cycles=20,
+            vocab_size=40)
 
 
 @pytest.mark.parametrize("fusion", ["o0", "o1", "o3"])

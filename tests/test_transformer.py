@@ -4,7 +4,7 @@ import pytest
 
 from meshsim import transformer
 from meshsim.errors import InputError
-from meshsim.transformer import Model
+from meshsim.transformer import Model, backward_of, edge_operators, edge_parameter_count, parameter_count
 
 
 def tiny_model(n_layers=2):
@@ -202,3 +202,25 @@ def test_mesh_weight_fit_rejects_a_bad_mesh():
     with pytest.raises(InputError) as err:
         transformer.mesh_weight_fit(tiny_model(), n_pes=0, sram_kib=-48)
     assert err.value.problems == ["n_pes = 0: must be an integer >= 1", "sram_kib = -48: must be an integer >= 1"]
+
+
+def test_the_whole_step_adds_the_embedding_head_and_loss_by_their_hand_counts():
+    # T = 2 x 16 = 32 tokens, H = 32, S = 16, V = 100, bf16 (e = 2)
+    m = Model(hidden_size=32, n_layers=2, n_heads=2, seq_len=16, batch=2)
+    first, last = edge_operators(m, 100)
+    got = {op.name: (op.layer, op.kind, op.flops, op.weight_bytes, op.input_bytes, op.output_bytes)
+           for op in first + last}
+    assert got == {
+        "embedding.lookup": (-1, "elementwise", 32 * 32, (100 + 16) * 32 * 2, 4 * 32, 32 * 32 * 2),
+        "head.final_norm": (2, "norm", 8 * 32 * 32, 2 * 32 * 2, 32 * 32 * 2, 32 * 32 * 2),
+        "head.logits": (2, "gemm", 2 * 32 * 32 * 100, 100 * 32 * 2, 32 * 32 * 2, 32 * 100 * 2),
+        "head.loss": (2, "elementwise", 5 * 32 * 100, 0, 32 * 100 * 2 + 4 * 32, 32 * 100 * 2),
+    }
+    # the embedding's weight gradient is the rows it read; the head's a GEMM's
+    assert backward_of(first[0]).output_bytes == 4 * 32 + 32 * 32 * 2
+    assert backward_of(last[1]).flops == 2 * last[1].flops
+    assert edge_operators(m, 0) == ([], [])
+    # GPT-2 small: the head holds as many weights as about five and a half blocks; tied, counted once
+    gpt2 = Model(hidden_size=768, n_layers=12, n_heads=12, seq_len=1024, batch=1)
+    assert 5.4 < 50257 * 768 / (parameter_count(gpt2) / 12) < 5.5
+    assert parameter_count(gpt2) + edge_parameter_count(gpt2, 50257) == 124_439_808  # GPT-2 small, 124M

@@ -170,6 +170,17 @@ LEVERS = {
     "machine.section_fill": (("sections", "pcu_alloc_max", "step_seconds"),
                              "only o3 reads it: it decides how many of o1's sections o3 merges into one"),
     "machine.section_switch_cycles": (("step_seconds",), "reconfiguration is time between sections, when no PCU works"),
+    "machine.pcu_place_limit": (("pcu_alloc_max", "pcu_alloc_mean", "step_seconds"),
+                                "it caps the PCUs one section is placed on: sections that would take more run on "
+                                "fewer; a section that needs fewer does not notice it"),
+    "machine.host_seconds": (("host_seconds", "step_seconds", "samples_per_second"),
+                             "the host's time is outside the chip: it moves the step and the end-to-end rate, never "
+                             "the chip's time or its balance"),
+    "machine.num_tiles": (("step_seconds", "pcu_alloc_mean", "ddr_wait_fraction"),
+                          "the run gets that share of the PCUs, PMUs and DDR: time and allocation move with it"),
+    "workload.vocab_size": (("step_seconds", "flops", "ddr_bytes"),
+                            "the head and loss over the vocabulary are a few sections of their own, on the last "
+                            "stage, whose balance is theirs"),
     "workload.layers_per_stage": (("chip_li", "pipeline_bubble_fraction"),
                                   "the split moves work between pipeline stages (chips), not within a section"),
 }

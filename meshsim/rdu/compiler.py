@@ -19,12 +19,14 @@ from ..errors import InputError
 from ..params import RDU_PRESETS, param
 from ..topology import node_link
 from ..transformer import (
+    HEAD,
     MODEL_KEYS,
     TP_ALLREDUCE_AFTER,
     Model,
     Operator,
     backward_of,
     compute_rate,
+    edge_operators,
     model_from_workload,
     operators,
     tensor_split,
@@ -70,6 +72,8 @@ class RduSpec:
     optimizer: str = "none"  # the update at the end of a training step: none, sgd or adam
     master_weights: str = "same"  # "fp32": fp32 master weights beside the weights computed with
     host_seconds: float = 0.0  # the host's part of every step, outside the chip
+    vocab_size: int = 0  # the embedding and the output head (0: the blocks alone)
+    pcu_place_limit: float = 1.0  # the largest share of the PCUs one section is placed on
 
     @property
     def degrees(self) -> tuple[int, int, int]:
@@ -134,9 +138,10 @@ class RduSpec:
 MACHINE_KEYS = ("pcus", "pcu_lanes", "pcu_stages", "pmus", "pmu_kib", "pmu_bytes_per_cycle", "ddr_bandwidth_gbps",
                 "ddr_burst_kib", "clock_ghz", "section_switch_cycles", "buffer_tiles", "elastic_pmus",
                 "interconnect_gbps", "interconnect_latency_cycles", "placement", "section_fill", "fp32_rate",
-                "chips_per_node", "node_interconnect_gbps", "node_interconnect_latency_cycles", "host_seconds")
+                "chips_per_node", "node_interconnect_gbps", "node_interconnect_latency_cycles", "host_seconds",
+                "pcu_place_limit")
 RUN_KEYS = ("training", "fusion", "tile_tokens", "parallelism", "microbatches", "prefetch", "layers_per_stage",
-            "optimizer", "master_weights")
+            "optimizer", "master_weights", "vocab_size")
 
 
 def spec_from_scenario(sc) -> RduSpec:
@@ -288,7 +293,9 @@ def _cycles_for(nbytes: int, gbps: float, clock_ghz: float) -> int:
 
 def chip_ops(spec: RduSpec, layers: range, phase: str, stage: int = 0) -> list[Op]:
     """The operators of `layers` in one phase as the chips of pipeline stage `stage` run them for one
-    microbatch, with the tensor-parallel split and all-reduce stages (docs/rdu.md, "Operators")."""
+    microbatch, with the tensor-parallel split and all-reduce stages (docs/rdu.md, "Operators"): the
+    embedding before block 0 and the final norm, head and loss after the last block (edge_operators,
+    whole on every chip of a tensor group)."""
     t, p, d = spec.degrees
     model = spec.model
     b = model.batch // (d * spec.microbatches)  # sequences per microbatch
@@ -300,6 +307,11 @@ def chip_ops(spec: RduSpec, layers: range, phase: str, stage: int = 0) -> list[O
         if op.layer not in layers:
             continue
         forward.append(tensor_split(op, t))
+    first, last = edge_operators(mb, spec.vocab_size)
+    if layers.start == 0:
+        forward = first + forward
+    if layers.stop == model.n_layers:
+        forward = forward + last
     recompute = {}
     if spec.fusion == "o3":
         forward, recompute = fuse_attention(forward)
@@ -429,7 +441,8 @@ def _allocate_pcus(stages: list[Stage], spec: RduSpec, per_tile: int) -> None:
     for s in compute:
         s.groups = ceil_div(s.op.width, spec.pcu_lanes)
     enough = _pcus_for_ddr(compute, per_tile, spec)
-    if enough is not None and sum(enough) <= spec.pcus:
+    usable = place_limit(spec, len(compute))
+    if enough is not None and sum(enough) <= usable:
         for s, n in zip(compute, enough, strict=True):
             s.pcus = n
         _place(compute, spec)
@@ -438,11 +451,11 @@ def _allocate_pcus(stages: list[Stage], spec: RduSpec, per_tile: int) -> None:
     # share the tile's tokens
     tt = spec.tile_tokens
     total = sum(s.op.flops for s in compute)
-    spare = spec.pcus - len(compute)  # every operator has one PCU; these are shared by FLOPs
+    spare = usable - len(compute)  # every operator has one PCU; these are shared by FLOPs
     for s in compute:
         share = (spare * s.op.flops) // total if total else 0
         s.pcus = min(s.groups * tt, 1 + share)
-    left = spec.pcus - sum(s.pcus for s in compute)
+    left = usable - sum(s.pcus for s in compute)
     while left > 0:
         best = None
         for s in compute:
@@ -454,6 +467,12 @@ def _allocate_pcus(stages: list[Stage], spec: RduSpec, per_tile: int) -> None:
         best.pcus += 1
         left -= 1
     _place(compute, spec)
+
+
+def place_limit(spec: RduSpec, operators: int) -> int:
+    """The PCUs a section's operators may be placed on: floor(pcu_place_limit x pcus), never fewer than
+    one per operator (docs/rdu.md, "Allocation")."""
+    return max(operators, math.floor(Fraction(str(spec.pcu_place_limit)) * spec.pcus))
 
 
 def _place(compute: list[Stage], spec: RduSpec) -> None:
@@ -640,7 +659,9 @@ def compile_program(spec: RduSpec) -> RduProgram:
         for phase in ("forward", "backward") if spec.training else ("forward",):
             ops = chip_ops(spec, layers, phase, i)
             if phase == "forward":
-                chip_weights.append(sum(op.weight_bytes for op in ops))
+                # the head shares the token table's weights when one chip holds both (edge_operators)
+                tied = any(op.name == HEAD for op in ops) and layers.start == 0
+                chip_weights.append(sum(op.weight_bytes for op in ops if not (tied and op.name == HEAD)))
             idx = []
             groups = form_sections(ops, spec)
             laid = [lay_out_section(g, spec, f"chip{i}:" + (g[0].name if len(g) == 1 else f"{g[0].name}..{g[-1].name}"))

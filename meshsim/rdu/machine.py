@@ -15,6 +15,7 @@ class RduMachine(Machine):
     name = "rdu"
     unit = "section"
     unit_label = "PCUs"
+    summary_only = True
     busy_dataset = "units/pcu_busy_cycles"
     target_li = 0.85
     workloads = ("transformer",)
