@@ -487,6 +487,12 @@ PARAMS: tuple[Param, ...] = (
     Param("workload", "recompute", "bool", "", False,
           "Training: keep only each micro-batch's input and recompute a block's activations before its "
           "backward (less memory, more compute).", None, _IPU),
+    Param("workload", "pipeline_schedule", "str", "", "interleaved",
+          "Training: how a step's pipeline steps are ordered. interleaved: in every pipeline step each stage "
+          "runs one micro-batch's forward and an earlier one's backward (Graphcore's pipelining: stage s keeps "
+          "at most 2 (n - 1 - s) + 1 micro-batches' activations); grouped: every micro-batch's forward, then "
+          "every backward (GPipe: each stage keeps all the step's micro-batches'; docs/ipu.md, \"The pipeline\").",
+          ("grouped", "interleaved"), _IPU),
     Param("workload", "trace_file", "str", "", "",
           "Path of a CSV or HDF5 trace of (cycle, row, col, work_cycles) events, relative to the "
           "scenario file.", None, ("workload.type", ("trace",))),

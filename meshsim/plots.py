@@ -226,7 +226,8 @@ def _traffic_timeline(f, out, fmt, title, n) -> list[Path]:
 #: Datasets the ipu's timeline reads.
 _IPU_TIMELINE = ("supersteps/step", "supersteps/stage", "supersteps/template", "supersteps/start_cycle",
                  "supersteps/compute_cycles", "supersteps/sync_cycles", "supersteps/exchange_cycles",
-                 "supersteps/direction", "supersteps/pipeline_step", "supersteps/microbatch", "templates/li")
+                 "supersteps/direction", "supersteps/pipeline_step", "supersteps/microbatch", "templates/li",
+                 "templates/direction")
 
 
 def _ipu_timeline(f, out, fmt, title) -> list[Path]:
@@ -248,16 +249,19 @@ def _ipu_timeline(f, out, fmt, title) -> list[Path]:
     fig = _figure(10, 7)
     a1, a2 = fig.subplots(2, 1, sharex=True, height_ratios=(max(2, stages), 3))
     stop = ss["start_cycle"] + ss["compute_cycles"] + ss["sync_cycles"] + ss["exchange_cycles"]
-    # one bar per stage and pipeline step: its rows are consecutive, from its first start to its last end
-    group = (ss["direction"] * (ss["pipeline_step"].max(initial=0) + 1) + ss["pipeline_step"]) * (stages + 1) + \
-        ss["stage"]
+    # one bar per stage, pipeline step and part (forward, or backward with its recompute): its rows are
+    # consecutive, from its first start to its last end; an interleaved step (direction 3) holds both parts
+    part = np.where(ss["direction"] == 3, np.minimum(f["templates/direction"][()].astype(np.int64)[ss["template"]], 1),
+                    ss["direction"]) if len(ss["direction"]) else ss["direction"]
+    group = ((ss["direction"] * 2 + part) * (ss["pipeline_step"].max(initial=0) + 1) + ss["pipeline_step"]) * \
+        (stages + 1) + ss["stage"]
     cut = np.flatnonzero(np.diff(group)) + 1
     first, last = np.concatenate([[0], cut]), np.concatenate([cut, [len(group)]]) - 1
     colours, names = ("#0072B2", "#D55E00"), ("forward", "backward")
     bars = {}
     if len(group):
         for i, j in zip(first, last, strict=True):
-            key = (int(ss["direction"][i]), int(ss["stage"][i]))
+            key = (int(part[i]), int(ss["stage"][i]))
             bars.setdefault(key, []).append((int(ss["start_cycle"][i]), int(stop[j] - ss["start_cycle"][i])))
     labelled = set()
     for (d, s), spans in sorted(bars.items()):

@@ -201,7 +201,7 @@ def test_o3_merges_o1s_sections_while_their_column_groups_stay_within_the_fill(f
 
 def test_pcus_past_the_column_groups_share_the_tiles_tokens_and_each_reads_the_weights():
     spec = spec_for("sn10", hidden_size=40, n_heads=1, seq_len=64, batch=1, tile_tokens=16, fusion="o0",
-                    pcus=16, ddr_bandwidth_gbps=1e6, elastic_pmus=False, pmu_bytes_per_cycle=8)
+                    pcus=16, ddr_bandwidth_gbps=1e6, elastic_pmus=False, pmu_bytes_per_cycle=8, pcu_place_limit=1.0)
     sec = build_section([o for o in chip_ops(spec, range(1), "forward") if o.name == "layer0.out_proj"], spec, "x")
     s = sec.stages[0]
     # 3 column groups x 16 tile tokens = 48 pairs over 16 PCUs: 3 pairs each
@@ -228,6 +228,8 @@ def _pcus_by_the_doc(ops, per_tile, spec):
     compute = [o for o in ops if o.kind != "collective"]
     groups = [math.ceil(o.width / spec.pcu_lanes) for o in compute]
     cap = [g * spec.tile_tokens for g in groups]
+    # the place limit: at most floor(pcu_place_limit x P) PCUs, never fewer than one per operator
+    usable = max(len(compute), math.floor(Fraction(str(spec.pcu_place_limit)) * spec.pcus))
     # the DDR floor: the section's bytes per tile at the DDR's rate
     tau = _cycles_for(per_tile, spec.ddr_bandwidth_gbps, spec.clock_ghz) - spec.pcu_stages
     if tau > 0:
@@ -239,11 +241,11 @@ def _pcus_by_the_doc(ops, per_tile, spec):
             while x < c and math.ceil((x + 1) * per_pair) <= tau:
                 x += 1
             enough.append(max(g, math.ceil(c / x)) if x else c)
-        if sum(enough) <= spec.pcus:
+        if sum(enough) <= usable:
             return enough
     total = sum(o.flops for o in compute)
-    n = [min(c, 1 + (spec.pcus - len(compute)) * o.flops // total) for o, c in zip(compute, cap, strict=True)]
-    while sum(n) < spec.pcus:
+    n = [min(c, 1 + (usable - len(compute)) * o.flops // total) for o, c in zip(compute, cap, strict=True)]
+    while sum(n) < usable:
         below = [j for j in range(len(n)) if n[j] < cap[j]]
         if not below:
             break
@@ -269,7 +271,8 @@ def test_pcus_go_by_the_ddr_floor_else_by_flops(fusion, hidden, heads, ddr, plac
         used = sum(s.pcus for s in compute)
         assert used <= spec.pcus
         if ddr > 1e4:
-            assert used == spec.pcus or all(s.pcus == s.groups * spec.tile_tokens for s in compute)
+            usable = max(len(compute), math.floor(Fraction(str(spec.pcu_place_limit)) * spec.pcus))
+            assert used == usable or all(s.pcus == s.groups * spec.tile_tokens for s in compute)
         p0 = 0
         for j, s in enumerate(compute):
             assert s.groups == math.ceil(s.op.width / spec.pcu_lanes)
@@ -289,7 +292,7 @@ def test_pcus_go_by_the_ddr_floor_else_by_flops(fusion, hidden, heads, ddr, plac
 
 def test_a_pcu_is_busy_for_its_column_groups_and_fills_its_pipeline():
     spec = spec_for("sn10", hidden_size=40, n_heads=1, seq_len=64, batch=1, tile_tokens=16, fusion="o0",
-                    pcus=2, elastic_pmus=False)
+                    pcus=2, elastic_pmus=False, pcu_place_limit=1.0)
     sec = build_section([o for o in chip_ops(spec, range(1), "forward") if o.name == "layer0.out_proj"], spec, "x")
     s = sec.stages[0]
     # width 40 over 16 lanes: 3 column groups on 2 PCUs, one with 2 and one with 1

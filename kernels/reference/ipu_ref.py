@@ -36,8 +36,9 @@ Choices made where docs/ipu.md is ambiguous or silent (each is also noted at its
    stage 0 is the slowest stage.
 8. `Wst` of the all-reduce is the sum of `Wb(o)` over the stage's forward operators (embedding
    table included) of the largest stage, not doubled for training and not rounded per tile.
-9. Superstep rows carry the pipeline direction (0 forward, 1 backward); a recompute superstep runs
-   in a backward pipeline step and so has row direction 1 (its template has direction 2).
+9. Superstep rows carry the pipeline direction (0 forward, 1 backward; 3 interleaved, Choice 30); a
+   recompute superstep runs in a backward pipeline step and so has row direction 1 (its template has
+   direction 2).
 10. `recompute` without `training` is ignored (recomputation is "training only").
 11. The memory error names, for every stage with a tile over its SRAM, the lowest such tile.
 12. `bytes_cycles(y, g)` is `ceil((float(y) * float(f_c)) / float(g))`, multiplying first.
@@ -105,6 +106,40 @@ Choices made where docs/ipu.md is ambiguous or silent (each is also noted at its
     group `{(ti, s, ri) : ri}`, for any `ti` and any stage `s`, spans nodes (every stage reduces at
     once, and the end row pays one all-reduce).  The optimiser update streams from streaming memory
     and does not depend on the topology.
+27. The pipeline schedule ("The pipeline") is `values["workload"]["pipeline_schedule"]`; a missing key
+    (or None, or "") means "grouped".  It matters only with training: inference runs the grouped
+    forward pipeline steps whatever it says (forward only either way).  Any other name than
+    "grouped" or "interleaved" is an error (AssertionError): the scenario is taken as checked.
+28. Memory ("Memory"): `k_s` replaces `m` in both training bullets (without recomputation in front of
+    the sum of `out(i)`, with it in front of `ceil(T H e / N)`); `k_s = m` grouped,
+    `min(m, 2 (n - 1 - s) + 1)` interleaved.  Inference memory does not depend on the schedule.
+29. Interleaved pipeline step `p` (0 <= p < m + 2n - 2): stage `s` runs the forward of `f = p - s`
+    (when 0 <= f < m) and then the backward of `b = p - (2n - 2 - s)` (when 0 <= b < m).  On IPU 0
+    the token ids are streamed only when it runs a forward in the step, before the forward's first
+    superstep; the backward's first superstep starts where the forward's last one ends (or at the
+    step's first cycle when the stage runs no forward).  The stage's forward and backward lists and
+    their templates are unchanged: the forward list's last superstep receives nothing in its exchange
+    (nothing after the last superstep of the list), even when the backward follows it in the same
+    step.  A recompute superstep belongs to the backward part (micro-batch `b`).
+30. Interleaved rows: a superstep row carries direction 3 (its pipeline step's; its template's own
+    direction says which part it is) and the micro-batch of its part (`f` for a forward superstep,
+    `b` for a backward or recompute one); rows are in order of pipeline step, stage, then position
+    (the forward part's supersteps before the backward part's).  A pipeline row is (step, 3, p,
+    start, length, slowest stage, transfer).
+31. The slowest stage of an interleaved pipeline step is taken among the stages that run a forward or
+    a backward in it, by their time in the step (the forward with the token ids on IPU 0, plus the
+    backward); ties go to the lowest stage (as Choice 6).  Every pipeline step of the interleaved
+    schedule has at least one such stage.  The transfer between stages (Choice 25's link, `T H e`
+    bytes, Choice 15) is added once per interleaved pipeline step when `n > 1`, even when only
+    forwards or only backwards cross the links in it (the fill and the drain), and is the row's
+    `transfer_cycles`.
+32. Interleaved shares: the slowest stage's forward templates (when it runs a forward in the step)
+    and backward list templates, recompute included (when it runs a backward), count their compute,
+    sync and exchange; the transfer once, and the token ids when the slowest stage is 0 and it runs a
+    forward, count as *transfer*.  The four parts thus add up to the pipeline step's length.
+33. Interleaved latency: a micro-batch starts at the first cycle of the pipeline step in which IPU 0
+    runs its forward and ends where IPU 0's last backward superstep of it ends (one latency per
+    micro-batch per step, in micro-batch order, as grouped).
 """
 
 from __future__ import annotations
@@ -124,6 +159,7 @@ DIR_BACKWARD = 1
 DIR_RECOMPUTE = 2
 DIR_ALLREDUCE = 2  # pipeline rows only: the end row (the gradient all-reduce and the optimiser update)
 DIR_END = DIR_ALLREDUCE
+DIR_INTERLEAVED = 3  # pipeline and superstep rows of an interleaved pipeline step (Choice 30)
 
 # docs/ipu.md "The pipeline" (Choice 18): per optimiser, the state bytes and the FLOPs per parameter of
 # its update (SGD: no state, 2 FLOPs; Adam: two fp32 moments of 4 bytes, 12 FLOPs).  "none" has none.
@@ -267,6 +303,10 @@ def simulate(values: dict) -> dict:
     optimizer = "none" if optimizer is None else str(optimizer)
     master_weights = wl.get("master_weights")
     master_weights = "same" if master_weights is None else str(master_weights)
+    # Choice 27: the pipeline schedule, "grouped" when the key is missing; it matters only with training.
+    schedule = wl.get("pipeline_schedule") or "grouped"
+    assert schedule in ("grouped", "interleaved"), schedule
+    interleaved = training and schedule == "interleaved"
     # The simulated IPU of a stage holds A' = A / t heads (docs/ipu.md, "Work units").
     A_ipu = _exact_div(A, tp)
 
@@ -468,6 +508,9 @@ def simulate(values: dict) -> dict:
     problems = []
     for s in range(n):
         fops = stage_fops[s]
+        # Choice 28: k_s, the micro-batches in flight on stage s: m grouped, min(m, 2 (n - 1 - s) + 1)
+        # interleaved.
+        k_s = min(m, 2 * (n - 1 - s) + 1) if interleaved else m
         w_share = 0
         for fo in fops:
             w_share += _ceil_div(fo["Wb"], N)
@@ -481,14 +524,14 @@ def simulate(values: dict) -> dict:
             if not training:
                 act = max([ins[i][t] + outs[i][t] for i in range(len(fops))] + [0])
             elif not recompute:
-                act = m * sum(outs[i][t] for i in range(len(fops))) + max([ins[i][t] for i in range(len(fops))] + [0])
+                act = k_s * sum(outs[i][t] for i in range(len(fops))) + max([ins[i][t] for i in range(len(fops))] + [0])
             else:
                 groups = {}
                 for i, fo in enumerate(fops):
                     groups[fo["block"]] = groups.get(fo["block"], 0) + outs[i][t]
                 # Choice 15: a micro-batch's input T H e is whole on every IPU of the stage.
                 act = (
-                    m * _ceil_div(T * H * e, N)
+                    k_s * _ceil_div(T * H * e, N)
                     + max(list(groups.values()) + [0])
                     + max([ins[i][t] for i in range(len(fops))] + [0])
                 )
@@ -644,7 +687,75 @@ def simulate(values: dict) -> dict:
     tile_busy_total = [[0] * N for _ in range(n)]
     latency = []
     shares = dict(compute=0, sync=0, exchange=0, transfer=0)
-    directions = [DIR_FORWARD, DIR_BACKWARD] if training else [DIR_FORWARD]
+
+    def run_interleaved(step, cycle, mb_start, mb_end):
+        """docs/ipu.md "The pipeline", interleaved: the m + 2n - 2 pipeline steps of one training step,
+        from `cycle`; returns where the last one ends.  Choices 29-33."""
+        for p in range(m + 2 * n - 2):
+            p_start = cycle
+            slowest = -1
+            slowest_time = -1
+            slowest_parts = []
+            for s in range(n):
+                f = p - s
+                b_mb = p - (2 * n - 2 - s)
+                # the parts the stage runs, in order: (micro-batch, its list, forward or not)
+                parts = []
+                if 0 <= f < m:
+                    parts.append((f, stage_fwd_ids[s], True))
+                if 0 <= b_mb < m:
+                    parts.append((b_mb, stage_bwd_ids[s], False))
+                if not parts:
+                    continue  # idle: a bubble
+                t0 = p_start
+                for mb, ids, is_fwd in parts:
+                    if is_fwd and s == 0:
+                        # Choice 29: the token ids stream before IPU 0's forward, and only then.
+                        mb_start[mb] = p_start
+                        t0 += stream_cycles
+                    for x in ids:
+                        tp = templates[x]
+                        # Choice 30: the row's direction is its pipeline step's (3).
+                        supersteps.append(
+                            (step, DIR_INTERLEAVED, p, s, mb, x, t0, tp["compute"], tp["sync"], tp["exchange"])
+                        )
+                        for t in range(N):
+                            tile_busy_total[s][t] += tp["busy"][t]
+                        t0 += superstep_length(x)
+                    if not is_fwd and s == 0:
+                        # Choice 33: the micro-batch ends where IPU 0's backward of it ends.
+                        mb_end[mb] = t0
+                # The stage's time in the step: the sum of the parts it runs (with the token ids on IPU 0).
+                time_s = t0 - p_start
+                # Choice 31: the slowest among the stages that run something; ties the lowest.
+                if time_s > slowest_time:
+                    slowest_time = time_s
+                    slowest = s
+                    slowest_parts = parts
+            assert slowest >= 0
+            # Choice 31: the transfer once per pipeline step (n > 1), the row's transfer_cycles.
+            length = slowest_time + link_transfer
+            pipeline.append((step, DIR_INTERLEAVED, p, p_start, length, slowest, link_transfer))
+            # Choice 32: the slowest stage's parts into compute / sync / exchange; the transfer and its
+            # token ids (stage 0 with a forward) into transfer.
+            for _mb, ids, is_fwd in slowest_parts:
+                for x in ids:
+                    shares["compute"] += templates[x]["compute"]
+                    shares["sync"] += templates[x]["sync"]
+                    shares["exchange"] += templates[x]["exchange"]
+                if is_fwd and slowest == 0:
+                    shares["transfer"] += stream_cycles
+            shares["transfer"] += link_transfer
+            cycle = p_start + length
+        return cycle
+    # The grouped schedule (and inference) runs the directions one after the other; the interleaved one
+    # (training only, Choice 27) runs its m + 2n - 2 pipeline steps of direction 3 instead.
+    if interleaved:
+        directions = [DIR_INTERLEAVED]
+    elif training:
+        directions = [DIR_FORWARD, DIR_BACKWARD]
+    else:
+        directions = [DIR_FORWARD]
     n_psteps = m + n - 1
     cycle = 0
     for step in range(steps):
@@ -653,6 +764,9 @@ def simulate(values: dict) -> dict:
         mb_start = [None] * m
         mb_end = [None] * m
         for d in directions:
+            if d == DIR_INTERLEAVED:
+                cycle = run_interleaved(step, cycle, mb_start, mb_end)
+                continue
             for p in range(n_psteps):
                 p_start = cycle
                 slowest = -1

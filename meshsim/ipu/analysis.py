@@ -43,7 +43,7 @@ def analyse(f, values, cycles, path) -> dict:
     # each pipeline step is its slowest stage's supersteps plus its transfer; what is left is the token
     # ids IPU 0 streams in, counted as transfer. Pipeline rows are keyed (step, direction, index).
     width = int(pipe["index"].max()) + 1 if pipe["index"].size else 1
-    keys = (pipe["step"] * 3 + pipe["direction"]) * width + pipe["index"]
+    keys = (pipe["step"] * 4 + pipe["direction"]) * width + pipe["index"]
     order = np.argsort(keys, kind="stable")  # already in order in a file meshsim wrote
     keys, slowest = keys[order], pipe["slowest_stage"][order]
     shares = np.zeros(4, np.int64)
@@ -53,7 +53,7 @@ def analyse(f, values, cycles, path) -> dict:
     for a in range(0, n, _IPU_CHUNK):
         c = {k: g[k][a:a + _IPU_CHUNK].astype(np.int64) for k in ("template", "stage", "direction", "step",
                                                                    "pipeline_step", "microbatch")}
-        k = (c["step"] * 3 + c["direction"]) * width + c["pipeline_step"]
+        k = (c["step"] * 4 + c["direction"]) * width + c["pipeline_step"]
         at = np.clip(np.searchsorted(keys, k), 0, max(len(keys) - 1, 0))
         found = keys[at] == k if len(keys) else np.zeros(len(k), bool)
         slow = np.where(found, slowest[at], -2)

@@ -72,6 +72,19 @@ class IpuSpec:
     node_link_gbps: float = 6.25
     node_sync_cycles: int = 20000
     host_seconds: float = 0.0  # the host's part of every step, outside the chips
+    pipeline_schedule: str = "grouped"  # training: "interleaved" (the key's default) or "grouped" (GPipe)
+
+    @property
+    def interleaved(self) -> bool:
+        """Whether a training step's forward and backward pipeline steps interleave (docs/ipu.md)."""
+        return self.training and self.pipeline_schedule == "interleaved"
+
+    def in_flight(self, s: int) -> int:
+        """Micro-batches whose activations stage s keeps at once in training (docs/ipu.md, "Memory"):
+        every one grouped; interleaved, those between its forward and its backward, min(m, 2 (n - 1 - s) + 1)."""
+        if not self.interleaved:
+            return self.microbatches
+        return min(self.microbatches, 2 * (self.stages - 1 - s) + 1)
 
     def link(self, groups) -> tuple[float, int]:
         """(GB/s, sync cycles) of a movement every group of IPUs in `groups` makes at once: the
@@ -127,7 +140,8 @@ def spec_of(values: dict) -> IpuSpec:
                    tensor_parallel=w.get("tensor_parallel", 1), optimizer=w.get("optimizer", "none"),
                    master_weights=w.get("master_weights", "same"), ipus_per_node=m.get("ipus_per_node", 16),
                    node_link_gbps=m.get("node_link_gbps", 6.25), node_sync_cycles=m.get("node_sync_cycles", 20000),
-                   host_seconds=m.get("host_seconds", 0.0))
+                   host_seconds=m.get("host_seconds", 0.0),
+                   pipeline_schedule=w.get("pipeline_schedule", "grouped"))
 
 
 def bytes_cycles(nbytes: int, gbps: float, clock_ghz: float) -> int:
@@ -257,7 +271,10 @@ class IpuProgram:
     @property
     def pipeline_rows_per_step(self) -> int:
         n, m = self.stages, self.spec.microbatches
-        return (m + n - 1) * (2 if self.spec.training else 1) + (1 if self.allreduce >= 0 or self.update > 0 else 0)
+        end = 1 if self.spec.training and (self.allreduce >= 0 or self.update > 0) else 0
+        if self.spec.interleaved:
+            return m + 2 * n - 2 + end
+        return (m + n - 1) * (2 if self.spec.training else 1) + end
 
 
 def _stage_ops(spec: IpuSpec) -> list[list[tuple[Operator, str]]]:
@@ -415,15 +432,15 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
             act = (outs + ins).max(axis=0)
         elif not spec.recompute:
             kept = outs.sum(axis=0)
-            if int(kept.max()) * spec.microbatches > _WRAP:  # past any SRAM; int64 would wrap
-                _too_big(spec, s, int(kept.max()) * spec.microbatches, stage_layers[s])
-            act = spec.microbatches * kept + ins.max(axis=0)
+            if int(kept.max()) * spec.in_flight(s) > _WRAP:  # past any SRAM; int64 would wrap
+                _too_big(spec, s, int(kept.max()) * spec.in_flight(s), stage_layers[s])
+            act = spec.in_flight(s) * kept + ins.max(axis=0)
         else:
             groups = {}
             for i, u in enumerate(units):
                 groups.setdefault(u.op.layer, np.zeros(n_tiles, np.int64))
                 groups[u.op.layer] += outs[i]
-            inputs = spec.microbatches * _ceil_div(th * e, n_tiles)
+            inputs = spec.in_flight(s) * _ceil_div(th * e, n_tiles)
             if inputs > _WRAP:
                 _too_big(spec, s, inputs, stage_layers[s])
             act = inputs + np.max(np.array(list(groups.values())), axis=0) + ins.max(axis=0)

@@ -16,7 +16,8 @@ from .compiler import IpuProgram
 #: name -> (column, units, description) of the supersteps/ table.
 SUPERSTEPS = {
     "step": (K.SS_STEP, "1", "step the superstep belongs to"),
-    "direction": (K.SS_DIRECTION, "1", "0 forward, 1 backward pipeline step (recompute runs in backward ones)"),
+    "direction": (K.SS_DIRECTION, "1", "0 forward, 1 backward, 3 interleaved pipeline step (recompute runs in "
+                  "backward ones)"),
     "pipeline_step": (K.SS_PIPELINE_STEP, "1", "pipeline step of its direction"),
     "stage": (K.SS_STAGE, "1", "IPU (pipeline stage) that ran it"),
     "microbatch": (K.SS_MICROBATCH, "1", "micro-batch it processed"),
@@ -31,7 +32,7 @@ SUPERSTEPS = {
 PIPELINE = {
     "step": (K.PL_STEP, "1", "step"),
     "direction": (K.PL_DIRECTION, "1", "0 forward, 1 backward pipeline step, 2 the end row (gradient all-reduce, "
-                  "optimiser update)"),
+                  "optimiser update), 3 interleaved pipeline step"),
     "index": (K.PL_INDEX, "1", "pipeline step of its direction"),
     "start_cycle": (K.PL_START, "cycle", "first cycle"),
     "cycles": (K.PL_CYCLES, "cycles", "length: the slowest stage plus the transfer"),

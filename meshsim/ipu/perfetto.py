@@ -10,7 +10,7 @@ from ..export import Timeline
 
 SUPERSTEPS = 1
 PHASES = ("compute", "sync", "exchange")
-DIRECTIONS = ("forward", "backward", "recompute")
+DIRECTIONS = ("forward", "backward", "recompute", "interleaved")
 
 
 def trace_events(f, values: dict, tl: Timeline) -> None:
@@ -48,7 +48,7 @@ def trace_events(f, values: dict, tl: Timeline) -> None:
             phases = [int(cols[f"{p}_cycles"][i]) for p in PHASES]
             tpl = int(cols["template"][i])
             tl.slice(pid, SUPERSTEPS, names[tpl] if tpl < len(names) else f"template {tpl}", t, sum(phases),
-                     cat=DIRECTIONS[int(cols["direction"][i])] if int(cols["direction"][i]) < 3 else "superstep",
+                     cat=DIRECTIONS[int(cols["direction"][i])] if int(cols["direction"][i]) < 4 else "superstep",
                      args={"step": cols["step"][i], "microbatch": cols["microbatch"][i],
                            "pipeline_step": cols["pipeline_step"][i], "template": tpl})
             for p, c in zip(PHASES, phases, strict=True):

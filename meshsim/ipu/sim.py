@@ -57,7 +57,7 @@ def run_steps(prog: IpuProgram, first: int, k: int, start: int, count, shares):
                       training=prog.spec.training, fwd_ptr=prog.fwd_ptr, fwd_idx=prog.fwd_idx, bwd_ptr=prog.bwd_ptr,
                       bwd_idx=prog.bwd_idx, t_comp=prog.t_comp, t_sync=prog.t_sync, t_exch=prog.t_exch, io0=prog.io0,
                       transfer=prog.transfer, allreduce=prog.allreduce, update=prog.update, count=count, out_ss=ss,
-                      out_pl=pl, out_lat=lat, shares=shares)
+                      out_pl=pl, out_lat=lat, shares=shares, interleaved=prog.spec.interleaved)
     return int(end), (ss, pl, lat)
 
 
