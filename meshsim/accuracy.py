@@ -30,7 +30,7 @@ zero-load latency and accepted load below saturation) and the SN30 measurements 
 DABench-LLM artifact (the rdu's chip time per step and end-to-end samples/s in o0 and o3, o3's
 section count and its highest PCU allocation), the CARAML benchmark's GPT-2 small training rates on
 four GC200 IPUs (the ipu's samples/s), and the Cerebras compiler's estimate for GPT-2 small
-training on the CS-2 from the same artifact (the mesh's samples/s, active PEs and compute
+training on the CS-2 from the DABench-LLM artifact (the mesh's samples/s, active PEs and compute
 utilisation). Every case runs without writing
 a result the user keeps; equal runs are run once.
 """

@@ -88,7 +88,7 @@ _RDU_IPU = ("machine.type", ("rdu", "ipu"))
 
 #: The values `meshsim calibrate meshsim/data/accuracy.csv` fits to the SN30 measurements of the shipped
 #: table (docs/rdu.md, "Calibration"); the SN10 takes the SN30's, an assumption (no SN10 table is shipped).
-RDU_FITTED = dict(section_switch_cycles=20_605_123, host_seconds=1.4674756144874284,
+RDU_FITTED = dict(section_switch_cycles=20_959_497, host_seconds=1.470405421687798,
                   section_fill=1.4414378853308898, pcu_place_limit=0.8175651090807622)
 
 #: RDU presets (docs/rdu.md, "Presets and their sources"): the values machine.preset gives the keys a

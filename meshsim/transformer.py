@@ -240,15 +240,25 @@ def model_from_workload(workload: dict, batch: int | None = None) -> Model:
 
 
 def backward_of(op: Operator) -> Operator:
-    """The backward operator of a forward one, under the assumptions stated in `operators` (the
-    embedding's weight gradient is the gradient of the rows it looked up, as large as its output)."""
-    grad_out = op.weight_bytes if op.kind in ("gemm", "norm") else op.output_bytes if op.name == EMBEDDING else 0
+    """The backward operator of a forward one, under the assumptions stated in `operators`, and for the
+    operators around the blocks (edge_operators): the loss's backward reads the softmax it kept and the
+    targets (its forward input's size) and writes the logits' gradient (its forward output's size); the
+    embedding's reads the gradient of its output and writes the gradient of the rows it looked up (as
+    large), the token ids having none."""
+    flops = BACKWARD_FLOPS_FACTOR[op.kind] * op.flops
+    if op.name == LOSS:
+        return Operator(f"{op.name}.backward", op.layer, op.kind, "backward", flops, op.weight_bytes, op.input_bytes,
+                        op.output_bytes)
+    if op.name == EMBEDDING:
+        return Operator(f"{op.name}.backward", op.layer, op.kind, "backward", flops, op.weight_bytes, op.output_bytes,
+                        op.output_bytes)
+    grad_out = op.weight_bytes if op.kind in ("gemm", "norm") else 0
     return Operator(
         name=f"{op.name}.backward",
         layer=op.layer,
         kind=op.kind,
         phase="backward",
-        flops=BACKWARD_FLOPS_FACTOR[op.kind] * op.flops,
+        flops=flops,
         weight_bytes=op.weight_bytes,
         input_bytes=op.output_bytes + op.input_bytes,
         output_bytes=op.input_bytes + grad_out,
@@ -334,8 +344,13 @@ def edge_operators(model: Model, vocab_size: int) -> tuple[list[Operator], list[
     counted once in edge_parameter_count); the loss is softmax cross-entropy against the next token
     (5 FLOPs per logit, as softmax), and its output is the softmax it keeps for its backward pass (as
     Megatron's cross-entropy does; the T losses are negligible beside it), so it works across the
-    vocabulary's V columns. Backward (backward_of): the logits GEMM 2x, the others 1x; the
-    embedding's weight gradient is its output's size (the rows it read). vocab_size = 0: none."""
+    vocabulary's V columns. Backward (backward_of): the logits GEMM 2x, the others 1x; the loss's reads
+    the softmax and the targets and writes the logits' gradient; the embedding's writes the gradient of
+    the rows it read. vocab_size = 0: none.
+
+    These follow GPT-2: learned positions and a head tied to the token table. A model with rotary
+    positions and an untied head (Llama, Mistral) is counted the same way: its position table is
+    counted (S H, small beside V H) and its head's own V H weights are not counted apart."""
     if not vocab_size:
         return [], []
     e, t, h, v = model.element_bytes, model.tokens, model.hidden_size, vocab_size

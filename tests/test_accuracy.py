@@ -139,10 +139,10 @@ def test_the_shipped_cases_print_their_errors_and_the_sn30_rows_lie_as_documente
     for name, r in rows.items():
         assert math.isfinite(r["model"]) and r["error"] == pytest.approx(r["model"] / r["reference"] - 1), name
     assert all(rows[n]["within"] for n in rows if n.startswith("mesh"))
-    # docs/rdu.md, "Calibration": at the fitted values every SN30 row lies within 30% (29.3% at most),
+    # docs/rdu.md, "Calibration": at the fitted values every SN30 row lies within 32% (31.8% at most),
     # and 21 of the 24 within their 25%
     sn30 = [r for n, r in rows.items() if n.startswith("SN30")]
-    assert max(abs(r["error"]) for r in sn30) < 0.30
+    assert max(abs(r["error"]) for r in sn30) < 0.32
     assert sum(r["within"] for r in sn30) == 21
     # the CARAML rates of four GC200s: validation, no tolerance claimed, each error printed (docs/ipu.md)
     gc200 = [r for n, r in rows.items() if n.startswith("GC200")]

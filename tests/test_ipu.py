@@ -69,8 +69,9 @@ def assert_matches_reference(sc):
     assert sim.shares.tolist() == [sh["compute"], sh["sync"], sh["exchange"], sh["transfer"]]
 
 
+# the grouped schedule (GPipe); INTERLEAVED_CASES below run the default, interleaved one
 CASES = [dict(seq_len=s, layers_per_ipu=lpi, n_layers=sum(lpi) or 2, training=tr, recompute=rc, replicas=r,
-              gradient_accumulation=g)
+              gradient_accumulation=g, pipeline_schedule="grouped")
          for s, lpi, tr, rc, r, g in itertools.product((32, 40), ([], [0, 1, 1], [2, 1]), (False, True),
                                                        (False, True), (1, 2), (1, 2))
          if tr or not rc]
@@ -94,7 +95,7 @@ def test_kernel_matches_reference_with_the_interleaved_schedule(w):
     assert_matches_reference(scenario(w))
 
 
-def test_the_interleaved_schedule_keeps_the_micro_batches_in_flight_and_fills_longer():
+def test_the_interleaved_schedule_keeps_the_micro_batches_in_flight_and_idles_less(tmp_path):
     w = dict(layers_per_ipu=[1, 1, 1, 1], n_layers=4, training=True, gradient_accumulation=8, batch=8)
     grouped = compile_scenario(scenario({**w, "pipeline_schedule": "grouped"}, machine=dict(code_kib_per_tile=1)))
     inter = compile_scenario(scenario({**w, "pipeline_schedule": "interleaved"}, machine=dict(code_kib_per_tile=1)))
@@ -107,6 +108,11 @@ def test_the_interleaved_schedule_keeps_the_micro_batches_in_flight_and_fills_lo
     assert inter.pipeline_rows_per_step == m + 2 * n - 2 and grouped.pipeline_rows_per_step == 2 * (m + n - 1)
     _, _, _, pl, _ = run_kernel(scenario({**w, "pipeline_schedule": "interleaved"}), per_call=2)
     assert set(pl[:, K.PL_DIRECTION].tolist()) == {3}
+    # the bubble: stage s idles in max(2n - 2 - m, 2s) of the m + 2n - 2 steps: 0 + 2 + 4 + 6 of 4 x 14
+    s_inter = run_scenario(scenario({**w, "pipeline_schedule": "interleaved"}), tmp_path / "i.h5",
+                           progress=False).summary
+    s_group = run_scenario(scenario({**w, "pipeline_schedule": "grouped"}), tmp_path / "g.h5", progress=False).summary
+    assert s_inter["pipeline_bubble_fraction"] == 12 / 56 and s_group["pipeline_bubble_fraction"] == 3 / 11
     # one stage: nothing to fill, the two schedules take the same time
     one = dict(training=True, gradient_accumulation=4, batch=4)
     a, b = (run_kernel(scenario({**one, "pipeline_schedule": x}))[1] for x in ("grouped", "interleaved"))
@@ -114,10 +120,10 @@ def test_the_interleaved_schedule_keeps_the_micro_batches_in_flight_and_fills_lo
 
 
 TP_CASES = [dict(tensor_parallel=t, layers_per_ipu=lpi, n_layers=sum(lpi) or 2, training=tr, recompute=rc, replicas=r,
-                 batch=8, gradient_accumulation=g)
-            for t, lpi, tr, rc, r, g in itertools.product((2, 4), ([], [0, 1, 1]), (False, True), (False, True), (1, 2),
-                                                          (1, 2))
-            if tr or not rc]
+                 batch=8, gradient_accumulation=g, pipeline_schedule=sch)
+            for (t, lpi, tr, rc, r, g), sch in zip(
+                [c for c in itertools.product((2, 4), ([], [0, 1, 1]), (False, True), (False, True), (1, 2), (1, 2))
+                 if c[2] or not c[3]], itertools.cycle(("grouped", "interleaved")))]
 
 
 @pytest.mark.parametrize("w", TP_CASES, ids=lambda w: "-".join(f"{k[:3]}{v}" for k, v in w.items()))

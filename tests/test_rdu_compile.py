@@ -514,13 +514,18 @@ def test_a_pipeline_split_over_two_nodes_waits_longer_at_the_node_boundary():
 def test_no_section_is_placed_on_more_pcus_than_the_place_limit():
     """docs/rdu.md, "Allocation": at most floor(pcu_place_limit x P) PCUs a section, never fewer than one per
     operator; the limit moves the highest share the compiler reports."""
+    tops = []
     for limit in (1.0, 0.8, 0.5):
         spec = spec_for("sn30", training=True, fusion="o3", n_layers=2, pcu_place_limit=limit)
         prog = compile_program(spec)
         held = [sum(s.pcus for s in sec.stages if s.op.kind != "collective") for sec in prog.sections
                 if not sec.name.endswith(("optimizer", "allreduce"))]
-        assert max(held) <= math.floor(Fraction(str(limit)) * spec.pcus)
-        if limit < 1:
-            assert max(held) == math.floor(Fraction(str(limit)) * spec.pcus)  # the head fills what it may
-    tiny = spec_for("sn30", fusion="o0", n_layers=1, pcus=4, pcu_place_limit=0.01, vocab_size=0)
-    assert all(sum(s.pcus for s in sec.stages) >= 1 for sec in compile_program(tiny).sections)
+        assert max(held) == math.floor(Fraction(str(limit)) * spec.pcus)  # the head fills what it may
+        tops.append(max(held))
+    assert tops == [1280, 1024, 640]
+    # a limit below one PCU per operator leaves each operator one
+    tiny = spec_for("sn30", fusion="o3", n_layers=1, pcus=8, pcu_place_limit=0.01, vocab_size=0, tile_tokens=4096)
+    for sec in compile_program(tiny).sections:
+        compute = [s for s in sec.stages if s.op.kind != "collective"]
+        assert all(s.pcus >= 1 for s in compute)
+        assert sum(s.pcus for s in compute) <= max(len(compute), math.floor(0.01 * 8))

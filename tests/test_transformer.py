@@ -216,9 +216,13 @@ def test_the_whole_step_adds_the_embedding_head_and_loss_by_their_hand_counts():
         "head.logits": (2, "gemm", 2 * 32 * 32 * 100, 100 * 32 * 2, 32 * 32 * 2, 32 * 100 * 2),
         "head.loss": (2, "elementwise", 5 * 32 * 100, 0, 32 * 100 * 2 + 4 * 32, 32 * 100 * 2),
     }
-    # the embedding's weight gradient is the rows it read; the head's a GEMM's
-    assert backward_of(first[0]).output_bytes == 4 * 32 + 32 * 32 * 2
+    # the embedding's backward writes the gradient of the rows it read, the token ids having none; the
+    # loss's reads the softmax it kept and the targets and writes the logits' gradient; the head's is a GEMM's
+    emb, loss = backward_of(first[0]), backward_of(last[2])
+    assert (emb.input_bytes, emb.output_bytes, emb.flops) == (32 * 32 * 2, 32 * 32 * 2, 32 * 32)
+    assert (loss.input_bytes, loss.output_bytes, loss.flops) == (32 * 100 * 2 + 4 * 32, 32 * 100 * 2, 5 * 32 * 100)
     assert backward_of(last[1]).flops == 2 * last[1].flops
+    assert backward_of(last[1]).output_bytes == 32 * 32 * 2 + 100 * 32 * 2  # input gradient + weight gradient
     assert edge_operators(m, 0) == ([], [])
     # GPT-2 small: the head holds as many weights as about five and a half blocks; tied, counted once
     gpt2 = Model(hidden_size=768, n_layers=12, n_heads=12, seq_len=1024, batch=1)

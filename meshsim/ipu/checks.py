@@ -95,6 +95,6 @@ LEVERS = {
     "workload.recompute": (("compute_fraction", "memory_max_bytes"),
                            "every stage recomputes its own blocks"),
     "workload.pipeline_schedule": (("memory_max_bytes", "pipeline_bubble_fraction", "samples_per_second"),
-                                   "the schedule orders the same stages' work: it moves the activations each keeps and "
-                                   "the fill and drain, not how the work is split between them"),
+                                   "the schedule orders the same stages' work: it moves the activations each keeps, "
+                                   "the idle slots and the transfers paid, not how the work is split between them"),
 }

@@ -21,6 +21,15 @@ from .sim import IpuSim, run_steps, stage_times
 FLUSH_SECONDS = 1.0
 
 
+def bubble_fraction(n: int, m: int, interleaved: bool) -> float:
+    """The share of stage x pipeline-step slots in which a stage runs no micro-batch (docs/ipu.md,
+    "Observables and metrics"): (n - 1) / (m + n - 1) grouped or in inference; interleaved, stage s idles
+    in max(2n - 2 - m, 2s) of the m + 2n - 2 steps (those outside its forwards and its backwards)."""
+    if not interleaved:
+        return (n - 1) / (m + n - 1)
+    return sum(max(2 * n - 2 - m, 2 * s) for s in range(n)) / (n * (m + 2 * n - 2))
+
+
 def summarise(prog: IpuProgram, sim: IpuSim, wall: float, kernel_seconds: float, threads: int,
               start_cycle: int = 0) -> dict:
     """The run's figures: the stable names (docs/design.md, "Result files") and the ipu's (docs/ipu.md).
@@ -74,7 +83,7 @@ def summarise(prog: IpuProgram, sim: IpuSim, wall: float, kernel_seconds: float,
         "sync_fraction": int(sim.shares[K.SH_SYNC]) / cycles if cycles else nan,
         "exchange_fraction": int(sim.shares[K.SH_EXCHANGE]) / cycles if cycles else nan,
         "transfer_fraction": int(sim.shares[K.SH_TRANSFER]) / cycles if cycles else nan,
-        "pipeline_bubble_fraction": (n - 1) / (m + n - 1),
+        "pipeline_bubble_fraction": bubble_fraction(n, m, spec.interleaved),
         # an HDF5 attribute holds 64-bit integers; a run past them keeps its FLOPs as a float
         "flops": flops if flops < 2**63 else float(flops),
         "clock_ghz": spec.clock_ghz,
