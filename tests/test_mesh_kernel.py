@@ -78,12 +78,14 @@ def test_kernel_equals_reference_trace(tmp_path, policy, hop_latency):
     assert totals["refused"] > 0
 
 
-# Migration on in the default run (its quiet segments are the harder case); without it under -m slow, and
+# Migration on in the default run (its quiet segments are the harder case; one policy, the others and the
+# runs without it under -m slow), and
 # in the default run through tests/test_pipeline_kernel.py's wide case, which skips quiet segments with
 # no policy.
 @pytest.mark.parametrize("policy, hop_latency", [
     pytest.param("none", 1, marks=pytest.mark.slow), pytest.param("none", 2, marks=pytest.mark.slow),
-    pytest.param("least_loaded", 1, marks=pytest.mark.slow), ("least_loaded", 2), ("gradient", 2)])
+    pytest.param("least_loaded", 1, marks=pytest.mark.slow), ("least_loaded", 2),
+    pytest.param("gradient", 2, marks=pytest.mark.slow)])
 def test_kernel_equals_reference_where_quiet_segments_are_skipped(policy, hop_latency):
     """A grid of three segments of columns, work offered only in a hot spot: tasks migrate out and
     back, so segments go quiet, are skipped, and wake again as tasks reach them."""
