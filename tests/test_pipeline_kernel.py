@@ -70,7 +70,13 @@ CASES = {
 CYCLES = {"three_layers_uneven": 320, "training": 340, "slow_links": 240, "wide_quiet_segments": 280}
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+# Under -m slow alone: cases the default run largely covers otherwise (the unfused pipeline is every
+# migration case's below; two replicas repeat one replica's placement side by side).
+SLOW_CASES = {"unfused", "two_replicas"}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES else c
+                                  for c in sorted(CASES)])
 def test_kernel_equals_reference_cycle_by_cycle(case):
     over = dict(CASES[case])
     rows, cols = over.pop("rows", 10), over.pop("cols", 14)

@@ -535,12 +535,13 @@ def test_joining_a_tls_cluster_with_the_certificates_of_the_dask_configuration(t
         assert [r["status"] for r in read_csv(out / "summary.csv")] == ["done"] * 2
 
 
-# Each signal, each way of running and each target (the group, the process) once in the default run.
+# The group's Ctrl-C on a cluster in the default run; each other signal, way of running and target under
+# -m slow.
 @pytest.mark.parametrize("how, sig, group", [(["--workers", "2"], signal.SIGINT, True),
                                              pytest.param(["--serial"], signal.SIGINT, True, marks=pytest.mark.slow),
                                              pytest.param(["--workers", "2"], signal.SIGTERM, False,
                                                           marks=pytest.mark.slow),
-                                             (["--serial"], signal.SIGTERM, False)])
+                                             pytest.param(["--serial"], signal.SIGTERM, False, marks=pytest.mark.slow)])
 def test_ctrl_c_stops_the_sweep_keeps_finished_points_and_a_rerun_completes_it(tmp_path, how, sig, group):
     noc = (ROOT / "scenarios" / "noc_latency_load.toml").read_text()
     # Points of about 2.5 s here: when the first has finished, the next ones have just started.
