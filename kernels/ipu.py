@@ -100,57 +100,6 @@ def _pipeline_row(out_pl, q, step, direction, index, start, cycles, slowest, tra
 
 
 @njit(**JIT)
-def _direction(step, d, start, n, m, ptr, idx, t_comp, t_sync, t_exch, extra0, transfer, count, out_ss, r,
-               out_pl, q, shares, mb_start, mb_end, training):
-    """The m + n - 1 pipeline steps of one direction of one step from cycle `start`; returns
-    (end cycle, rows of out_ss used, rows of out_pl used)."""
-    stage_time = np.zeros(n, np.int64)
-    for s in range(n):
-        stage_time[s] = _stage_cycles(ptr, idx, s, t_comp, t_sync, t_exch) + (extra0 if s == 0 else 0)
-    for p in range(m + n - 1):
-        slowest = -1
-        top = -1
-        for s in range(n):
-            mb = p - s if d == 0 else p - (n - 1 - s)
-            if mb < 0 or mb >= m:
-                continue
-            if stage_time[s] > top:
-                top = stage_time[s]
-                slowest = s
-            c = start + (extra0 if s == 0 else 0)
-            for i in range(ptr[s], ptr[s + 1]):
-                x = idx[i]
-                out_ss[r, SS_STEP] = step
-                out_ss[r, SS_DIRECTION] = d
-                out_ss[r, SS_PIPELINE_STEP] = p
-                out_ss[r, SS_STAGE] = s
-                out_ss[r, SS_MICROBATCH] = mb
-                out_ss[r, SS_TEMPLATE] = x
-                out_ss[r, SS_START] = c
-                out_ss[r, SS_COMPUTE] = t_comp[x]
-                out_ss[r, SS_SYNC] = t_sync[x]
-                out_ss[r, SS_EXCHANGE] = t_exch[x]
-                count[x] += 1
-                c += t_comp[x] + t_sync[x] + t_exch[x]
-                r += 1
-            if d == 0 and s == 0:
-                mb_start[mb] = start
-            if (d == 0 and s == n - 1 and not training) or (d == 1 and s == 0):
-                mb_end[mb] = c
-        length = top + transfer
-        for i in range(ptr[slowest], ptr[slowest + 1]):
-            x = idx[i]
-            shares[SH_COMPUTE] += t_comp[x]
-            shares[SH_SYNC] += t_sync[x]
-            shares[SH_EXCHANGE] += t_exch[x]
-        shares[SH_TRANSFER] += transfer + (extra0 if slowest == 0 else 0)
-        _pipeline_row(out_pl, q, step, d, p, start, length, slowest, transfer)
-        q += 1
-        start += length
-    return start, r, q
-
-
-@njit(**JIT)
 def _supersteps(step, d, p, s, mb, c, ptr, idx, t_comp, t_sync, t_exch, count, out_ss, r):
     """One stage's supersteps of one direction for micro-batch mb from cycle c, as rows of a pipeline
     step of direction d; returns (end cycle, rows of out_ss used)."""
@@ -179,6 +128,39 @@ def _share(shares, ptr, idx, s, t_comp, t_sync, t_exch):
         shares[SH_COMPUTE] += t_comp[x]
         shares[SH_SYNC] += t_sync[x]
         shares[SH_EXCHANGE] += t_exch[x]
+
+
+@njit(**JIT)
+def _direction(step, d, start, n, m, ptr, idx, t_comp, t_sync, t_exch, extra0, transfer, count, out_ss, r,
+               out_pl, q, shares, mb_start, mb_end, training):
+    """The m + n - 1 pipeline steps of one direction of one step from cycle `start`; returns
+    (end cycle, rows of out_ss used, rows of out_pl used)."""
+    stage_time = np.zeros(n, np.int64)
+    for s in range(n):
+        stage_time[s] = _stage_cycles(ptr, idx, s, t_comp, t_sync, t_exch) + (extra0 if s == 0 else 0)
+    for p in range(m + n - 1):
+        slowest = -1
+        top = -1
+        for s in range(n):
+            mb = p - s if d == 0 else p - (n - 1 - s)
+            if mb < 0 or mb >= m:
+                continue
+            if stage_time[s] > top:
+                top = stage_time[s]
+                slowest = s
+            c, r = _supersteps(step, d, p, s, mb, start + (extra0 if s == 0 else 0), ptr, idx, t_comp, t_sync,
+                               t_exch, count, out_ss, r)
+            if d == 0 and s == 0:
+                mb_start[mb] = start
+            if (d == 0 and s == n - 1 and not training) or (d == 1 and s == 0):
+                mb_end[mb] = c
+        length = top + transfer
+        _share(shares, ptr, idx, slowest, t_comp, t_sync, t_exch)
+        shares[SH_TRANSFER] += transfer + (extra0 if slowest == 0 else 0)
+        _pipeline_row(out_pl, q, step, d, p, start, length, slowest, transfer)
+        q += 1
+        start += length
+    return start, r, q
 
 
 @njit(**JIT)

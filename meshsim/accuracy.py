@@ -70,13 +70,12 @@ class Case:
     fit: tuple = ()  # the keys fitted to this row (meshsim.calibrate)
 
 
-def read_table(path) -> list[Case]:
+def read_table(path, data: bytes | None = None) -> list[Case]:
     """The cases of a reference table; InputError names the file, line, column and value of every
-    problem."""
+    problem. data: the file's bytes, when the caller has read them (read_table_bytes)."""
     path = Path(path)
-    from .files import read_bounded
-
-    data = read_bounded(path, str(path), "reference table")
+    if data is None:
+        data = read_table_bytes(path)
     try:
         text = data.decode("utf-8-sig")  # a spreadsheet's byte-order mark is not a column's name
     except UnicodeDecodeError as e:
@@ -116,6 +115,13 @@ def read_table(path) -> list[Case]:
     if problems:
         raise InputError(problems)
     return cases
+
+
+def read_table_bytes(path) -> bytes:
+    """A reference table's bytes, as read_table reads them (a bounded regular file)."""
+    from .files import read_bounded
+
+    return read_bounded(Path(path), str(path), "reference table")
 
 
 def _keys(text, where: str, problems: list) -> tuple:

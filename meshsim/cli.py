@@ -251,24 +251,15 @@ def _cmd_accuracy(args) -> int:
 def _cross_validate(args, cases) -> int:
     import json
 
-    from .calibrate import (
-        calibration_rows,
-        check_keys,
-        cross_validate,
-        format_cross_validation,
-        start_values,
-        table_keys,
-    )
+    from .calibrate import calibration_rows, cross_validate, format_cross_validation, start_values
 
-    keys = check_keys(args.fit) if args.fit else table_keys(cases)
-    if not keys:
-        raise InputError("--cross-validate: no --fit given and no calibration row names a key in its fit column")
+    keys = _fit_keys(args.fit, cases, "--cross-validate")
     fitted = start_values(calibration_rows(cases), keys)
 
     def progress(n, group, f):
         if not args.json and not args.quiet:
-            shown = ", ".join(f"{k.partition('.')[2]}={v:.6g}" for k, v in f.values.items())
-            print(f"  left out {group}: refit {shown} ({f.evaluations} evaluations)", file=sys.stderr, flush=True)
+            print(f"  left out {group}: refit {_shown_values(f.values)} ({f.evaluations} evaluations)",
+                  file=sys.stderr, flush=True)
 
     out = cross_validate(cases, keys, fitted, progress)
     if args.json:
@@ -278,18 +269,32 @@ def _cross_validate(args, cases) -> int:
     return 0
 
 
+def _fit_keys(fit: str | None, cases: list, where: str) -> tuple:
+    """The keys to fit: --fit's, else those the table's calibration rows name in their fit column."""
+    from .calibrate import check_keys, table_keys
+
+    keys = check_keys(fit) if fit else table_keys(cases)
+    if not keys:
+        raise InputError(f"{where}: no --fit given and no calibration row names a key in its fit column: "
+                         "name the keys to fit, e.g. --fit machine.section_switch_cycles")
+    return keys
+
+
+def _shown_values(values: dict) -> str:
+    """Fitted values on one line: key=value, the section left out."""
+    return ", ".join(f"{k.partition('.')[2]}={v:.6g}" for k, v in values.items())
+
+
 def _cmd_calibrate(args) -> int:
     import hashlib
 
     from . import files
-    from .accuracy import read_table
-    from .calibrate import check_keys, fit, format_fit, preset_text, table_keys
+    from .accuracy import read_table, read_table_bytes
+    from .calibrate import fit, format_fit, preset_text
 
-    cases = read_table(args.table)
-    keys = check_keys(args.fit) if args.fit else table_keys(cases)
-    if not keys:
-        raise InputError(f"{args.table}: no --fit given and no calibration row names a key in its fit column: "
-                         "name the keys to fit, e.g. --fit machine.section_switch_cycles")
+    data = read_table_bytes(args.table)  # read once: the digest is of the table fitted
+    cases = read_table(args.table, data)
+    keys = _fit_keys(args.fit, cases, args.table)
     out = Path(args.output) if args.output else Path(args.table).with_suffix(".preset.toml")
     files.check_target(out, "preset file")
     if not out.parent.is_dir():
@@ -297,13 +302,11 @@ def _cmd_calibrate(args) -> int:
 
     def progress(n, c, values):
         if not args.quiet:
-            shown = ", ".join(f"{k.partition('.')[2]}={v:.6g}" for k, v in values.items())
-            print(f"  [{n}] {shown}: sum of squared log errors {c:.4g}", file=sys.stderr, flush=True)
+            print(f"  [{n}] {_shown_values(values)}: sum of squared log errors {c:.4g}", file=sys.stderr, flush=True)
 
     f = fit(cases, keys, progress)
     print(format_fit(f, args.table))
-    digest = hashlib.sha256(files.read_bounded(args.table, args.table, "reference table")).hexdigest()
-    text = preset_text(f, Path(args.table).name, digest)
+    text = preset_text(f, Path(args.table).name, hashlib.sha256(data).hexdigest())
     files.write_through_temporary(out, "preset file", lambda fh: fh.write(text.encode()))
     print(f"preset file: {out} (a scenario uses it with machine.preset_file = \"{out}\")")
     return 0

@@ -72,7 +72,9 @@ class IpuSpec:
     node_link_gbps: float = 6.25
     node_sync_cycles: int = 20000
     host_seconds: float = 0.0  # the host's part of every step, outside the chips
-    pipeline_schedule: str = "grouped"  # training: "interleaved" (the key's default) or "grouped" (GPipe)
+    # training: "interleaved" (the key's default) or "grouped" (GPipe); a scenario written before the key
+    # (an older result file's) ran grouped
+    pipeline_schedule: str = "grouped"
 
     @property
     def interleaved(self) -> bool:
