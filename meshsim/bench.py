@@ -593,9 +593,9 @@ def _traffic(fig: dict, sc, cycles: int, log) -> None:
 
 
 def _pipeline(fig: dict, quick: bool, log) -> None:
-    """The layer pipeline: GPT-2 small over the whole fabric from an empty wafer (the first token needs
-    about 12,800 cycles to cross it, so the fill is what a short run spends its time on), then in its
-    steady state."""
+    """The layer pipeline: GPT-2 small (with its embedding and head) over the whole fabric from an empty
+    wafer (the first token needs about 15,400 cycles to cross it, so the fill is what a short run spends
+    its time on), then in its steady state."""
     from kernels.mesh import S_CHUNKS_FINISHED, S_LINK_SENT
 
     from .mesh.sim import MeshSim, build_inputs

@@ -184,12 +184,12 @@ PARAMS: tuple[Param, ...] = (
           "Peak 16-bit FLOPs of one PE per cycle, its SIMD width (WSE-2: 4 fp16 multiply-adds, 8 FLOPs; "
           "850,000 PEs at 1.1 GHz are 7.5 PFLOP/s); fp32 at machine.fp32_rate of it.",
           (0.001, 1e6), _PIPELINE),
-    Param("machine", "sram_read_bytes_per_cycle", "int", "bytes/cycle", 8,
-          "Bytes a PE's SRAM ports read per cycle for its arithmetic (WSE-2: two 32-bit reads); a PE's rate "
+    Param("machine", "sram_read_bytes_per_cycle", "int", "bytes/cycle", 16,
+          "Bytes a PE's SRAM ports read per cycle for its arithmetic (WSE-2: two 64-bit reads); a PE's rate "
           "for an operator is bounded by the operands it must read (docs/mesh.md, \"The PE and the wavelets\").",
           (1, 4096), _PIPELINE),
-    Param("machine", "sram_write_bytes_per_cycle", "int", "bytes/cycle", 4,
-          "Bytes a PE's SRAM ports write per cycle (WSE-2: one 32-bit write).", (1, 4096), _PIPELINE),
+    Param("machine", "sram_write_bytes_per_cycle", "int", "bytes/cycle", 8,
+          "Bytes a PE's SRAM ports write per cycle (WSE-2: one 64-bit write).", (1, 4096), _PIPELINE),
     Param("machine", "wavelet_bytes", "int", "bytes", 4,
           "Bytes of one wavelet, the message a link carries (WSE-2: 32 bits): a token's activation "
           "vector crosses a link as its bytes over this many messages.", (1, 4096), _PIPELINE),
@@ -416,6 +416,10 @@ PARAMS: tuple[Param, ...] = (
           "Element type of weights and activations, and the compute rate: fp32 and tf32 (a 4-byte fp32 "
           "value these machines compute as fp32) at machine.fp32_rate of the 16-bit peak, bf16, fp16 and "
           "fp8 at the peak.", ("fp32", "tf32", "bf16", "fp16", "fp8"), _MODEL),
+    Param("workload", "accumulate", "str", "", "fp32",
+          "Precision of a matrix kernel's partial sums: same (the model's precision) or fp32 (16-bit "
+          "multiplies with fp32 additions, the WSE's mixed-precision multiply-add; the Model Zoo's "
+          "mixed_precision: docs/mesh.md, \"The PE and the wavelets\").", ("same", "fp32"), _PIPELINE),
     Param("workload", "training", "bool", "", False,
           "Add the backward kernels (a training step) after the forward ones.", None, _MODEL),
     Param("workload", "optimizer", "str", "", "none",
@@ -483,7 +487,9 @@ PARAMS: tuple[Param, ...] = (
     Param("workload", "vocab_size", "int", "tokens", 50257,
           "Vocabulary of the token embedding and of the output head (GPT-2: 50,257): rdu, the embedding on "
           "the first pipeline stage and the final norm, head and loss on the last; ipu, the embedding on "
-          "IPU 0. 0 leaves them out (the blocks alone).", (0, 10_000_000), _RDU_IPU),
+          "IPU 0; mesh layer_pipeline, the embedding's region before the first layer and the head's (final "
+          "norm; logits and loss) after the last (not with weight streaming). 0 leaves them out (the blocks "
+          "alone).", (0, 10_000_000), _MODEL),
     Param("workload", "recompute", "bool", "", False,
           "Training: keep only each micro-batch's input and recompute a block's activations before its "
           "backward (less memory, more compute).", None, _IPU),

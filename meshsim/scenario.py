@@ -424,7 +424,7 @@ def _apply_preset_file(values, valid, given, origin, path) -> list[str]:
 def _apply_model_config(values, valid, given, origin, path) -> list[str]:
     """Fill the model keys the scenario leaves out from workload.model_config's config.json (docs/design.md,
     "Models from a config.json"); the problems found, one line each. Keys that do not apply to the machine
-    (vocab_size on the mesh) are left alone, and so is ffn_width when the scenario sets ffn_multiplier. A
+    are left alone, and so is ffn_width when the scenario sets ffn_multiplier. A
     config of which the scenario sets every key (as a result file's resolved scenario does) is not read."""
     key = "workload.model_config"
     file = values["workload"]["model_config"]

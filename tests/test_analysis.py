@@ -232,7 +232,7 @@ def test_the_diagnosis_names_idle_units_ddr_waits_and_memory_bound_kernels(tmp_p
     pipe = run_scenario(scenario_from_dict({
         "run": {"cycles": 300}, "machine": {"rows": 20, "cols": 20}, "migration": {"policy": "none"},
         "workload": {"type": "layer_pipeline", "hidden_size": 64, "n_layers": 1, "n_heads": 2, "seq_len": 16,
-                     "batch": 1, "replicas": 3}}), tmp_path / "p.h5", progress=False).path
+                     "batch": 1, "replicas": 3, "vocab_size": 0}}), tmp_path / "p.h5", progress=False).path
     found = analyse(pipe)["diagnosis"]["findings"]
     assert any("never worked" in x["finding"] and x["figure"].startswith("units/busy_cycles") for x in found)
     # an rdu whose sections spill and wait on DDR
@@ -309,7 +309,7 @@ def test_a_layer_pipeline_is_judged_in_its_steady_state_with_the_fill_apart(tmp_
         "run": {"cycles": 2000, "window_cycles": 50}, "machine": {"rows": 20, "cols": 20},
         "migration": {"policy": "none"}, "output": {"frame_every_cycles": 50, "flush_every_cycles": 500},
         "workload": {"type": "layer_pipeline", "hidden_size": 64, "n_layers": 1, "n_heads": 2, "seq_len": 16,
-                     "batch": 64}}), tmp_path / "p.h5", progress=False)
+                     "batch": 64, "vocab_size": 0}}), tmp_path / "p.h5", progress=False)
     s = res.summary
     a = analyse(res.path)
     w, d = a["whole"], a["diagnosis"]

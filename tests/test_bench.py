@@ -43,7 +43,7 @@ def test_the_layer_pipeline_counts_its_wavelets_and_tasks():
     sc = scenario_from_dict({
         "run": {"cycles": 400}, "machine": {"rows": 20, "cols": 20}, "migration": {"policy": "none"},
         "workload": {"type": "layer_pipeline", "hidden_size": 64, "n_layers": 1, "n_heads": 2, "seq_len": 16,
-                     "batch": 1, "replicas": 3}})
+                     "batch": 1, "replicas": 3, "vocab_size": 0}})
     sim = _run(sc, 400)
     b = pipeline_path_bytes(sim, 400)
     # uint8 queue length and depth, uint16 server read and written, the 8-byte word of router-queue

@@ -207,7 +207,7 @@ def test_validate_places_a_pipeline_as_a_run_would(work):
                                  '[workload]\ntype = "layer_pipeline"\n')
     p = meshsim("validate", "p.toml", cwd=work)
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert "machine.rows = 4: the 12 layer bands" in p.stderr and "need at least 5 columns" in p.stderr
+    assert "machine.rows = 4: the 13 bands" in p.stderr and "need at least 6 columns" in p.stderr
 
 
 def test_run_echoes_the_scenario_text_into_the_result(work):

@@ -158,6 +158,7 @@ n_heads = 2
 seq_len = 8
 batch = 1
 replicas = 2
+vocab_size = 0
 chunks_in_flight = 40
 [output]
 frame_every_cycles = 100

@@ -563,7 +563,7 @@ def test_result_file_layout_and_report_recompute_the_run(tmp_path):
 
 
 def test_report_compares_the_three_machines_side_by_side(tmp_path):
-    model = dict(hidden_size=64, n_layers=2, n_heads=4, seq_len=64, batch=4)
+    model = dict(hidden_size=64, n_layers=2, n_heads=4, seq_len=64, batch=4, vocab_size=256)
     mesh = scenario_from_dict({"run": {"cycles": 3000}, "machine": {"rows": 24, "cols": 24},
                                "migration": {"policy": "none"}, "workload": dict(type="layer_pipeline", **model)})
     rdu = scenario_from_dict({"machine": {"type": "rdu", "pcus": 64, "pmus": 64},

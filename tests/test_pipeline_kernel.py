@@ -27,8 +27,10 @@ def pipeline_scenario(rows=10, cols=14, **over):
         "machine": {"rows": rows, "cols": cols, "queue_capacity": 4, "pe_flops_per_cycle": 200.0,
                     "sram_read_bytes_per_cycle": 200, "sram_write_bytes_per_cycle": 100, "wavelet_bytes": 16},
         "migration": {"policy": "none", "threshold": 0},
+        # the blocks alone unless a case gives a vocabulary (a GPT-2 head would dwarf this model), and
+        # partial sums at the model's 16 bits, as the restatements below assume
         "workload": {"type": "layer_pipeline", "hidden_size": 32, "n_layers": 2, "n_heads": 2, "seq_len": 8,
-                     "batch": 1, "chunks_in_flight": 16},
+                     "batch": 1, "chunks_in_flight": 16, "vocab_size": 0, "accumulate": "same"},
         "output": {"frame_every_cycles": 0},
     }
     for key, value in over.items():
@@ -65,9 +67,13 @@ CASES = {
     # Wider than a segment of columns (64; two segments): regions waiting for their first chunk, and
     # those done with the last, are skipped while quiet.
     "wide_quiet_segments": dict(rows=6, cols=100, workload__chunks_in_flight=2),
+    # The whole step: the embedding first, the final norm, head and loss after the last layer, and
+    # their backward kernels (a 48-token vocabulary).
+    "whole_step": dict(rows=14, cols=16, workload__training=True, workload__vocab_size=48),
 }
 # Cycles compared, where the default 160 would finish no chunk.
-CYCLES = {"three_layers_uneven": 320, "training": 340, "slow_links": 240, "wide_quiet_segments": 280}
+CYCLES = {"three_layers_uneven": 320, "training": 340, "slow_links": 240, "wide_quiet_segments": 280,
+          "whole_step": 400}
 
 
 # Under -m slow alone: cases the default run largely covers otherwise (the unfused pipeline is every
@@ -303,8 +309,8 @@ def test_pipeline_scenarios_that_cannot_run_are_refused(over, message):
 
 
 def test_the_levers_move_gpt2_smalls_slowest_stage():
-    """The table's slowest stage (which the steady state follows: 94 cycles a token simulated) answers
-    the levers in the direction the machine's rules say (docs/mesh.md, "The PE and the wavelets")."""
+    """The table's slowest stage answers the levers in the direction the machine's rules say
+    (docs/mesh.md, "The PE and the wavelets")."""
     from pathlib import Path
 
     from meshsim.scenario import load_scenario
@@ -314,15 +320,69 @@ def test_the_levers_move_gpt2_smalls_slowest_stage():
     def slowest(**over):
         return build(load_scenario(path, overrides=list(over.items()))).slowest()
 
-    base = slowest()
-    assert base["cycles"] == 94 and base["bound"] == "sram_read" and base["send"] > 0
+    # The whole step: the head's projection over 50,257 tokens, the last region, is the slowest; fp32
+    # partial sums: a multiply-add writes 4 bytes, and one 64-bit write a cycle allows two.
+    whole = slowest()
+    assert whole["name"] == "head.logits" and whole["bound"] == "sram_write" and whole["send"] == 0
+    # The blocks alone (which the steady state follows: 94 cycles a token simulated)
+    base = slowest(**{"workload.vocab_size": 0})
+    assert base["cycles"] == 94 and base["bound"] == "sram_write" and base["send"] > 0
+    assert base["cycles"] < whole["cycles"]
+
+    def blocks(**over):
+        return slowest(**{"workload.vocab_size": 0, **over})
+
     # the scores cross a link when attention is two kernels, and wait there
-    apart = slowest(**{"workload.fuse_attention": False})
+    apart = blocks(**{"workload.fuse_attention": False})
     assert apart["cycles"] > 1.5 * base["cycles"] and apart["name"].endswith("attn_scores_softmax")
-    # wider SRAM ports feed the GEMMs faster; the SIMD then binds them
-    wide = slowest(**{"machine.sram_read_bytes_per_cycle": 16, "machine.sram_write_bytes_per_cycle": 8})
-    assert wide["task"] < 0.6 * base["task"] and wide["bound"] == "simd"
-    # fp32 halves the SIMD rate and doubles the operand bytes and the wavelets
-    assert slowest(**{"workload.precision": "fp32"})["cycles"] > 1.9 * base["cycles"]
+    # 16-bit partial sums halve the bytes written; the SIMD then binds the GEMMs
+    same = blocks(**{"workload.accumulate": "same"})
+    assert same["task"] < 0.7 * base["task"] and same["bound"] == "simd"
+    # fp32 halves the SIMD rate (to what the write port allows already) and doubles the wavelets
+    fp32 = blocks(**{"workload.precision": "fp32"})
+    assert fp32["cycles"] > 1.2 * base["cycles"] and fp32["send"] >= 1.9 * base["send"]
     # wider wavelets shorten the output's send
-    assert slowest(**{"machine.wavelet_bytes": 8})["send"] < base["send"]
+    assert blocks(**{"machine.wavelet_bytes": 8})["send"] < base["send"]
+
+
+def test_the_whole_step_runs_the_embedding_and_the_head_around_the_layers():
+    sc = pipeline_scenario(rows=14, cols=16, workload__training=True, workload__vocab_size=48)
+    p = build(sc)
+    names = [k.name for k in p.kernels]
+    # the embedding opens the first layer's band; the head has bands of its own, the final norm first
+    assert names[0] == "embedding.lookup" and names[-1] == "embedding.lookup.backward"
+    assert names[names.index("head.final_norm") - 1] == "layer1.ffn_down+residual2"
+    i = names.index("head.logits+loss")
+    assert names[i:i + 4] == ["head.logits+loss", "head.logits+loss.backward", "head.final_norm.backward",
+                              "layer1.ffn_down+residual2.backward"]
+    # the head's projection: 2 H V FLOPs a token forward, the loss 5 V; their backward twice and once
+    t = 8
+    head = p.kernels[i]
+    assert head.flops == 2 * t * 32 * 48 + 5 * t * 48 and p.kernels[i + 1].flops == 4 * t * 32 * 48 + 5 * t * 48
+    # a token's logits stay in the head's PEs: what crosses to the backward head is the kept softmax,
+    # split over the backward region's input row
+    rows = {n: r for n, r in zip(p.names, p.table, strict=True)}
+    bwd = rows["head.logits+loss.backward"]
+    assert bwd[K.REG_INPUT] == K.INPUT_COL
+    assert bwd[K.REG_WAVELETS] == cdiv(cdiv(48, int(bwd[K.REG_WIDTH])) * 2, 16)
+    # at the turn into the head's band the final norm (no matrix) is as wide as the region above it,
+    # and the backward head (the band after the forward head's) no wider than the forward head
+    above, norm = rows["layer1.ffn_down+residual2"], rows["head.final_norm"]
+    assert norm[K.REG_WIDTH] == above[K.REG_WIDTH]
+    assert bwd[K.REG_WIDTH] <= rows["head.logits+loss"][K.REG_WIDTH]
+
+
+def test_the_tied_token_table_is_held_by_the_head_not_the_embedding():
+    from meshsim.mesh.pipeline import kernels, step_operators
+
+    model = model_of(pipeline_scenario(workload__vocab_size=48).values["workload"])
+    ks = {k.name: k for g in kernels(model, True, True, True, 48) for k in g}
+    assert ks["embedding.lookup"].weight_bytes == (48 + 8) * 32 * 2  # (V + S) H, as the step counts it
+    assert ks["head.logits+loss"].weight_bytes == 48 * 32 * 2
+    # inference gives the logits: no loss
+    assert [op.name for op in step_operators(model, False, 48)][-2:] == ["head.final_norm", "head.logits"]
+    # too little SRAM for the head's table alone names the head, not the embedding
+    sc = pipeline_scenario(rows=14, cols=16, workload__vocab_size=20000, machine__sram_kib=2)
+    with pytest.raises(InputError, match="head.logits needs") as e:  # inference: no loss
+        build(sc)
+    assert "embedding" not in str(e.value)

@@ -74,7 +74,7 @@ def test_a_grid_too_small_for_the_operators_is_an_input_error():
     with pytest.raises(InputError, match=r"^machine.cols = 10: 2 replica\(s\) \(workload.replicas\) of 11 kernels "
                                          r"side by side need at least 22 columns; use a larger grid"):
         place(transformer_groups(ops), 8, 10, replicas=2)
-    with pytest.raises(InputError, match=r"^machine.rows = 3: the 4 layer bands .* need at least 4 rows; use"):
+    with pytest.raises(InputError, match=r"^machine.rows = 3: the 4 bands .* need at least 4 rows; use"):
         place(transformer_groups(ops), 3, 30)
 
 
@@ -89,3 +89,55 @@ def test_weights_that_overflow_their_region_are_named():
     over = weight_overflows(few, {op.name: op.weight_bytes for op in ops}, sram_kib=48)
     assert over and all(need > have for _, need, have in over)
     assert {g.name.split(".")[1] for g, _, _ in over} <= {"qkv_proj", "out_proj", "ffn_up", "ffn_down"}
+
+
+def test_split_gives_a_part_its_bounds_and_the_others_the_rest_in_proportion():
+    # unbounded, or bounds the shares meet: the plain split
+    assert split(10, [3, 1], [1, 1], [None, None]) == split(10, [3, 1]) == [7, 3]
+    assert split(10, [3, 1], [2, 3], [7, None]) == [7, 3]
+    # a part short of its least gets it; the others share the rest (9 - 4 = 5: 1 each, then 3 by 2:1)
+    assert split(9, [1, 2, 1], [4, 1, 1]) == [4, 3, 2]
+    # a part over its most is cut to it, and what it leaves goes to the others
+    assert split(12, [4, 1, 1], None, [3, None, None]) == [3, 5, 4]
+    # least wins where the two cross
+    assert split(10, [1, 1], [6, 1], [2, None]) == [6, 4]
+    with pytest.raises(InputError, match="cannot give 2 parts the units they need"):
+        split(5, [1, 1], [3, 3])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 300), st.lists(st.tuples(st.integers(1, 10**5), st.integers(1, 30),
+                                                st.one_of(st.none(), st.integers(1, 60))), min_size=2, max_size=12))
+def test_split_within_bounds_sums_to_the_total(extra, parts):
+    weights = [w for w, _, _ in parts]
+    least = [lo for _, lo, _ in parts]
+    most = [None] + [hi for _, _, hi in parts[1:]]  # one part unbounded above takes what is left
+    total = sum(least) + extra
+    got = split(total, weights, least, most)
+    assert sum(got) == total
+    assert all(g >= lo for g, lo in zip(got, least, strict=True))
+    assert all(hi is None or g <= max(hi, lo) for g, lo, hi in zip(got, least, most, strict=True) if g > lo)
+
+
+def test_a_region_gets_the_columns_its_weights_need():
+    # b's FLOP share is 1 column of 10, but its 3 KiB need 3 columns of two 512-byte PEs
+    p = place([[("a", 100), ("b", 1)]], 2, 10, need={"b": 3 * 1024}, pe_bytes=512)
+    widths = {g.name: g.col1 - g.col0 for g in p.regions}
+    assert widths == {"a": 7, "b": 3}
+    assert not weight_overflows(p, {"b": 3 * 1024}, 0.5)
+    plain = place([[("a", 100), ("b", 1)]], 2, 10).regions[1]
+    assert plain.col1 - plain.col0 == 1  # without the need, its FLOP share
+
+
+def test_a_turn_never_fans_out_and_a_kernel_without_a_matrix_takes_the_width_above():
+    # band 0 ends with "y" (4 of 12 columns); band 1's first, "big", would take 10 by its FLOPs
+    p = place([[("x", 2), ("y", 1)], [("big", 9), ("z", 1)]], 4, 12)
+    w = {g.name: g.col1 - g.col0 for g in p.regions}
+    assert w["y"] == 4 and w["big"] == 4 and w["z"] == 8
+    # "n" (a norm, say) would take one column by its FLOPs; aligned, it takes the 4 of "y" above it
+    q = place([[("x", 2), ("y", 1)], [("n", 1), ("m", 100)]], 4, 12, aligned={"n"})
+    w = {g.name: g.col1 - g.col0 for g in q.regions}
+    assert w["n"] == 4 and w["m"] == 8
+    # both sit at the band's end (the east end: band 1 flows west), output row over input row
+    y, n = q.regions[1], q.regions[2]
+    assert y.col1 == n.col1 == 12 and y.output == "bottom" and n.input == "col"

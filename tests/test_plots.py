@@ -27,7 +27,7 @@ def files(tmp_path_factory):
     out["pipeline"] = run_scenario(scenario_from_dict({
         "run": {"cycles": 400}, "machine": {"rows": 24, "cols": 24}, "migration": {"policy": "none"},
         "workload": {"type": "layer_pipeline", "hidden_size": 64, "n_layers": 1, "n_heads": 2, "seq_len": 16,
-                     "batch": 1}}), d / "pipe.h5", progress=False).path
+                     "batch": 1, "vocab_size": 0}}), d / "pipe.h5", progress=False).path
     out["rdu"] = run_scenario(scenario_from_dict({
         "machine": {"type": "rdu", "preset": "sn10"},
         "workload": {"type": "transformer", "hidden_size": 256, "n_heads": 4, "n_layers": 2, "seq_len": 256,

@@ -75,7 +75,7 @@ def test_mesh_fp32_doubles_a_pes_work_per_task():
                                  "migration": {"policy": "none"},
                                  "workload": {"type": "layer_pipeline", "hidden_size": 64, "n_layers": 1,
                                               "n_heads": 2, "seq_len": 16, "batch": 1, "tokens_per_chunk": 4,
-                                              "precision": precision}})
+                                              "precision": precision, "vocab_size": 0, "accumulate": "same"}})
         p = build(sc)
         return p.table[:, KM.REG_WORK] if not compute else np.array(p.compute_cycles)
 
@@ -90,8 +90,37 @@ def test_mesh_fp32_doubles_a_pes_work_per_task():
     # fp32 at the full SIMD rate is still held by the SRAM ports; with ports twice as wide it computes
     # as fast as bf16 (its partial sums, twice the wavelets, may then hold a kernel longer)
     assert np.all(table("fp32", fp32_rate=1.0) >= 1.9 * bf16)  # (LayerNorm and GeLU run at the SIMD rate)
-    wide = table("fp32", True, fp32_rate=1.0, sram_read_bytes_per_cycle=16, sram_write_bytes_per_cycle=8)
+    wide = table("fp32", True, fp32_rate=1.0, sram_read_bytes_per_cycle=32, sram_write_bytes_per_cycle=16)
     assert np.allclose(wide, table("bf16", True))
+
+
+def test_mesh_fp32_partial_sums_halve_a_gemms_rate_and_double_its_reduction():
+    """workload.accumulate = "fp32" (16-bit multiplies, fp32 additions: the WSE's @fmachs): per
+    multiply-add a matrix operator reads its 16-bit weight and a 4-byte partial sum and writes 4 bytes,
+    so the WSE-2's ports (two 64-bit reads, one 64-bit write a cycle) allow 2 multiply-adds a cycle
+    where 16-bit partial sums allow the SIMD's 4; and the partial sums cross the lines at 4 bytes."""
+    from meshsim.mesh.pipeline import pe_rate
+
+    qkv = next(op for op in operators(Model(64, 1, 2, 16, 1)) if op.name == "layer0.qkv_proj")
+    assert pe_rate(qkv, 2, 2, 8.0, 16, 8) == (8.0, "simd")
+    assert pe_rate(qkv, 2, 4, 8.0, 16, 8) == (4.0, "sram_write")
+
+    def pipe(accumulate):
+        return build(scenario_from_dict({
+            "run": {"cycles": 100}, "machine": {"rows": 20, "cols": 20}, "migration": {"policy": "none"},
+            "workload": {"type": "layer_pipeline", "hidden_size": 64, "n_layers": 1, "n_heads": 2, "seq_len": 16,
+                         "batch": 1, "tokens_per_chunk": 4, "vocab_size": 0, "accumulate": accumulate}}))
+
+    same, fp32 = pipe("same"), pipe("fp32")
+    assert np.array_equal(same.table[:, KM.REG_HEIGHT], fp32.table[:, KM.REG_HEIGHT])  # the same placement
+    red_same, red_fp32 = np.array(same.reduce_wavelets), np.array(fp32.reduce_wavelets)
+    assert (red_same > 0).any() and np.all(red_fp32 >= 2 * red_same - 1) and np.all(red_fp32 <= 2 * red_same)
+    # the first kernel (ln1, then qkv_proj) takes qkv_proj's part twice as long
+    ln1 = next(op for op in operators(Model(64, 1, 2, 16, 1)) if op.name == "layer0.ln1")
+    n = int(same.table[0, KM.REG_HEIGHT] * same.table[0, KM.REG_WIDTH])
+    share = 4 / 16
+    assert same.compute_cycles[0] == pytest.approx((ln1.flops / 8 + qkv.flops / 8) * share / n)
+    assert fp32.compute_cycles[0] == pytest.approx((ln1.flops / 8 + qkv.flops / 4) * share / n)
 
 
 # ---- mixed precision: fp32 master weights and the optimiser's update
@@ -158,7 +187,8 @@ def test_the_wafer_keeps_the_master_weights_and_state_in_the_pes_sram():
         return scenario_from_dict({"run": {"cycles": 100}, "machine": {"rows": 60, "cols": 60},
                                    "migration": {"policy": "none"},
                                    "workload": {"type": "layer_pipeline", "hidden_size": 768, "n_layers": 2,
-                                                "n_heads": 4, "seq_len": 64, "batch": 1, "training": True, **w}})
+                                                "n_heads": 4, "seq_len": 64, "batch": 1, "training": True,
+                                                "vocab_size": 0, **w}})
 
     plain = build(sc())
     # SGD keeps no state and no master copy: the wafer is laid out as without an update

@@ -38,7 +38,7 @@ EVERY = "output.checkpoint_every_seconds=0"  # the 5% rule alone (the default)
 # A layer pipeline small enough that chunks finish early in the run (its steady state starts).
 SMALL_PIPE = ["machine.rows=12", "machine.cols=24", "workload.hidden_size=32", "workload.n_layers=1",
               "workload.n_heads=2", "workload.seq_len=8", "workload.tokens_per_chunk=1", "workload.chunks_in_flight=8",
-              "run.cycles=2000", "run.window_cycles=100", "output.flush_every_cycles=200"]
+              "run.cycles=2000", "run.window_cycles=100", "output.flush_every_cycles=200", "workload.vocab_size=0"]
 
 # name -> (scenario, overrides, kernel call length)
 CASES = {

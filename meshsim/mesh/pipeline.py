@@ -1,12 +1,14 @@
 """The `layer_pipeline` workload's set-up: a transformer becomes a table of regions for the mesh
 kernel (the kernel's side is docs/mesh.md, "Dataflow").
 
-The model's operators (`meshsim.transformer`) become kernels: with `fuse_elementwise` each
+The step's operators (`meshsim.transformer`: the blocks, and with a vocabulary the embedding before
+them and the final norm, head and loss after them) become kernels: with `fuse_elementwise` each
 LayerNorm, GeLU and residual add is folded into the matrix kernel next to it, as a dataflow
 compiler does (a LayerNorm into the projection it feeds, GeLU and a residual add into the
-projection that produces their input); without it every operator is a kernel of its own. With
-`fuse_attention` attention's scores, softmax and x V are one kernel, so the scores stay in its PEs. Each
-kernel gets a rectangle of PEs in proportion to its FLOPs (`meshsim.mesh.placement`). A PE's task
+projection that produces their input; the loss into the head's projection); without it every
+operator is a kernel of its own. With `fuse_attention` attention's scores, softmax and x V are one
+kernel, so the scores stay in its PEs. Each kernel gets a rectangle of PEs in proportion to its
+FLOPs, within the bounds of its weights and of the band's turn (`meshsim.mesh.placement`). A PE's task
 for one chunk of `tokens_per_chunk` tokens takes (docs/mesh.md, "The PE and the wavelets")
 
     work_g = max(ceil(sum over the kernel's operators m of FLOPs_m x share / (n_g x rate_m)), reduce_g)
@@ -15,8 +17,9 @@ cycles, share = tokens_per_chunk / (batch x seq_len) (FLOPs_m counts the whole b
 double precision). rate_m, an operator's FLOPs per PE-cycle, is the lowest of its SIMD rate
 (machine.pe_flops_per_cycle, times machine.fp32_rate at fp32 and tf32,
 `meshsim.transformer.compute_rate`) and what the PE's SRAM ports can feed it
-(`operand_bytes_per_flop`); reduce_g, for a matrix kernel, the wavelets of partial sums each PE
-passes on per chunk. A region's PEs receive their chunk's input as `wavelets_g` wavelets each
+(`operand_bytes_per_flop`, partial sums of `accumulator_bytes`: fp32 by default, workload.accumulate);
+reduce_g, for a matrix kernel, the wavelets of partial sums each PE passes on per chunk. A region's
+PEs receive their chunk's input as `wavelets_g` wavelets each
 (`wavelets`). The weights
 of a kernel must fit the SRAM of its region's PEs; in training with an optimizer a backward
 kernel's region also keeps its parameters' fp32 master weights and optimiser state
@@ -41,12 +44,25 @@ import numpy as np
 from kernels import mesh as K
 
 from ..errors import InputError
-from ..transformer import FP32_COMPUTE, Model, compute_rate, model_from_workload, operators, update_cost
+from ..transformer import (
+    FP32_COMPUTE,
+    LOSS,
+    Model,
+    backward_of,
+    compute_rate,
+    edge_operators,
+    model_from_workload,
+    operators,
+    update_cost,
+)
 from .placement import place, weight_overflows
 
 # Where each elementwise or norm operator goes when fused: the matrix operator of its layer it
 # joins (a LayerNorm feeds the projection after it; GeLU and residual adds follow the one before).
-FUSE_INTO = {"ln1": "qkv_proj", "residual1": "out_proj", "ln2": "ffn_up", "gelu": "ffn_up", "residual2": "ffn_down"}
+# The loss joins the output head's projection (so a token's logits never cross a link); the final norm
+# keeps a region of its own, the first of the head's band (docs/mesh.md, "The whole step").
+FUSE_INTO = {"ln1": "qkv_proj", "residual1": "out_proj", "ln2": "ffn_up", "gelu": "ffn_up", "residual2": "ffn_down",
+             "loss": "logits"}
 # With fuse_attention, attention x V joins the scores and softmax: the scores stay in the region's
 # PEs, which hold the sequence's keys and values, and never cross a link.
 FUSE_ATTENTION = {"attn_v": "attn_scores_softmax"}
@@ -73,10 +89,10 @@ def operand_bytes_per_flop(kind: str, flops: int, input_bytes: int, output_bytes
     return input_bytes / flops, output_bytes / flops
 
 
-def accumulator_bytes(precision: str) -> int:
-    """Bytes of a partial sum: the precision the PE computes in, 4 for fp32 and tf32, else 2 (16-bit;
-    fp8 computes at 16 bits)."""
-    return 4 if precision in FP32_COMPUTE else 2
+def accumulator_bytes(precision: str, accumulate: str = "same") -> int:
+    """Bytes of a partial sum: 4 with accumulate = "fp32" (16-bit multiplies, fp32 additions), else the
+    precision the PE computes in, 4 for fp32 and tf32, else 2 (16-bit; fp8 computes at 16 bits)."""
+    return 4 if accumulate == "fp32" or precision in FP32_COMPUTE else 2
 
 
 def pe_rate(op, e: int, acc: int, simd: float, read_bytes: int, write_bytes: int) -> tuple:
@@ -92,8 +108,9 @@ def pe_rate(op, e: int, acc: int, simd: float, read_bytes: int, write_bytes: int
 def vector_out(kernel, io: dict, forward: list) -> int:
     """Elements per token a kernel sends on: a forward kernel its last operator's output; a backward
     one the gradient of its input, which is what the forward kernel before it sends (its first
-    operator's input for a layer's first kernel). io: per operator's short name, its forward (input,
-    output) elements per token; forward: one layer's forward kernels' member tuples, in order."""
+    operator's input for the pipeline's first kernel). io: per operator's short name, its forward (input,
+    output) elements per token; forward: the forward kernels' member tuples in pipeline order (every
+    layer's alike, so the first match stands for all)."""
     if kernel.phase == "forward":
         return io[kernel.members[-1]][1]
     i = forward.index(kernel.members)
@@ -191,12 +208,39 @@ def model_of(wl: dict) -> Model:
     return model_from_workload(wl)
 
 
-def kernels(model: Model, training: bool, fuse: bool, fuse_attention: bool = False) -> list:
-    """The model's kernels grouped by (phase, layer) in execution order: a list of lists of Kernel."""
+def step_operators(model: Model, training: bool, vocab_size: int = 0) -> list:
+    """The operators of a layer-pipelined step in execution order: the embedding, the blocks, the final
+    norm and the output head (and in training the loss), then in training the backward of all of them
+    in reverse (`meshsim.transformer.operators` and `edge_operators`; vocab_size 0: the blocks alone)."""
+    first, last = edge_operators(model, vocab_size)
+    if not training:
+        last = [op for op in last if op.name != LOSS]  # inference gives the logits
+    forward = first + operators(model, False) + last
+    return forward + ([backward_of(op) for op in reversed(forward)] if training else [])
+
+
+def short_name(op_name: str) -> str:
+    """An operator's name without its layer or edge ("layer3.ln1.backward" -> "ln1.backward")."""
+    return op_name.split(".", 1)[1]
+
+
+def group_of(kernel_name: str) -> str:
+    """The kind of group a kernel belongs to: "layer" for every layer's, else "embedding" or "head"."""
+    prefix = kernel_name.split("/")[-1].split(".")[0]
+    return "layer" if prefix.startswith("layer") else prefix
+
+
+def kernels(model: Model, training: bool, fuse: bool, fuse_attention: bool = False, vocab_size: int = 0) -> list:
+    """The step's kernels grouped by (phase, layer) in execution order, a group a band of the placement:
+    a list of lists of Kernel. With vocab_size > 0 the embedding's kernel is the first of the first
+    layer's forward group (and its backward the last of that layer's backward group), and the head's
+    kernels are a group after the last layer's forward group (their backward one before its backward
+    group)."""
     into = {**(FUSE_INTO if fuse else {}), **(FUSE_ATTENTION if fuse_attention else {})}
     groups, key = [], None
-    for op in operators(model, training):
-        k = (op.phase, op.layer)
+    for op in step_operators(model, training, vocab_size):
+        # the embedding joins the first layer's group; the head is a group of its own
+        k = (op.phase, max(op.layer, 0))
         if k != key:
             groups.append([])
             key = k
@@ -217,7 +261,8 @@ def kernels(model: Model, training: bool, fuse: bool, fuse_attention: bool = Fal
             names = members[host] if ops[0].phase == "forward" else members[host][::-1]
             first = base[host]
             suffix = ".backward" if first.phase == "backward" else ""
-            kept.append(Kernel(name=f"layer{first.layer}.{'+'.join(names)}{suffix}", layer=first.layer,
+            prefix = first.name.split(".")[0]  # layer<i>, embedding or head
+            kept.append(Kernel(name=f"{prefix}.{'+'.join(names)}{suffix}", layer=first.layer,
                                phase=first.phase, flops=sum(base[n].flops for n in names),
                                weight_bytes=sum(base[n].weight_bytes for n in names), members=tuple(names)))
         out.append(kept)
@@ -231,36 +276,55 @@ def build(sc) -> Pipeline:
     m, wl = sc.values["machine"], sc.values["workload"]
     rows, cols = m["rows"], m["cols"]
     model = model_of(wl)
-    groups = kernels(model, wl["training"], wl["fuse_elementwise"], wl["fuse_attention"])
     streaming = bool(wl["weight_streaming"])
+    # the embedding and the head around the layers; weight streaming runs the blocks alone
+    vocab = 0 if streaming else wl["vocab_size"]
+    groups = kernels(model, wl["training"], wl["fuse_elementwise"], wl["fuse_attention"], vocab)
     if streaming:
         groups = groups[:1]  # every layer is the same: one layer's kernels, loaded layer by layer
     buffers = 2 if streaming else 1
-    placement = place([[(k.name, k.flops) for k in g] for g in groups], rows, cols, wl["replicas"])
     by_name = {k.name: k for g in groups for k in g}
+    ops_kind = {short_name(op.name): op.kind for op in step_operators(model, wl["training"], vocab)}
+    e = model.element_bytes
+    # a backward kernel's region also keeps its parameters' master weights and optimiser state
+    held = update_cost(wl["precision"], wl["master_weights"], wl["optimizer"])["held"] if wl["training"] else 0
+    # The head's projection is tied to the token table (GPT-2): the head's regions hold it, and the
+    # embedding's only the position table (its lookups of token rows are not modelled as traffic).
+    tied = vocab * model.hidden_size * e
+    weights = {name: k.weight_bytes - (tied if group_of(name) == "embedding" else 0) for name, k in by_name.items()}
+    need = {name: buffers * weights[name] + (weights[name] // e * held if k.phase == "backward" else 0)
+            for name, k in by_name.items()}
+    sram = m["sram_kib"] * 1024
+    # kernels without a matrix operator take, at a turn, the width of the region above them
+    aligned = {k.name for k in by_name.values()
+               if not any(ops_kind[f"{n}{'.backward' if k.phase == 'backward' else ''}"] in MATRIX_KINDS
+                          for n in k.members)}
+    placement = place([[(k.name, k.flops) for k in g] for g in groups], rows, cols, wl["replicas"], need, sram,
+                      aligned)
     regions = placement.regions
     n_reg = len(regions)
     tpc = wl["tokens_per_chunk"]
     chunk_share = tpc / (model.batch * model.seq_len)
     # the PEs' SIMD FLOPs per cycle at the model's precision (fp32 and tf32 at machine.fp32_rate of the peak)
     simd = float(m["pe_flops_per_cycle"] * compute_rate(wl["precision"], m["fp32_rate"]))
-    e, wb, acc = model.element_bytes, m["wavelet_bytes"], accumulator_bytes(wl["precision"])
-    ops_of = {op.name: op for op in operators(model, wl["training"]) if op.layer == 0}  # every layer is alike
+    wb, acc = m["wavelet_bytes"], accumulator_bytes(wl["precision"], wl["accumulate"])
+    # by short name: layer 0's operators (every layer is alike) and the embedding's and head's
+    ops_of = {short_name(op.name): op for op in step_operators(model, wl["training"], vocab)
+              if op.layer in (-1, 0, model.n_layers)}
     per_token = e * model.tokens
-    io = {op.name.split(".")[1]: (op.input_bytes // per_token, op.output_bytes // per_token)
-          for op in ops_of.values() if op.phase == "forward"}
-    fwd = [k.members for k in groups[0]]
+    io = {name: (op.input_bytes // per_token, op.output_bytes // per_token)
+          for name, op in ops_of.items() if op.phase == "forward"}
+    fwd = [k.members for g in groups for k in g if k.phase == "forward"]
     table = np.zeros((n_reg, K.N_REG), np.int64)
     region_of = np.full((rows, cols), -1, np.int32)
     replica_ends = np.zeros((wl["replicas"], 2), np.int64)
     too_long = []
-    sram = m["sram_kib"] * 1024
     compute_cycles, reduce_w, bounds = [], [], []
     for i, g in enumerate(regions):
         k = by_name[g.name]
         n = g.n_pes
         suffix = ".backward" if k.phase == "backward" else ""
-        members = [ops_of[f"layer0.{name}{suffix}"] for name in k.members]
+        members = [ops_of[f"{name}{suffix}"] for name in k.members]
         cycles, bound, worst = 0.0, "simd", -1.0
         for op in members:
             # the kernel's operators run one after another on every PE of the region
@@ -287,7 +351,8 @@ def build(sc) -> Pipeline:
         else:
             # its input: the predecessor's output vector, split over the input edge
             n_in = g.row1 - g.row0 if g.input == "row" else g.col1 - g.col0
-            wv = wavelets(vector_out(by_name[regions[i - 1].name], io, fwd), n_in, tpc, e, wb)
+            before = by_name[regions[i - 1].name]
+            wv = wavelets(vector_out(before, io, fwd), n_in, tpc, e, wb)
         if work > MAX_WORK:
             too_long.append((g.name, work, bound))
         if wv > MAX_WORK:
@@ -317,10 +382,6 @@ def build(sc) -> Pipeline:
             f"workload.tokens_per_chunk = {tpc}: a chunk's input to region {name} would be {work:,} wavelets for "
             f"each PE of its lines, more than {MAX_WORK:,}; use fewer tokens per chunk, a larger grid or a wider "
             "machine.wavelet_bytes")
-    # a backward kernel's region also keeps its parameters' master weights and optimiser state
-    held = update_cost(wl["precision"], wl["master_weights"], wl["optimizer"])["held"] if wl["training"] else 0
-    need = {name: buffers * k.weight_bytes + (k.weight_bytes // e * held if k.phase == "backward" else 0)
-            for name, k in by_name.items()}
     no_fit = [(g.name, need_b, have) for g, need_b, have in weight_overflows(placement, need, m["sram_kib"])]
     if no_fit and streaming:
         name, need_b, have = max(no_fit, key=lambda x: x[1] / x[2])

@@ -7,7 +7,10 @@ operators, and for training its backward ones) gets a horizontal band of rows in
 group's FLOPs, and inside a band each operator gets a strip of columns in proportion to its
 FLOPs. Both splits give every part one row (column) and share the rest in proportion, rounded by
 largest remainders: a large operator's area is its FLOP share to within a column or two, a small
-one gets at least a column of its band, and `Placement.quantisation` reports the ratios.
+one gets at least a column of its band, and `Placement.quantisation` reports the ratios. An operator
+whose strip would not hold its bytes (`need`: its weights) gets the columns that do; at a turn a
+band's first operator is no wider than the band above's last, and as wide where it holds no matrix
+operator (`aligned`); the others share the rest the same way (docs/mesh.md, "Dataflow").
 
 Bands alternate direction (a boustrophedon): the first runs west to east, the next east to west,
 so each band's last operator sits above the next band's first and data turns down rather than
@@ -73,14 +76,10 @@ class Placement:
         return (pes / pes.sum()) / (flops / flops.sum())
 
 
-def split(total: int, weights) -> list:
-    """`total` whole units split in proportion to `weights`, at least 1 each, by largest remainders.
-    InputError if there are fewer units than weights."""
-    w = np.asarray(weights, float)
+def _shares(total: int, w) -> list:
+    """`total` units in proportion to weights `w`: one each, then the rest by largest remainders (ties
+    to the earlier part)."""
     n = len(w)
-    if total < n:
-        raise InputError(f"{total} units cannot give each of {n} parts at least one")
-    # One unit each first, then the rest in proportion (largest remainders, ties to the earlier part).
     rest = total - n
     exact = rest * w / w.sum()
     out = np.floor(exact).astype(int)
@@ -91,10 +90,71 @@ def split(total: int, weights) -> list:
     return [int(x) + 1 for x in out]
 
 
-def place(groups, rows: int, cols: int, replicas: int = 1) -> Placement:
+def split(total: int, weights, least=None, most=None) -> list:
+    """`total` whole units split in proportion to `weights`, at least 1 each, by largest remainders.
+    least, most: per part, the units it needs at the least (its memory) and may have at the most (None:
+    no bound; least wins where they cross). A part whose share is above its most gets its most and
+    the others share the rest the same way, until none is; then likewise a part below its least.
+    InputError if there are too few units."""
+    w = np.asarray(weights, float)
+    n = len(w)
+    if total < n:
+        raise InputError(f"{total} units cannot give each of {n} parts at least one")
+    lo = [1] * n if least is None else [max(1, int(x)) for x in least]
+    hi = [None] * n if most is None else [None if x is None else max(int(x), lo[i]) for i, x in enumerate(most)]
+    if total < sum(lo):
+        raise InputError(f"{total} units cannot give {n} parts the units they need")
+    fixed = {}
+    for kind in ("most", "least"):
+        while True:
+            free = [i for i in range(n) if i not in fixed]
+            left = total - sum(fixed.values())
+            if not free or left < len(free):
+                break
+            got = dict(zip(free, _shares(left, w[free]), strict=True))
+            if kind == "most":
+                out = {i: hi[i] for i in free if hi[i] is not None and got[i] > hi[i]}
+            else:
+                out = {i: lo[i] for i in free if got[i] < lo[i]}
+            if not out:
+                break
+            fixed.update(out)
+    free = [i for i in range(n) if i not in fixed]
+    left = total - sum(fixed.values())
+    shares = [fixed.get(i, 0) for i in range(n)]
+    if free and left >= len(free):
+        for i, x in zip(free, _shares(left, w[free]), strict=True):
+            shares[i] = x
+        return shares
+    for i in free:
+        shares[i] = lo[i]
+    # The needs took more than a part held to its most left: parts above their least give back, the
+    # one with the most to spare first; units left over go to the first part without a most.
+    over = sum(shares) - total
+    for i in sorted(range(n), key=lambda j: (-(shares[j] - lo[j]), j)):
+        if over <= 0:
+            break
+        give = min(over, shares[i] - lo[i])
+        shares[i] -= give
+        over -= give
+    unbounded = [i for i in range(n) if hi[i] is None]
+    if over > 0 or (over < 0 and not unbounded):
+        raise InputError(f"{total} units cannot give {n} parts the units they need")
+    if over < 0:
+        shares[unbounded[0]] -= over
+    return shares
+
+
+def place(groups, rows: int, cols: int, replicas: int = 1, need=None, pe_bytes: int = 0,
+          aligned=frozenset()) -> Placement:
     """Regions for operator groups (a list of groups in pipeline order, each a list of (name, flops)
-    in order) on a rows x cols grid, `replicas` copies side by side. InputError when the grid cannot
-    give every group a row and every operator a column of it."""
+    in order) on a rows x cols grid, `replicas` copies side by side. need: bytes each operator's
+    region must hold, by name (its weights): an operator gets at least the columns of its band whose
+    PEs of pe_bytes each hold them, then its share of the rest. At a turn, a band's first operator is
+    no wider than the band above's last (a turn never fans out), and as wide where it is in
+    `aligned` (a kernel without a matrix operator, whose FLOP share would leave its input row
+    narrow). InputError when the grid cannot give every group a row and every operator a column of
+    it (or the columns its bytes need)."""
     groups = [[(str(n), int(f)) for n, f in g] for g in groups]
     if not groups or any(not g for g in groups) or any(f <= 0 for g in groups for _, f in g):
         raise ValueError("place() needs non-empty groups of operators with positive FLOPs")
@@ -103,8 +163,9 @@ def place(groups, rows: int, cols: int, replicas: int = 1) -> Placement:
     if replicas < 1 or rows < len(groups) or band < widest:
         wrong = []
         if rows < len(groups):
-            wrong.append(f"machine.rows = {rows}: the {len(groups)} layer bands (workload.n_layers, twice that with "
-                         f"workload.training) need at least {len(groups)} rows")
+            wrong.append(f"machine.rows = {rows}: the {len(groups)} bands (one a layer, workload.n_layers, and the "
+                         f"head's with workload.vocab_size; twice that with workload.training) need at least "
+                         f"{len(groups)} rows")
         if band < widest:
             wrong.append(f"machine.cols = {cols}: {replicas} replica(s) (workload.replicas) of {widest} kernels side "
                          f"by side need at least {widest * replicas} columns")
@@ -117,7 +178,18 @@ def place(groups, rows: int, cols: int, replicas: int = 1) -> Placement:
         for gi, (g, h) in enumerate(zip(groups, heights, strict=True)):
             flow = 1 if gi % 2 == 0 else -1
             c0 = rep * band if flow == 1 else (rep + 1) * band
-            widths = split(band, [f for _, f in g])
+            least, most = [1] * len(g), [None] * len(g)
+            if need:
+                least = [max(1, -(-int(need.get(name, 0)) // (h * pe_bytes))) for name, _ in g]
+                if sum(least) > band:
+                    least = [1] * len(g)  # cannot be met: the regions keep their FLOP shares, and the
+                    # caller's memory check names what does not fit
+            if gi > 0 and len(g) > 1:
+                above = regions[-1].col1 - regions[-1].col0  # the band above's last region
+                most[0] = above
+                if g[0][0] in aligned:
+                    least[0] = max(least[0], min(above, band - sum(least[1:])))
+            widths = split(band, [f for _, f in g], least, most)
             for oi, ((name, f), w) in enumerate(zip(g, widths, strict=True)):
                 io = dict(flow=flow, input="col" if oi == 0 and gi > 0 else "row",
                           output="bottom" if oi == len(g) - 1 and gi + 1 < len(groups) else "side")
