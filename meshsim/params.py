@@ -273,7 +273,7 @@ PARAMS: tuple[Param, ...] = (
           "The host's part of every step, outside the chip: input feeding, step launch, the framework's own "
           "work. Reported apart (host_seconds) and added to the chip's time in step_seconds and "
           "samples_per_second (rdu preset: fitted to the SN30's end-to-end rates, docs/rdu.md, "
-          "\"Calibration\"; ipu: 0, not measured).", (0.0, 1e6), _RDU_IPU),
+          "\"Calibration\"; ipu and the mesh's layer pipeline: 0, not measured).", (0.0, 1e6), _MODEL),
     Param("machine", "tiles", "int", "tiles", _GC200["tiles"],
           "Tiles per IPU (preset: GC200 and Bow 1,472, GC2 1,216).", (1, 1_000_000), _IPU),
     Param("machine", "tile_sram_kib", "int", "KiB", _GC200["tile_sram_kib"],

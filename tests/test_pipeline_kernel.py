@@ -386,3 +386,34 @@ def test_the_tied_token_table_is_held_by_the_head_not_the_embedding():
     with pytest.raises(InputError, match="head.logits needs") as e:  # inference: no loss
         build(sc)
     assert "embedding" not in str(e.value)
+
+
+def test_a_pipeline_step_is_the_chips_time_for_a_batch_plus_the_hosts(tmp_path):
+    """docs/design.md, "Chip and host": the layer pipeline's step is a batch at the steady rate on the
+    chip plus machine.host_seconds; samples/s end to end and on the chip; the report and the Perfetto
+    export show the host's part."""
+    import json
+    import subprocess
+    import sys
+
+    from meshsim.run import run_scenario
+
+    sc = pipeline_scenario(10, 14, run__cycles=1500, run__window_cycles=500, workload__batch=2,
+                           machine__host_seconds=2e-6)
+    res = run_scenario(sc, tmp_path / "p.h5", progress=False)
+    s = res.summary
+    chip = 2 / s["samples_per_second_steady"]
+    assert s["chip_seconds"] == pytest.approx(chip) and s["step_seconds_steady"] == s["chip_seconds"]
+    assert s["host_seconds"] == 2e-6 and s["step_seconds"] == pytest.approx(chip + 2e-6)
+    assert s["samples_per_second"] == pytest.approx(2 / (chip + 2e-6))
+    assert s["chip_samples_per_second"] == s["samples_per_second_steady"] > s["samples_per_second"]
+    # what finished over the run, the fill included
+    assert s["samples_per_second_run"] == pytest.approx(s["samples_finished"] / (1500 / (s["clock_ghz"] * 1e9)))
+    r = subprocess.run([sys.executable, "-m", "meshsim", "report", str(res.path)], capture_output=True, text=True)
+    assert r.returncode == 0 and "ms + host 0.002 ms" in r.stdout
+    trace = tmp_path / "p.trace.json"
+    r = subprocess.run([sys.executable, "-m", "meshsim", "export", str(res.path), "-o", str(trace)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    host = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") == "host"]
+    assert len(host) == 1 and host[0]["dur"] == pytest.approx(2.0)  # microseconds

@@ -7,6 +7,7 @@ import math
 
 from ..errors import InputError
 from ..report import fmt as _f
+from ..report import step_split
 from .regions import BOUNDARY_FIGURES, FIGURES
 
 
@@ -130,8 +131,11 @@ def _pipeline_lines(s: dict) -> list:
         f"{_f(s['pipeline_replicas'])} replica(s) on {_f(s['active_pes'])} PEs "
         f"({_f(s['active_fraction'], 3)}), {_f(s['inactive_pes'])} inactive",
         f"throughput    {_f(s['samples_per_second_steady'])} samples/s in the steady state "
-        f"({_f(s['chunks_per_cycle_steady'])} chunks/cycle); {_f(s['step_seconds_steady'])} s per step; "
-        f"{_f(s['samples_finished'])} samples ({_f(s['chunks_finished'])} chunks) finished",
+        f"({_f(s['chunks_per_cycle_steady'])} chunks/cycle); {_f(s['samples_finished'])} samples "
+        f"({_f(s['chunks_finished'])} chunks) finished",
+        *([f"step          {step_split(s)}{_f(s['samples_per_second'])} samples/s end to end (a batch at the "
+           "steady rate)"] if "chip_seconds" in s else
+          [f"step          {_f(s['step_seconds_steady'])} s at the steady rate"]),
         f"chunk latency mean {_f(s['chunk_latency_mean_cycles'])} cycles; the first chunk finished at cycle "
         f"{_f(s['first_chunk_finish_cycle'])}",
         *([f"weights       streamed: {_f(s['weight_load_cycles'])} cycles per layer; waited "

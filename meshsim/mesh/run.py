@@ -416,6 +416,7 @@ def _pipeline_summary(sim, totals: _Totals, scenario) -> dict:
     else:
         finished_samples = int((st.lp_fin // per_sample).sum())  # whole samples, replica by replica
     slow = pipe.slowest(scenario.get("machine", "link_messages_per_cycle"))
+    chip_seconds = batch / samples_steady if samples_steady > 0 else float("nan")
     return {
         "pipeline_regions": pipe.n_regions,
         "pipeline_replicas": pipe.n_replicas,
@@ -433,8 +434,12 @@ def _pipeline_summary(sim, totals: _Totals, scenario) -> dict:
         "first_chunk_finish_cycle": totals.first_finish if totals.first_finish >= 0 else float("nan"),
         "chunks_per_cycle_steady": steady_rate,
         "samples_per_second_steady": samples_steady,
-        "samples_per_second": finished_samples / (cycles / clock) if cycles else float("nan"),
-        "step_seconds_steady": batch / samples_steady if samples_steady > 0 else float("nan"),
+        # a step as the other machines report it (docs/design.md, "Chip and host"): the chip's time for a
+        # batch at the steady rate, the host's part, their sum, and samples/s end to end and on the chip
+        **metrics.step_figures(chip_seconds, float(scenario.get("machine", "host_seconds")), batch),
+        # the samples finished over the whole run, its fill included
+        "samples_per_second_run": finished_samples / (cycles / clock) if cycles else float("nan"),
+        "step_seconds_steady": chip_seconds,
         "slowest_region": slow["name"],
         "slowest_region_cycles_per_chunk": slow["cycles"],
         "slowest_region_task_cycles": slow["task"],
