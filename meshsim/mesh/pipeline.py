@@ -224,12 +224,6 @@ def short_name(op_name: str) -> str:
     return op_name.split(".", 1)[1]
 
 
-def group_of(kernel_name: str) -> str:
-    """The kind of group a kernel belongs to: "layer" for every layer's, else "embedding" or "head"."""
-    prefix = kernel_name.split("/")[-1].split(".")[0]
-    return "layer" if prefix.startswith("layer") else prefix
-
-
 def kernels(model: Model, training: bool, fuse: bool, fuse_attention: bool = False, vocab_size: int = 0) -> list:
     """The step's kernels grouped by (phase, layer) in execution order, a group a band of the placement:
     a list of lists of Kernel. With vocab_size > 0 the embedding's kernel is the first of the first
@@ -269,6 +263,25 @@ def kernels(model: Model, training: bool, fuse: bool, fuse_attention: bool = Fal
     return out
 
 
+def members_of(k: Kernel, ops_of: dict) -> list:
+    """A kernel's operators, from `ops_of` (by short name, as build keeps them)."""
+    suffix = ".backward" if k.phase == "backward" else ""
+    return [ops_of[f"{name}{suffix}"] for name in k.members]
+
+
+def _needs(by_name: dict, wl: dict, tied: int, e: int, buffers: int) -> tuple:
+    """(bytes each kernel's region must hold, by name; the optimiser's bytes a parameter a backward
+    region keeps). A backward kernel's region also keeps its parameters' master weights and optimiser
+    state. The head's projection is tied to the token table (GPT-2, `tied` bytes): the head's regions
+    hold it, and the embedding's (layer -1) only the position table (its lookups of token rows are not
+    modelled as traffic)."""
+    held = update_cost(wl["precision"], wl["master_weights"], wl["optimizer"])["held"] if wl["training"] else 0
+    weights = {name: k.weight_bytes - (tied if k.layer < 0 else 0) for name, k in by_name.items()}
+    need = {name: buffers * weights[name] + (weights[name] // e * held if k.phase == "backward" else 0)
+            for name, k in by_name.items()}
+    return need, held
+
+
 def build(sc) -> Pipeline:
     """The pipeline of a validated layer_pipeline scenario. InputError when the model does not fit
     the grid (a band per layer, a column per kernel), a task would exceed 65,535 cycles, or a
@@ -284,21 +297,14 @@ def build(sc) -> Pipeline:
         groups = groups[:1]  # every layer is the same: one layer's kernels, loaded layer by layer
     buffers = 2 if streaming else 1
     by_name = {k.name: k for g in groups for k in g}
-    ops_kind = {short_name(op.name): op.kind for op in step_operators(model, wl["training"], vocab)}
+    # by short name: layer 0's operators (every layer is alike) and the embedding's and head's
+    ops_of = {short_name(op.name): op for op in step_operators(model, wl["training"], vocab)
+              if op.layer in (-1, 0, model.n_layers)}
     e = model.element_bytes
-    # a backward kernel's region also keeps its parameters' master weights and optimiser state
-    held = update_cost(wl["precision"], wl["master_weights"], wl["optimizer"])["held"] if wl["training"] else 0
-    # The head's projection is tied to the token table (GPT-2): the head's regions hold it, and the
-    # embedding's only the position table (its lookups of token rows are not modelled as traffic).
-    tied = vocab * model.hidden_size * e
-    weights = {name: k.weight_bytes - (tied if group_of(name) == "embedding" else 0) for name, k in by_name.items()}
-    need = {name: buffers * weights[name] + (weights[name] // e * held if k.phase == "backward" else 0)
-            for name, k in by_name.items()}
     sram = m["sram_kib"] * 1024
+    need, held = _needs(by_name, wl, vocab * model.hidden_size * e, e, buffers)
     # kernels without a matrix operator take, at a turn, the width of the region above them
-    aligned = {k.name for k in by_name.values()
-               if not any(ops_kind[f"{n}{'.backward' if k.phase == 'backward' else ''}"] in MATRIX_KINDS
-                          for n in k.members)}
+    aligned = {k.name for k in by_name.values() if not any(op.kind in MATRIX_KINDS for op in members_of(k, ops_of))}
     placement = place([[(k.name, k.flops) for k in g] for g in groups], rows, cols, wl["replicas"], need, sram,
                       aligned)
     regions = placement.regions
@@ -308,9 +314,6 @@ def build(sc) -> Pipeline:
     # the PEs' SIMD FLOPs per cycle at the model's precision (fp32 and tf32 at machine.fp32_rate of the peak)
     simd = float(m["pe_flops_per_cycle"] * compute_rate(wl["precision"], m["fp32_rate"]))
     wb, acc = m["wavelet_bytes"], accumulator_bytes(wl["precision"], wl["accumulate"])
-    # by short name: layer 0's operators (every layer is alike) and the embedding's and head's
-    ops_of = {short_name(op.name): op for op in step_operators(model, wl["training"], vocab)
-              if op.layer in (-1, 0, model.n_layers)}
     per_token = e * model.tokens
     io = {name: (op.input_bytes // per_token, op.output_bytes // per_token)
           for name, op in ops_of.items() if op.phase == "forward"}
@@ -323,8 +326,7 @@ def build(sc) -> Pipeline:
     for i, g in enumerate(regions):
         k = by_name[g.name]
         n = g.n_pes
-        suffix = ".backward" if k.phase == "backward" else ""
-        members = [ops_of[f"{name}{suffix}"] for name in k.members]
+        members = members_of(k, ops_of)
         cycles, bound, worst = 0.0, "simd", -1.0
         for op in members:
             # the kernel's operators run one after another on every PE of the region
