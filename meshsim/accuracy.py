@@ -160,7 +160,7 @@ def _number(text, where: str, column: str, problems: list) -> float | None:
     return value
 
 
-def _scenario(case: Case, overrides: tuple):
+def case_scenario(case: Case, overrides: tuple):
     from .scenario import load_scenario, scenario_from_dict
 
     try:
@@ -193,7 +193,7 @@ def evaluate(cases: list[Case], progress=None, files_needed: bool = True) -> lis
     scenarios, failed = {}, {}
     for key, case in plan.items():
         try:
-            scenarios[key] = _scenario(case, key[1])
+            scenarios[key] = case_scenario(case, key[1])
         except InputError as e:
             failed[key] = "; ".join(e.problems)
     by_key = {}

@@ -78,7 +78,7 @@ def analyse(path, window: int | None = None, target: float | None = None) -> dic
     return out
 
 
-def _need(f, names, path):
+def require_datasets(f, names, path):
     missing = [n for n in names if n not in f]
     if missing:
         raise MissingData(f"{path}: not a complete meshsim result: it lacks {', '.join(missing)}")
@@ -281,7 +281,7 @@ def _fmt(v) -> str:
 
 def busy_only(f, busy_dataset: str, cycles: int, path) -> dict:
     """The figures any machine's file allows: the load balance of its units' busy cycles."""
-    _need(f, [busy_dataset], path)
+    require_datasets(f, [busy_dataset], path)
     busy = f[busy_dataset][()].astype(np.int64)
     whole = metrics.balance_figures(busy, cycles)
     whole.update(n_units=int(busy.size), idle_units=int((busy == 0).sum()))

@@ -528,7 +528,7 @@ def _checkpoint(fig: dict, quick: bool, log) -> None:
     written as a run writes it: seconds, bytes of state, bytes on disk."""
     from . import machine as machines
     from .checkpoint import checkpoint_path
-    from .run import _save_checkpoint
+    from .run import save_checkpoint
     from .scenario import scenario_from_dict
 
     sc = scenario_from_dict(_scenario(quick, cycles=300))
@@ -543,7 +543,7 @@ def _checkpoint(fig: dict, quick: bool, log) -> None:
                     run.record(writer)
                 writer.flush(run.cycle)
                 t0 = time.perf_counter()
-                _save_checkpoint(run, writer)
+                save_checkpoint(run, writer)
                 seconds = time.perf_counter() - t0
                 on_disk = checkpoint_path(writer.final_path).stat().st_size
         finally:

@@ -103,9 +103,9 @@ def _log_error(row: dict) -> float:
 
 def start_values(cases: list, keys: tuple) -> dict:
     """Each key's value in the scenario of the first row (the preset's, or what the row sets)."""
-    from .accuracy import _scenario
+    from .accuracy import case_scenario
 
-    sc = _scenario(cases[0], cases[0].overrides)
+    sc = case_scenario(cases[0], cases[0].overrides)
     return {k: sc.values["machine"][k.partition(".")[2]] for k in keys}
 
 

@@ -451,7 +451,7 @@ def _go(machine, run, writer, timing: Timing, progress, stop, checkpoint_every: 
                     if isinstance(e, _StopRequested) and run.resumable:
                         # a stop at a boundary: the checkpoint moves up to it, so nothing done is run again
                         writer.flush(run.cycle, run.summarise(timing))
-                        _save_checkpoint(run, writer)
+                        save_checkpoint(run, writer)
                     path, _ = _finish(run, writer, timing, complete=False)
                 raise RunInterrupted(path, run.cycle) from None
             with writer.writing():
@@ -497,7 +497,7 @@ def _failure_lines(e: WriteFailed, run, writer) -> list:
     return lines
 
 
-def _save_checkpoint(run, writer) -> bool:
+def save_checkpoint(run, writer) -> bool:
     """The checkpoint of the state just flushed (meshsim.checkpoint), beside the result, after the
     flush is forced to disk. One that cannot be written (a full disk) is a warning: the run goes on,
     and resumes from the one before. Returns whether it was written."""
@@ -563,7 +563,7 @@ def _drive(run, writer, timing: Timing, bar, stop_signals, checkpoint_every: flo
             last_flush = time.perf_counter()
             if run.resumable and not run.finished and \
                     last_flush - last_checkpoint >= max(checkpoint_every, cost / CHECKPOINT_SHARE):
-                _save_checkpoint(run, writer)  # after the flush: never ahead of the file
+                save_checkpoint(run, writer)  # after the flush: never ahead of the file
                 last_checkpoint = time.perf_counter()
                 cost = last_checkpoint - last_flush
         bar.update(run.done - bar.n)

@@ -138,7 +138,7 @@ def load_scenario(path, overrides=(), *, text: str | None = None) -> Scenario:
     if text is None:
         if path is None:
             raise InputError([f"{_TEXT_NAME}: no scenario file or text given"])
-        text = _read_text(path, where)
+        text = read_scenario_text(path, where)
     raw = parse_toml(text, where)
     return _build(raw, None if path is None else str(path), text, overrides)
 
@@ -151,7 +151,7 @@ def scenario_from_dict(d: dict, path=None, overrides=()) -> Scenario:
     """
     where = str(path) if path is not None else _TEXT_NAME
     if not isinstance(d, dict):
-        raise InputError([f"{where}: a scenario must be a table of sections, not {_toml_repr(d)}"])
+        raise InputError([f"{where}: a scenario must be a table of sections, not {toml_repr(d)}"])
     try:
         source_text = tomli_w.dumps(d)
     except (TypeError, ValueError):
@@ -174,7 +174,7 @@ MAX_NAME_BYTES = 200
 INT_RANGE = (-(2**63), 2**64 - 1)
 
 
-def _read_text(path, where: str, what: str = "scenario file") -> str:
+def read_scenario_text(path, where: str, what: str = "scenario file") -> str:
     """A scenario (or sweep) file's text: a regular file of at most files.LIMITS[what] bytes, in
     UTF-8; InputError naming `where` otherwise."""
     from .files import read_bounded
@@ -257,7 +257,7 @@ def _parse_override_items(items):
             pairs.append((key, _parse_value(value_text.strip()), item))
         elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str):
             key, value = item
-            shown = f"{key}={_toml_repr(value)}"
+            shown = f"{key}={toml_repr(value)}"
             if "." not in key:
                 problems.append(f"override {shown}: the key must be written section.key")
                 continue
@@ -301,7 +301,7 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
             continue
         if not isinstance(content, dict):
             problems.append(
-                f"{where}: {section} = {_toml_repr(content)}: must be a table, "
+                f"{where}: {section} = {toml_repr(content)}: must be a table, "
                 f"written as a [{section}] section"
             )
             continue
@@ -310,16 +310,16 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
                 given[f"{section}.{key}"] = value
                 origin[f"{section}.{key}"] = where
             else:
-                problems.append(f"{where}: {section}.{key}: {_unknown_key(section, key)}")
+                problems.append(f"{where}: {section}.{key}: {unknown_key(section, key)}")
 
     problems.extend(override_problems)
     applied = []
     for key, value, shown in override_pairs:
         section, _, name = key.partition(".")
         if section not in _SECTIONS:
-            problems.append(f"override {shown}: {key}: {_unknown_section(section)}")
+            problems.append(f"override {shown}: {key}: {unknown_section(section)}")
         elif name not in _KEYS[section]:
-            problems.append(f"override {shown}: {key}: {_unknown_key(section, name)}")
+            problems.append(f"override {shown}: {key}: {unknown_key(section, name)}")
         else:
             given[key] = value
             origin[key] = f"override {shown}"
@@ -333,7 +333,7 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
             wrong = _check_value(p, value)
             valid[p.path] = wrong is None
             if wrong is not None:
-                problems.append(f"{origin[p.path]}: {p.path} = {_toml_repr(value)}: {wrong}")
+                problems.append(f"{origin[p.path]}: {p.path} = {toml_repr(value)}: {wrong}")
             else:
                 value = _normalise(p, value)
             values[p.section][p.name] = value
@@ -353,7 +353,7 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
                 if f"machine.{key}" not in given:
                     values["machine"][key] = value
         else:
-            problems.append(f"{origin['machine.preset']}: machine.preset = {_toml_repr(name)}: is not a preset of "
+            problems.append(f"{origin['machine.preset']}: machine.preset = {toml_repr(name)}: is not a preset of "
                             f"the {mtype}; when machine.type is \"{mtype}\" it must be one of "
                             f"{format_choices(presets)}")
 
@@ -368,8 +368,8 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
             if unmet is not None:
                 key, allowed, actual = unmet
                 problems.append(
-                    f"{origin[p.path]}: {p.path} = {_toml_repr(given[p.path])}: applies only when "
-                    f"{format_condition((key, allowed))} (it is {_toml_repr(actual)})"
+                    f"{origin[p.path]}: {p.path} = {toml_repr(given[p.path])}: applies only when "
+                    f"{format_condition((key, allowed))} (it is {toml_repr(actual)})"
                 )
 
     problems.extend(_check_combinations(values, valid, given, origin, where, path))
@@ -394,9 +394,9 @@ def _apply_preset_file(values, valid, given, origin, path) -> list[str]:
         return []
     if all(f"machine.{k}" in given for k in _KEYS["machine"] if k not in _NOT_IN_PRESET_FILE):
         return []  # a scenario that sets every key (a result file's resolved scenario) does not read it
-    shown = f"{origin[key]}: {key} = {_toml_repr(file)}"
+    shown = f"{origin[key]}: {key} = {toml_repr(file)}"
     try:
-        raw = parse_toml(_read_text(_resolve_relative(file, path), shown, "scenario file"), shown)
+        raw = parse_toml(read_scenario_text(_resolve_relative(file, path), shown, "scenario file"), shown)
     except InputError as e:
         valid[key] = False
         return list(e.problems)
@@ -404,16 +404,16 @@ def _apply_preset_file(values, valid, given, origin, path) -> list[str]:
                 "how it was fitted), nothing else" for name in raw if name not in ("machine", "calibration")]
     table = raw.get("machine", {})
     if not isinstance(table, dict):
-        return problems + [f"{shown}: machine = {_toml_repr(table)}: must be a [machine] table"]
+        return problems + [f"{shown}: machine = {toml_repr(table)}: must be a [machine] table"]
     for k, v in table.items():
         if k not in _KEYS["machine"] or k in _NOT_IN_PRESET_FILE:
             problems.append(f"{shown}: machine.{k}: " + ("a preset file may not set it (it sets the keys of the "
-                            "machine a scenario chose)" if k in _NOT_IN_PRESET_FILE else _unknown_key("machine", k)))
+                            "machine a scenario chose)" if k in _NOT_IN_PRESET_FILE else unknown_key("machine", k)))
             continue
         p = param("machine", k)
         wrong = _check_value(p, v)
         if wrong is not None:
-            problems.append(f"{shown}: machine.{k} = {_toml_repr(v)}: {wrong}")
+            problems.append(f"{shown}: machine.{k} = {toml_repr(v)}: {wrong}")
             continue
         if p.path not in given:
             values["machine"][k] = _normalise(p, v)
@@ -435,7 +435,7 @@ def _apply_model_config(values, valid, given, origin, path) -> list[str]:
     wanted = [k for k in wanted if _unmet_condition(param("workload", k), values, valid) is None]
     if not wanted:
         return []
-    shown = f"{origin[key]}: {key} = {_toml_repr(file)}"
+    shown = f"{origin[key]}: {key} = {toml_repr(file)}"
     try:
         filled, fields = modelconfig.read(_resolve_relative(file, path), shown)
     except InputError as e:
@@ -449,7 +449,7 @@ def _apply_model_config(values, valid, given, origin, path) -> list[str]:
         wrong = _check_value(p, filled[k])
         if wrong is not None:
             valid[p.path] = False
-            problems.append(f"{shown}: its {fields.get(k, k)} gives {p.path} = {_toml_repr(filled[k])}: {wrong}")
+            problems.append(f"{shown}: its {fields.get(k, k)} gives {p.path} = {toml_repr(filled[k])}: {wrong}")
             continue
         values["workload"][k] = _normalise(p, filled[k])
         origin[p.path] = shown
@@ -506,7 +506,7 @@ def _check_value(p: Param, value) -> str | None:
             return expected
         for i, x in enumerate(value):
             if isinstance(x, bool) or not isinstance(x, int) or not (p.range[0] <= x <= p.range[1]):
-                return f"{expected}; item {i} is {_toml_repr(x)}"
+                return f"{expected}; item {i} is {toml_repr(x)}"
         if len(value) > 4096:
             return f"{expected}, at most 4096 of them"
         return None
@@ -520,7 +520,7 @@ def _check_value(p: Param, value) -> str | None:
                 and len(region) == 4
                 and all(isinstance(x, int) and not isinstance(x, bool) for x in region)
             ):
-                return f"{expected}; region {i} is {_toml_repr(region)}"
+                return f"{expected}; region {i} is {toml_repr(region)}"
         return None
     raise AssertionError(f"parameter {p.path} has unknown type {p.type!r}")
 
@@ -575,7 +575,7 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
 
     def shown(key):
         # Saying "(default)" tells the user they never wrote the value that is in conflict.
-        text = _toml_repr(get(key))
+        text = toml_repr(get(key))
         if key in given:
             return text
         return f"{text} (from the model config)" if key in origin else f"{text} (default)"
@@ -643,7 +643,7 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
                 wrong.append(f"col1 = {c1} is beyond {cols} = {n_cols}")
             if wrong:
                 problems.append(
-                    f"{at(regions)}: {regions}[{i}] = {_toml_repr([r0, c0, r1, c1])}: "
+                    f"{at(regions)}: {regions}[{i}] = {toml_repr([r0, c0, r1, c1])}: "
                     f"{'; '.join(wrong)}; a region [row0, col0, row1, col1] needs "
                     f"0 <= row0 < row1 <= {n_rows} and 0 <= col0 < col1 <= {n_cols}"
                 )
@@ -768,21 +768,21 @@ _VALUE_HINTS = {"workload.precision": _precision_hint}
 
 def _unknown_top_level(where: str, name: str, content) -> str:
     if isinstance(content, dict):
-        return f"{where}: [{name}]: {_unknown_section(name, brackets=True)}"
+        return f"{where}: [{name}]: {unknown_section(name, brackets=True)}"
     owners = [s for s in _SECTIONS if name in _KEYS[s]]
     if owners:
         return (
-            f"{where}: {name} = {_toml_repr(content)}: keys belong in a section; "
+            f"{where}: {name} = {toml_repr(content)}: keys belong in a section; "
             f"did you mean {owners[0]}.{name}?"
         )
     known = ", ".join(f"[{s}]" for s in _SECTIONS)
     return (
-        f"{where}: {name} = {_toml_repr(content)}: unknown key outside any section; "
+        f"{where}: {name} = {toml_repr(content)}: unknown key outside any section; "
         f"keys belong in one of the sections {known}"
     )
 
 
-def _unknown_section(section: str, brackets: bool = False) -> str:
+def unknown_section(section: str, brackets: bool = False) -> str:
     wrap = (lambda s: f"[{s}]") if brackets else (lambda s: s)
     match = _closest(section, _SECTIONS)
     if match:
@@ -790,7 +790,7 @@ def _unknown_section(section: str, brackets: bool = False) -> str:
     return "unknown section; the sections are " + ", ".join(wrap(s) for s in _SECTIONS)
 
 
-def _unknown_key(section: str, key: str) -> str:
+def unknown_key(section: str, key: str) -> str:
     # A right key in the wrong section is the likeliest slip, so it is tried before spelling.
     owners = [s for s in _SECTIONS if key in _KEYS[s]]
     if owners:
@@ -806,7 +806,7 @@ def _unknown_key(section: str, key: str) -> str:
     return f"unknown key; the keys of [{section}] are " + ", ".join(_KEYS[section])
 
 
-def _toml_repr(value, limit: int = 80) -> str:
+def toml_repr(value, limit: int = 80) -> str:
     """A value as it would be written in TOML, shortened for messages."""
     text = _toml_repr_full(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

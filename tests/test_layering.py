@@ -117,3 +117,45 @@ def test_no_function_of_meshsim_is_longer_than_150_lines():
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 150:
                 long.append(f"{p.relative_to(ROOT)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)")
     assert not long, long
+
+
+#: Names with a leading underscore that are a public API of what they belong to (named tuples).
+PUBLIC_UNDERSCORED = {"_fields", "_replace", "_asdict", "_make", "_field_defaults"}
+
+
+def private_uses(source: str, where: str) -> list:
+    """Where `source` imports another module's private name (`from m import _x`) or reads one
+    through a module it imported (`import m` ... `m._x`)."""
+    tree = ast.parse(source)
+    modules_bound = set()
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules_bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    out.append(f"{where}:{node.lineno} from {'.' * node.level}{node.module or ''} import {a.name}")
+                elif a.name[:1].islower():
+                    modules_bound.add(a.asname or a.name)  # perhaps a module: checked below if it is one
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules_bound
+                and node.attr.startswith("_") and not node.attr.startswith("__")
+                and node.attr not in PUBLIC_UNDERSCORED):
+            out.append(f"{where}:{node.lineno} {node.value.id}.{node.attr}")
+    return out
+
+
+def test_no_private_name_is_imported_across_modules():
+    # meshsim and the kernels: a name with a leading underscore is its module's own (the tests may
+    # reach into a module they test).
+    found = []
+    for top in ("meshsim", "kernels"):
+        for p in sorted((ROOT / top).rglob("*.py")):
+            found += private_uses(p.read_text(), str(p.relative_to(ROOT)))
+    assert not found, found
+
+
+def test_the_private_name_check_sees_an_import_and_an_attribute():
+    src = "import numpy as np\nfrom . import state\nfrom .run import _save, load\nx = state._layout + np._x\ny = st._fields\n"
+    assert private_uses(src, "m.py") == ["m.py:3 from .run import _save", "m.py:4 state._layout", "m.py:4 np._x"]

@@ -591,13 +591,13 @@ def test_jobqueue_job_scripts_carry_the_queue_walltime_cores_and_memory(tmp_path
     pytest.importorskip("cryptography")
     import dask
 
-    from meshsim.sweep import _jobqueue_cluster, _remove_certificate_files
+    from meshsim.sweep.cluster import jobqueue_cluster, remove_certificate_files
 
     monkeypatch.chdir(tmp_path)  # where the workers' certificate files go by default
     monkeypatch.setenv("NUMBA_CACHE_DIR", "/shared/numba cache")
     shared = tmp_path / "shared"
     shared.mkdir()
-    with _jobqueue_cluster("slurm", queue="short", account="lab", walltime="00:30:00", cores=4, memory="8GB",
+    with jobqueue_cluster("slurm", queue="short", account="lab", walltime="00:30:00", cores=4, memory="8GB",
                            dashboard=False, shared_dir=shared) as c:
         script = c.job_script()
         # TLS by default: a temporary authority, whose certificate and key the workers read from files
@@ -610,35 +610,35 @@ def test_jobqueue_job_scripts_carry_the_queue_walltime_cores_and_memory(tmp_path
             assert os.stat(f).st_mode & 0o777 == 0o600
             assert "-----BEGIN " in Path(f).read_text()
         assert "PRIVATE KEY" in Path(files["--tls-key"]).read_text()
-        _remove_certificate_files(c)
+        remove_certificate_files(c)
         assert list(shared.iterdir()) == []
     assert "#SBATCH -p short" in script and "#SBATCH -A lab" in script and "#SBATCH -t 00:30:00" in script
     assert "#SBATCH --cpus-per-task=4" in script and "#SBATCH --mem=" in script
     assert "--nworkers 4" in script and "--nthreads 1" in script
     assert "export NUMBA_CACHE_DIR='/shared/numba cache'" in script and "export NUMBA_NUM_THREADS=1" in script
-    with _jobqueue_cluster("pbs", queue="batch", account=None, walltime="01:00:00", cores=2, memory="4GB",
+    with jobqueue_cluster("pbs", queue="batch", account=None, walltime="01:00:00", cores=2, memory="4GB",
                            dashboard=False) as c:
         script = c.job_script()
     assert "#PBS -q batch" in script and "walltime=01:00:00" in script and "--nworkers 2" in script
     # Cores from dask-jobqueue's configuration, and points of 3 threads: one worker per 3 cores.
     with dask.config.set({"jobqueue.slurm.cores": 6, "jobqueue.slurm.memory": "12GB"}):
-        with _jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=None, memory=None,
+        with jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=None, memory=None,
                                dashboard=False) as c:
             script = c.job_script()
         assert "--nworkers 6" in script and "--nthreads 1" in script and "#SBATCH --cpus-per-task=6" in script
-        with _jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=None, memory=None,
+        with jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=None, memory=None,
                                dashboard=False, threads=3) as c:
             script = c.job_script()
         assert "--nworkers 2" in script and "--nthreads 1" in script and "#SBATCH --cpus-per-task=6" in script
         assert "export NUMBA_NUM_THREADS=3" in script
-    with _jobqueue_cluster("pbs", queue=None, account=None, walltime=None, cores=8, memory="16GB", dashboard=False,
+    with jobqueue_cluster("pbs", queue=None, account=None, walltime=None, cores=8, memory="16GB", dashboard=False,
                            threads=4) as c:
         script = c.job_script()
     assert "--nworkers 2" in script and "--nthreads 1" in script and "#PBS -l select=1:ncpus=8:mem=" in script
     with pytest.raises(InputError, match="--cluster slurm: .*give --cores and --memory"):
-        _jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=None, memory=None, dashboard=False)
+        jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=None, memory=None, dashboard=False)
     # --insecure: plain TCP, no certificates.
-    with _jobqueue_cluster("pbs", queue=None, account=None, walltime=None, cores=2, memory="4GB", dashboard=False,
+    with jobqueue_cluster("pbs", queue=None, account=None, walltime=None, cores=2, memory="4GB", dashboard=False,
                            insecure=True) as c:
         script = c.job_script()
         assert c.scheduler.address.startswith("tcp://") and "--tls" not in script and "--protocol" not in script
@@ -651,7 +651,7 @@ def test_jobqueue_clusters_use_the_certificates_of_the_dask_configuration(tmp_pa
     import dask
     from distributed import Security
 
-    from meshsim.sweep import _jobqueue_cluster
+    from meshsim.sweep.cluster import jobqueue_cluster
 
     monkeypatch.chdir(tmp_path)
     authority = Security.temporary()  # stands for certificates the site provides, as files
@@ -660,7 +660,7 @@ def test_jobqueue_clusters_use_the_certificates_of_the_dask_configuration(tmp_pa
     tls = {"ca-file": str(tmp_path / "ca.pem"), "scheduler.cert": str(tmp_path / "node.pem"),
            "worker.cert": str(tmp_path / "node.pem"), "client.cert": str(tmp_path / "node.pem")}
     with dask.config.set({f"distributed.comm.tls.{k}": v for k, v in tls.items()}):
-        with _jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=2, memory="4GB",
+        with jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=2, memory="4GB",
                                dashboard=False) as c:
             script = c.job_script()
             assert c.scheduler.address.startswith("tls://")
@@ -669,7 +669,7 @@ def test_jobqueue_clusters_use_the_certificates_of_the_dask_configuration(tmp_pa
     with dask.config.set({"distributed.comm.tls.ca-file": str(tmp_path / "ca.pem")}):
         with pytest.raises(InputError, match="--cluster pbs: your Dask configuration names TLS certificates but not "
                                              "distributed.comm.tls.scheduler.cert, distributed.comm.tls.worker.cert"):
-            _jobqueue_cluster("pbs", queue=None, account=None, walltime=None, cores=2, memory="4GB", dashboard=False)
+            jobqueue_cluster("pbs", queue=None, account=None, walltime=None, cores=2, memory="4GB", dashboard=False)
 
 
 def test_a_client_without_the_clusters_certificate_cannot_connect_to_its_scheduler(tmp_path, monkeypatch):
@@ -680,12 +680,12 @@ def test_a_client_without_the_clusters_certificate_cannot_connect_to_its_schedul
     import dask
     from distributed import Client, Security
 
-    from meshsim.sweep import _jobqueue_cluster
+    from meshsim.sweep.cluster import jobqueue_cluster
 
     monkeypatch.chdir(tmp_path)
     # The cluster as a sweep builds it, its scheduler on the loopback interface.
     with dask.config.set({"jobqueue.slurm.interface": "lo"}), \
-            _jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=1, memory="1GB",
+            jobqueue_cluster("slurm", queue=None, account=None, walltime=None, cores=1, memory="1GB",
                               dashboard=False) as c:
         address = c.scheduler.address
         assert address.startswith("tls://127.")
@@ -823,12 +823,12 @@ def test_a_point_that_kills_its_worker_every_time_is_recorded_as_failed(tmp_path
 
 
 def test_one_sweep_at_a_time_in_a_folder_and_not_another_sweeps_folder(tmp_path):
-    from meshsim.sweep import _FolderLock
+    from meshsim.sweep.execute import FolderLock
 
     out = tmp_path / "out"
     a = load_sweep(write(tmp_path, f'[sweep]\nbase = "base.toml"\noutput = "{out}"\n'))
     b = load_sweep(write(tmp_path, f'[sweep]\nbase = "base.toml"\noutput = "{out}"\n', name="b.toml"))
-    with _FolderLock(a):
+    with FolderLock(a):
         with pytest.raises(InputError, match="another meshsim sweep is running in this folder"):
             run_sweep(a)
     run_sweep(a)
@@ -869,15 +869,15 @@ def test_dashboard_without_bokeh_is_a_clear_error_that_leaves_no_folder(tmp_path
 
 
 def test_a_failed_task_whose_file_is_complete_is_recorded_from_the_file(tmp_path):
-    from meshsim.sweep import _row_after_failure
+    from meshsim.sweep.execute import row_after_failure
 
     sw = load_sweep(write(tmp_path, f'[sweep]\nbase = "base.toml"\noutput = "{tmp_path / "out"}"\n[grid]\n'
                                     'migration.threshold = [1, 2]\n'))
     run_sweep(sw)
     os.remove(sw.points[1].output)
-    done = _row_after_failure(sw.points[0], RuntimeError("scheduler lost"))
+    done = row_after_failure(sw.points[0], RuntimeError("scheduler lost"))
     assert done["status"] == "done" and done["li"] == read_summary(sw.points[0].output)[1]["li"]
-    lost = _row_after_failure(sw.points[1], RuntimeError("scheduler lost"))
+    lost = row_after_failure(sw.points[1], RuntimeError("scheduler lost"))
     assert lost["status"] == "failed" and lost["error"] == "RuntimeError: scheduler lost"
 
 

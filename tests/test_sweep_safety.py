@@ -268,15 +268,15 @@ def test_a_fifo_or_link_at_a_points_file_is_refused_before_any_point_runs(tmp_pa
 
 
 def test_a_refused_sweep_removes_only_the_regular_lock_file_it_made(tmp_path):
-    from meshsim.sweep import _FolderLock
+    from meshsim.sweep.execute import FolderLock
 
     out = tmp_path / "out" / "deeper"
     sw = sweep_in(tmp_path, out)
-    lock = _FolderLock(sw).__enter__()
+    lock = FolderLock(sw).__enter__()
     assert files.is_regular(out / ".lock")
     lock.__exit__(InputError)  # refused before a point ran: what it made goes
     assert not (tmp_path / "out").exists()
-    lock = _FolderLock(sw).__enter__()
+    lock = FolderLock(sw).__enter__()
     outside = tmp_path / "precious"
     outside.write_text("precious\n")
     os.remove(out / ".lock")

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from .. import metrics
-from ..analysis import _need
+from ..analysis import require_datasets
 
 #: Datasets `_ipu` reads.
 _IPU_NEEDS = ["units/tile_busy_cycles", "latency/microbatch_latency",
@@ -25,7 +25,7 @@ _IPU_CHUNK = 1 << 20
 def analyse(f, values, cycles, path) -> dict:
     """An ipu file's figures from its per-tile totals, templates and superstep and pipeline rows
     (docs/ipu.md, "Observables and metrics")."""
-    _need(f, _IPU_NEEDS, path)
+    require_datasets(f, _IPU_NEEDS, path)
     busy = f["units/tile_busy_cycles"][()].astype(np.int64)
     stages, tiles = busy.shape
     whole = metrics.balance_figures(busy, cycles)

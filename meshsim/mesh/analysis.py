@@ -8,12 +8,13 @@ import math
 import numpy as np
 
 from .. import metrics
-from ..analysis import _need
+from ..analysis import require_datasets
 from ..errors import InputError
 
 
 def analyse(f, values, cycles, window, path) -> dict:
-    _need(f, ["units/busy_cycles", "latency/histogram", "units/completed", "units/injected", "units/refused"], path)
+    require_datasets(f, ["units/busy_cycles", "latency/histogram", "units/completed", "units/injected",
+                         "units/refused"], path)
     busy = f["units/busy_cycles"][()].astype(np.int64)
     whole = metrics.balance_figures(busy, cycles)
     lg = f["latency/histogram"]

@@ -8,12 +8,12 @@ import math
 import numpy as np
 
 from .. import metrics
-from ..analysis import MAX_WINDOWS, _need
+from ..analysis import MAX_WINDOWS, require_datasets
 from ..errors import InputError
 
 
 def analyse(f, values, cycles, window, path) -> dict:
-    _need(f, ["units/pcu_busy_cycles", "latency/tile_latency"], path)
+    require_datasets(f, ["units/pcu_busy_cycles", "latency/tile_latency"], path)
     busy = f["units/pcu_busy_cycles"][()].astype(np.int64)
     chips, pcus = busy.shape
     whole = metrics.balance_figures(busy, cycles)

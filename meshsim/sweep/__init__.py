@@ -20,8 +20,6 @@ from .cluster import (
     dask_client,
     host_cores,
 )
-from .cluster import _jobqueue_cluster as _jobqueue_cluster
-from .cluster import _remove_certificate_files as _remove_certificate_files
 from .execute import (
     SweepInterrupted,
     SweepResult,
@@ -32,8 +30,6 @@ from .execute import (
     run_point,
     run_sweep,
 )
-from .execute import _FolderLock as _FolderLock
-from .execute import _row_after_failure as _row_after_failure
 from .spec import (
     ID_LENGTH,
     MAX_POINTS,

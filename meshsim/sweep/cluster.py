@@ -15,7 +15,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import __version__, files
 from ..errors import InputError
-from .stop import _stop_all
+from .stop import stop_all
 
 
 @contextlib.contextmanager
@@ -84,7 +84,7 @@ def dask_client(*, scheduler: str | None = None, scheduler_file: str | None = No
                                 "distributed.admin.system-monitor.interval": "2s",
                                 "distributed.worker.memory.monitor-interval": "1s"})
     if cluster is not None:
-        with one_each, _jobqueue_cluster(cluster, queue=queue, account=account, walltime=walltime, cores=cores,
+        with one_each, jobqueue_cluster(cluster, queue=queue, account=account, walltime=walltime, cores=cores,
                                          memory=memory, dashboard=dashboard, threads=threads, insecure=insecure,
                                          shared_dir=shared_dir) as jc:
             try:
@@ -94,7 +94,7 @@ def dask_client(*, scheduler: str | None = None, scheduler_file: str | None = No
                           file=sys.stderr)
                     yield client
             finally:
-                _remove_certificate_files(jc)
+                remove_certificate_files(jc)
         return
     from distributed import LocalCluster
 
@@ -122,7 +122,7 @@ class StopOnInterrupt(WorkerPlugin):
     def setup(self, worker):
         import signal
 
-        signal.signal(signal.SIGINT, _stop_all)
+        signal.signal(signal.SIGINT, stop_all)
 
 
 def host_cores() -> int:
@@ -241,7 +241,7 @@ def _cluster_security(kind: str):
                          "give --insecure)") from None
 
 
-def _remove_certificate_files(jc) -> None:
+def remove_certificate_files(jc) -> None:
     """Delete the files of a temporary authority's certificate and key that dask-jobqueue wrote for
     the workers: it keeps them open as temporary files (deleted on closing) in _job_<key>, and
     would otherwise delete them only when the cluster object is collected."""
@@ -252,7 +252,7 @@ def _remove_certificate_files(jc) -> None:
                 f.close()
 
 
-def _jobqueue_cluster(kind: str, *, queue, account, walltime, cores, memory, dashboard, threads: int = 1,
+def jobqueue_cluster(kind: str, *, queue, account, walltime, cores, memory, dashboard, threads: int = 1,
                       insecure: bool = False, shared_dir=None):
     """A dask-jobqueue cluster of `kind` (slurm or pbs), not yet scaled: each job runs one
     single-threaded worker process per `threads` of its cores (given, or from the configuration).

@@ -25,9 +25,9 @@ from .. import __version__, files
 from .. import run as runner
 from ..errors import InputError
 from ..run import RunInterrupted, StopSignals
-from ..scenario import _toml_repr, load_scenario
+from ..scenario import load_scenario, toml_repr
 from .spec import Point, Sweep
-from .stop import _RUNNING, _STOP, _request_stop, _running
+from .stop import RUNNING, STOP_REQUESTS, request_stop, running_points
 from .table import temporary_path, write_summary
 
 
@@ -164,11 +164,11 @@ def run_point(point: Point, token: str | None = None, also_stop=None) -> dict:
     row = {"point_id": point.id, "status": "failed", "path": point.output}
 
     def stop():
-        return _STOP["all"] or token in _STOP["tokens"] or (also_stop is not None and also_stop())
+        return STOP_REQUESTS["all"] or token in STOP_REQUESTS["tokens"] or (also_stop is not None and also_stop())
 
     if stop():  # queued before the sweep stopped: leave no file behind
         return {"point_id": point.id, "status": "not run", "path": point.output}
-    _RUNNING[token] += 1
+    RUNNING[token] += 1
     try:
         sc = load_scenario(point.base_path, list(point.overrides), text=point.base_text)
         if sc.resolved_toml() != point.resolved:
@@ -194,11 +194,11 @@ def run_point(point: Point, token: str | None = None, also_stop=None) -> dict:
     except Exception as e:  # a bug or a resource failure in one point must not stop the others
         row.update(error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
     finally:
-        _RUNNING[token] -= 1
+        RUNNING[token] -= 1
     return row
 
 
-def _row_after_failure(point: Point, error: BaseException) -> dict:
+def row_after_failure(point: Point, error: BaseException) -> dict:
     """The row of a point whose task itself failed (its worker died every time it ran it): what its
     file says if the point got as far as completing it, else failed with Dask's error."""
     return _done_row(point) or {"point_id": point.id, "status": "failed", "path": point.output,
@@ -253,7 +253,7 @@ def run_sweep(sweep: Sweep, *, client=None, connect=None, progress: bool | None 
     # Ctrl-C and SIGTERM only ask the sweep to stop; it stops where it checks (between points, and
     # while it waits for the cluster), never inside Dask's or h5py's own code. A second signal stops
     # at once.
-    with _FolderLock(sweep), StopSignals() as signals:
+    with FolderLock(sweep), StopSignals() as signals:
         return _run_sweep(sweep, client, connect, progress, on_row, t0, signals)
 
 
@@ -400,7 +400,7 @@ def _check_sweep_files(sweep: Sweep) -> None:
 _SAFE_OPEN = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-class _FolderLock:
+class FolderLock:
     """One sweep at a time in a results folder: an exclusive lock on FOLDER/.lock while it runs, and
     a folder whose table belongs to another sweep file is refused (their tables would overwrite
     each other). Before anything is written, every name the sweep writes is checked
@@ -520,7 +520,7 @@ def _run_on(client, todo, record, idle) -> None:
                 if is_cancelled(e):  # the scheduler went away, or cancelled the points
                     raise _ClusterLost(f"the Dask cluster stopped running the points ({' '.join(str(e).split())})") \
                         from None
-                row = _row_after_failure(p, e)  # distributed.KilledWorker, or a worker that cannot import meshsim
+                row = row_after_failure(p, e)  # distributed.KilledWorker, or a worker that cannot import meshsim
             fut.release()
             record(p, row)
     except BaseException:
@@ -528,10 +528,10 @@ def _run_on(client, todo, record, idle) -> None:
         # (marked incomplete) before the cluster goes: a worker killed mid-write could leave its
         # file locked. Queued points are dropped.
         try:
-            client.run(_request_stop, token)
+            client.run(request_stop, token)
             client.cancel(list(futures), force=True)
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and any(client.run(_running, token).values()):
+            while time.monotonic() < deadline and any(client.run(running_points, token).values()):
                 time.sleep(0.1)
         except Exception:  # a worker that is going away has nothing left to stop
             pass
@@ -554,7 +554,7 @@ def format_points(sweep: Sweep, statuses=None) -> str:
     head = [f"{sweep.path}: {len(sweep.points)} points" + (f" ({shape})" if shape else "")
             + f", seeds {sweep.seeds}; results in {sweep.output}; {n_complete} complete"]
     cols = ["#", "point_id", "rep", "seed", *sweep.keys, "status"]
-    body = [[str(p.index), p.id, str(p.repetition), str(p.seed), *[_toml_repr(v) for _, v in p.params],
+    body = [[str(p.index), p.id, str(p.repetition), str(p.seed), *[toml_repr(v) for _, v in p.params],
              statuses[p.id]] for p in sweep.points]
     widths = [max(len(c), *(len(r[i]) for r in body)) for i, c in enumerate(cols)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip()]

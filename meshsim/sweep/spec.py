@@ -18,9 +18,9 @@ from pathlib import Path
 
 import tomli_w
 
-from ..errors import InputError
+from ..errors import InputError, closest
 from ..params import PARAMS, sections
-from ..scenario import _closest, _read_text, _toml_repr, _unknown_key, _unknown_section, load_scenario, parse_toml
+from ..scenario import load_scenario, parse_toml, read_scenario_text, toml_repr, unknown_key, unknown_section
 
 #: Keys of the [sweep] table: (type, description). docs/sweeps.md lists the same.
 SWEEP_KEYS = {
@@ -136,7 +136,7 @@ def load_sweep(path, output=None, threads: int = 1) -> Sweep:
     if out_dir is not None:
         wrong = _output_folder_problem(out_dir)
         if wrong:
-            r.problems.append(f"{r.where}: {r.folder_key} = {_toml_repr(r.folder)}: {wrong}")
+            r.problems.append(f"{r.where}: {r.folder_key} = {toml_repr(r.folder)}: {wrong}")
     if r.problems:
         raise InputError(list(dict.fromkeys(r.problems)))
     return Sweep(path=r.where, name=r.name, text=r.text, output=out_dir, keys=r.swept, points=points,
@@ -147,7 +147,7 @@ def load_sweep(path, output=None, threads: int = 1) -> Sweep:
 def _read(path) -> _Reading:
     """The sweep file's text and TOML; InputError if it cannot be read or is not TOML."""
     where = str(path)
-    text = _read_text(path, where, "sweep file").replace("\r\n", "\n")
+    text = read_scenario_text(path, where, "sweep file").replace("\r\n", "\n")
     raw = parse_toml(text, where)
     meta = raw.get("sweep", {}) if isinstance(raw.get("sweep"), dict) else {}
     return _Reading(where=where, text=text, raw=raw, meta=meta)
@@ -158,18 +158,18 @@ def _check_tables(r: _Reading) -> None:
     where, problems = r.where, r.problems
     for table in r.raw:
         if table not in TABLES:
-            near = _closest(table, TABLES)
+            near = closest(table, TABLES)
             hint = f" (did you mean [{near}]?)" if near else ""
             problems.append(f"{where}: [{table}]: unknown table{hint}; allowed: {', '.join(f'[{t}]' for t in TABLES)}")
         elif not isinstance(r.raw[table], dict):
-            problems.append(f"{where}: {table} = {_toml_repr(r.raw[table])}: must be a table, written [{table}]")
+            problems.append(f"{where}: {table} = {toml_repr(r.raw[table])}: must be a table, written [{table}]")
     for key, value in r.meta.items():
         if key not in SWEEP_KEYS:
-            near = _closest(key, SWEEP_KEYS)
+            near = closest(key, SWEEP_KEYS)
             hint = f" (did you mean sweep.{near}?)" if near else ""
             problems.append(f"{where}: sweep.{key}: unknown key{hint}; allowed: {', '.join(SWEEP_KEYS)}")
         elif not isinstance(value, SWEEP_KEYS[key][0]) or isinstance(value, bool):
-            problems.append(f"{where}: sweep.{key} = {_toml_repr(value)}: must be "
+            problems.append(f"{where}: sweep.{key} = {toml_repr(value)}: must be "
                             f"{'an integer' if SWEEP_KEYS[key][0] is int else 'a string'}: {SWEEP_KEYS[key][1]}")
 
 
@@ -184,18 +184,18 @@ def _check_settings(r: _Reading, output) -> None:
         repetitions = 1
     seeds = meta.get("seeds", "per_point")
     if isinstance(seeds, str) and seeds not in SEED_MODES:
-        problems.append(f"{where}: sweep.seeds = {_toml_repr(seeds)}: must be one of "
+        problems.append(f"{where}: sweep.seeds = {toml_repr(seeds)}: must be one of "
                         f"{', '.join(repr(s) for s in SEED_MODES)}")
     name = meta.get("name", Path(where).stem)
     if isinstance(name, str) and (not name.strip() or "/" in name or "\0" in name or name in (".", "..")):
-        problems.append(f"{where}: sweep.name = {_toml_repr(name)}: must be a non-empty name without '/'")
+        problems.append(f"{where}: sweep.name = {toml_repr(name)}: must be a non-empty name without '/'")
     folder, folder_key = (str(output), "-o") if output is not None else (meta.get("output"), "sweep.output")
     if not isinstance(folder, (str, type(None))):
         folder = None  # reported above
     elif folder is None and isinstance(name, str):
         folder = f"results/sweeps/{name}"
     if isinstance(folder, str) and (not folder.strip() or "\0" in folder):
-        problems.append(f"{where}: {folder_key} = {_toml_repr(folder)}: must name a folder, such as "
+        problems.append(f"{where}: {folder_key} = {toml_repr(folder)}: must name a folder, such as "
                         "results/sweeps/NAME")
         folder = None
     r.repetitions, r.seeds, r.name, r.folder, r.folder_key = repetitions, seeds, name, folder, folder_key
@@ -212,7 +212,7 @@ def _find_base(r: _Reading) -> None:
         r.base_label = str(Path(where).parent / meta["base"])
         r.base_path = str(Path(r.base_label).absolute())
         try:
-            r.base_text = _read_text(r.base_label, f"{where}: sweep.base = {_toml_repr(meta['base'])}")
+            r.base_text = read_scenario_text(r.base_label, f"{where}: sweep.base = {toml_repr(meta['base'])}")
         except InputError as e:
             r.problems.extend(e.problems)
     elif isinstance(raw.get("base"), dict):
@@ -248,7 +248,7 @@ def _read_overrides(r: _Reading) -> None:
                         "the seeds")
         r.repetitions = 1
     if r.seed_given and "seeds" in r.meta:
-        problems.append(f"{where}: sweep.seeds = {_toml_repr(r.seeds)}: applies only when the sweep derives the "
+        problems.append(f"{where}: sweep.seeds = {toml_repr(r.seeds)}: applies only when the sweep derives the "
                         f"seeds; {SEED_KEY} is given in [{seen[SEED_KEY]}]")
     n_points = math.prod(len(v) for v in grid.values()) * (_zip_length(zipped) or 1) * r.repetitions
     if n_points > MAX_POINTS:
@@ -281,7 +281,7 @@ def _expand(r: _Reading, out_dir: Path | None, threads: int) -> list:
     for combo in combos:
         for row in rows:
             swept_values = {**combo, **row}
-            label = ", ".join(f"{k}={_toml_repr(v)}" for k, v in swept_values.items()) or "the base scenario"
+            label = ", ".join(f"{k}={toml_repr(v)}" for k, v in swept_values.items()) or "the base scenario"
             for rep in range(r.repetitions):
                 given = [*r.fixed.items(), *swept_values.items()]
                 try:
@@ -332,14 +332,14 @@ def _override_table(raw, table, where, problems, lists: bool) -> dict:
     for key, values in flat.items():
         section, _, name = key.partition(".")
         if key not in known:
-            why = _unknown_section(section) if section not in sections() else _unknown_key(section, name)
+            why = unknown_section(section) if section not in sections() else unknown_key(section, name)
             problems.append(f"{where}: [{table}] {key}: {why}")
             continue
         if key in UNSWEPT:
             problems.append(f"{where}: [{table}] {key}: {UNSWEPT[key]}")
             continue
         if lists and (not isinstance(values, list) or not values):
-            problems.append(f"{where}: [{table}] {key} = {_toml_repr(values)}: must be a non-empty list of the "
+            problems.append(f"{where}: [{table}] {key} = {toml_repr(values)}: must be a non-empty list of the "
                             f"values to run, e.g. {key} = [1, 2]")
             continue
         out[key] = values

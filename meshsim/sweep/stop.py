@@ -1,5 +1,5 @@
 """Stop requests in a sweep's worker processes: shared by the points' runs (meshsim.sweep.execute)
-and the cluster's workers (meshsim.sweep.cluster installs `_stop_all` as their Ctrl-C handler)."""
+and the cluster's workers (meshsim.sweep.cluster installs `stop_all` as their Ctrl-C handler)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,19 @@ import collections
 
 # Stop requests in a worker process: every run (Ctrl-C reached the worker of a cluster this process
 # started), or the runs of one sweep (its client asked, by token). Read between kernel calls.
-_STOP = {"all": False, "tokens": set()}
+STOP_REQUESTS = {"all": False, "tokens": set()}
 # Points of each sweep token running in this process, so that a stopping sweep can wait for them to
 # close their files before it shuts its cluster down.
-_RUNNING = collections.Counter()
+RUNNING = collections.Counter()
 
 
-def _request_stop(token: str) -> None:
-    _STOP["tokens"].add(token)
+def request_stop(token: str) -> None:
+    STOP_REQUESTS["tokens"].add(token)
 
 
-def _running(token: str) -> int:
-    return _RUNNING[token]
+def running_points(token: str) -> int:
+    return RUNNING[token]
 
 
-def _stop_all(signum, frame) -> None:
-    _STOP["all"] = True
+def stop_all(signum, frame) -> None:
+    STOP_REQUESTS["all"] = True
