@@ -113,28 +113,19 @@ class Run(ABC):
         raise NotImplementedError
 
 
-class Machine(ABC):
-    """A machine model: its name and the steps of a run."""
+class MachineRunner(ABC):
+    """What a run of a machine needs (meshsim.run, meshsim.cli's validate, meshsim.scenario,
+    meshsim.roofline): compile a scenario, check it, start a Run and open its result file."""
 
     #: the value of machine.type and of a result file's `machine` attribute
     name: str = ""
     #: what the progress bar counts
     unit: str = "cycle"
-    #: what one unit of its load balance is ("PEs", "PCUs", "tiles")
-    unit_label: str = "units"
     #: whether its Run's `record_nothing` stands in for `record`: a run's summary then needs no result
     #: file (meshsim.run.summary_only)
     summary_only: bool = False
-    #: the dataset of every unit's busy cycles in its result file
-    busy_dataset: str = "units/busy_cycles"
-    #: the group of its values along its time (meshsim.result.Result.series)
-    series_group: str = "series"
-    #: the LI a run of it is expected to reach (meshsim report's default --target)
-    target_li: float = 0.9
     #: the workload types (workload.type) it runs
     workloads: tuple = ()
-    #: what its levers move (lever_note): "section.key" -> (figures it moves, why it leaves the rest)
-    levers: dict = {}
 
     @abstractmethod
     def compile_scenario(self, scenario):
@@ -169,11 +160,6 @@ class Machine(ABC):
         """The line `meshsim validate` prints for a valid scenario."""
         return f"{label}: valid ({self.name})"
 
-    def summary_lines(self, summary: dict, regions: dict | None = None) -> list | None:
-        """The machine's lines of the one-screen summary (meshsim.report.format_summary); None: the
-        lines every machine's figures allow (meshsim.report.generic_lines)."""
-        return None
-
     def platform(self, values: dict):
         """The roofline (meshsim.roofline.Platform) of a resolved scenario of this machine
         (`Scenario.values`), or None if it has none."""
@@ -183,6 +169,30 @@ class Machine(ABC):
         """The kernels of a resolved scenario on a roofline, as rows like meshsim.roofline.kernels'
         (name, kind, flops, bytes, intensity, attainable_flops, bound), when this machine moves other
         bytes than an operator's own (None: the transformer's operators, meshsim.roofline.kernels)."""
+        return None
+
+
+class ResultReader:
+    """What reading a machine's result file needs (meshsim.report, meshsim.analysis,
+    meshsim.export, meshsim.plots, meshsim.result): its figures, lines, regions and timeline. It
+    needs nothing of a run: a result is read without compiling anything."""
+
+    #: the value of a result file's `machine` attribute
+    name: str = ""
+    #: what one unit of its load balance is ("PEs", "PCUs", "tiles")
+    unit_label: str = "units"
+    #: the dataset of every unit's busy cycles in its result file
+    busy_dataset: str = "units/busy_cycles"
+    #: the group of its values along its time (meshsim.result.Result.series)
+    series_group: str = "series"
+    #: the LI a run of it is expected to reach (meshsim report's default --target)
+    target_li: float = 0.9
+    #: what its levers move (lever_note): "section.key" -> (figures it moves, why it leaves the rest)
+    levers: dict = {}
+
+    def summary_lines(self, summary: dict, regions: dict | None = None) -> list | None:
+        """The machine's lines of the one-screen summary (meshsim.report.format_summary); None: the
+        lines every machine's figures allow (meshsim.report.generic_lines)."""
         return None
 
     def read_regions(self, f, path) -> dict | None:
@@ -220,6 +230,11 @@ class Machine(ABC):
     def findings(self, analysis: dict, add) -> None:
         """Machine-specific findings of report's diagnosis, each through `add(text, evidence)`."""
         return None
+
+
+class Machine(MachineRunner, ResultReader):
+    """A machine model: what a run needs (MachineRunner) and what reading its results needs
+    (ResultReader). A machine package defines one and registers it."""
 
 
 def register(machine: Machine) -> Machine:

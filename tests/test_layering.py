@@ -159,3 +159,22 @@ def test_no_private_name_is_imported_across_modules():
 def test_the_private_name_check_sees_an_import_and_an_attribute():
     src = "import numpy as np\nfrom . import state\nfrom .run import _save, load\nx = state._layout + np._x\ny = st._fields\n"
     assert private_uses(src, "m.py") == ["m.py:3 from .run import _save", "m.py:4 state._layout", "m.py:4 np._x"]
+
+
+def _attributes_read(path: Path) -> set:
+    return {n.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)}
+
+
+@pytest.mark.parametrize("rel, side", [(r, "reader") for r in ("meshsim/report.py", "meshsim/analysis.py",
+                                                               "meshsim/export.py", "meshsim/plots.py",
+                                                               "meshsim/result.py")]
+                         + [("meshsim/run.py", "runner")])
+def test_reading_a_result_needs_only_the_reader_side_of_a_machine_and_a_run_only_the_runner_side(rel, side):
+    from meshsim.machine import MachineRunner, ResultReader
+
+    def own(cls, other):
+        return {k for k in vars(cls) if not k.startswith("_")} - {k for k in vars(other) if not k.startswith("_")}
+
+    other_side = own(MachineRunner, ResultReader) if side == "reader" else own(ResultReader, MachineRunner)
+    assert other_side, "the two sides of the interface share every name"
+    assert not (_attributes_read(ROOT / rel) & other_side), sorted(_attributes_read(ROOT / rel) & other_side)
