@@ -138,7 +138,7 @@ def _keys(text, where: str, problems: list) -> tuple:
 
 def _items(text, where: str, column: str, problems: list) -> tuple:
     """`section.key=value` items of a cell, split as a shell would (a quoted value may hold spaces:
-    'workload.layers_per_ipu=[3, 3, 3, 3]')."""
+    'workload.layers_per_stage=[3, 3, 3, 3]')."""
     try:
         return tuple(shlex.split(text or ""))
     except ValueError as e:

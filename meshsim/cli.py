@@ -22,6 +22,7 @@ import argparse
 import os
 import select
 import sys
+import warnings
 from pathlib import Path
 
 from . import __version__
@@ -486,13 +487,24 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     try:
         try:
-            return _main(argv)
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning
+                return _main(argv)
         finally:
             sys.stdout.flush()  # meet a closed pipe here, not in the interpreter's last flush
     except BrokenPipeError:
         if not _silence_closed_pipes():
             raise
         return 141
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning meant for the user (a key's old name, say) as one line of its own, not Python's
+    file and line of the code that raised it."""
+    if issubclass(category, FutureWarning):
+        print(f"meshsim: warning: {message}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def _silence_closed_pipes() -> bool:

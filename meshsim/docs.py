@@ -13,6 +13,7 @@ from pathlib import Path
 from .errors import InputError
 from .params import (
     Param,
+    aliases,
     format_choices,
     format_condition,
     format_number,
@@ -33,11 +34,15 @@ def parameter_reference_markdown() -> str:
     conditionally).
     """
     out = [
-        "Every key of a scenario file, generated from `meshsim/params.py` "
-        "(`python -m meshsim.docs`). Unknown keys are errors. A key marked *Only when* may be set "
-        "to anything but its default only when that condition holds. Ranges are inclusive.",
+        "Every key of a scenario file, generated from `meshsim/params.py` and each machine's "
+        "`keys.py` (`python -m meshsim.docs`). Unknown keys are errors. A key marked *Only when* may "
+        "be set to anything but its default only when that condition holds. Ranges are inclusive.",
         "",
     ]
+    renamed = aliases()
+    if renamed:
+        out += ["Old names, still read with a warning: " + "; ".join(f"`{o}` is now `{n}`" for o, n in
+                                                                  sorted(renamed.items())) + ".", ""]
     for section in sections():
         out.append(f"### `[{section}]`")
         out.append("")

@@ -126,6 +126,16 @@ class MachineRunner(ABC):
     summary_only: bool = False
     #: the workload types (workload.type) it runs
     workloads: tuple = ()
+    #: its own scenario keys (meshsim.params.Param rows, each applying only where it means something,
+    #: usually machine.type = this machine), which meshsim.params.PARAMS composes with the shared ones
+    params: tuple = ()
+    #: chips whose published figures fill its keys a scenario leaves out (machine.preset): name ->
+    #: {key: value}; and the one a scenario that names none gets
+    presets: dict = {}
+    default_preset: str = ""
+    #: keys it once had under other names, "section.old" -> "section.new": a scenario may still use
+    #: the old name, with a warning
+    aliases: dict = {}
 
     @abstractmethod
     def compile_scenario(self, scenario):
@@ -141,11 +151,12 @@ class MachineRunner(ABC):
         """Threads for run.threads = 0 (a machine whose kernels are serial: one)."""
         return 1
 
-    def check_scenario(self, ok, get, add, shown) -> None:
+    def check_scenario(self, ok, get, add, shown, path=None) -> None:
         """What only this machine asks of a scenario, beyond each key's own range and the keys that
         apply to it (meshsim.scenario calls it while validating): each problem through
-        `add(key, other_keys, message)`; `ok(*keys)` says whether keys are valid, `get(key)` and
-        `shown(key)` give a value and its text."""
+        `add(key, other_keys, message)` (or `add(key, other_keys, None, text=...)` for a problem not
+        worded "KEY = VALUE: message"); `ok(*keys)` says whether keys are valid, `get(key)` and
+        `shown(key)` give a value and its text; `path` is the scenario file's (None for a dict)."""
         return None
 
     @abstractmethod
@@ -164,6 +175,12 @@ class MachineRunner(ABC):
         """The roofline (meshsim.roofline.Platform) of a resolved scenario of this machine
         (`Scenario.values`), or None if it has none."""
         return None
+
+    def platform_presets(self) -> dict:
+        """The published chips of this machine on a roofline (meshsim roofline's reference lines and
+        the platform table): key -> meshsim.roofline.Platform, with their sources in the machine's
+        doc; {} if it has none."""
+        return {}
 
     def roofline_kernels(self, values: dict, platform) -> list | None:
         """The kernels of a resolved scenario on a roofline, as rows like meshsim.roofline.kernels'
@@ -243,6 +260,12 @@ def register(machine: Machine) -> Machine:
         raise ValueError("a machine needs a name")
     _REGISTRY[machine.name] = machine
     return machine
+
+
+def registry_key() -> tuple:
+    """What the registry holds now, as a value that changes when a machine is registered or
+    removed (meshsim.params composes its table again then)."""
+    return tuple((n, id(m)) for n, m in _REGISTRY.items())
 
 
 def names() -> tuple:

@@ -2,18 +2,17 @@
 FLOPs / bytes moved; the ridge point is peak FLOP/s / bandwidth, computed from the preset, never
 typed in).
 
-Platform presets and their sources:
+Platform presets: each machine names its published chips (`Machine.platform_presets`), with their
+sources beside the figures in its package's keys module:
 
-- WSE-2: 7.5 PFLOP/s (16-bit) over about 850,000 PEs, and 20 PB/s of on-chip memory bandwidth
-  (Cerebras, "Cerebras Systems: Achieving Industry Best AI Performance Through A Systems Approach",
-  2021, and the CS-2 product brief). Its weights live in the PEs' SRAM, so SRAM bandwidth is the
-  roof.
-- SN10, SN30: the rdu presets (`meshsim.params.RDU_PRESETS`): peak = PCUs x lanes x stages x 2 x
-  clock, bandwidth = the DDR bandwidth sections stream from.
-- GC200: 250 TFLOP/s (16-bit) and 47.5 TB/s of in-processor memory bandwidth (Graphcore IPU-M2000
-  and GC200 product brief, 2020); an ipu scenario's platform is its tiles x MACs x 2 x clock with
-  its exchange, tiles x exchange_bytes_per_cycle x clock, as the roof (the model moves a
-  superstep's data over the exchange; docs/ipu.md, "Roofline").
+- WSE-2 (meshsim/mesh/keys.py): 7.5 PFLOP/s (16-bit) over about 850,000 PEs and 20 PB/s of
+  on-chip memory bandwidth; its weights live in the PEs' SRAM, so SRAM bandwidth is the roof.
+- SN10, SN30 (meshsim/rdu/keys.py, the rdu presets): peak = PCUs x lanes x stages x 2 x clock,
+  bandwidth = the DDR bandwidth sections stream from.
+- GC200 (meshsim/ipu/keys.py): 250 TFLOP/s (16-bit) and 47.5 TB/s of in-processor memory
+  bandwidth; an ipu scenario's platform is its tiles x MACs x 2 x clock with its exchange, tiles x
+  exchange_bytes_per_cycle x clock, as the roof (the model moves a superstep's data over the
+  exchange; docs/ipu.md, "Roofline").
 
 For a result file or scenario, the platform is its own machine: a mesh of rows x cols PEs at
 `pe_flops_per_cycle` and `clock_ghz`, with its PEs' SRAM ports (`sram_read_bytes_per_cycle` +
@@ -31,14 +30,7 @@ import tomllib
 from dataclasses import dataclass
 
 from . import machine as machines
-from .params import RDU_PRESETS
 from .transformer import Model, model_from_workload, operators
-
-WSE2_PEAK_FLOPS = 7.5e15
-WSE2_PES = 850_000
-WSE2_SRAM_BYTES_PER_SECOND = 20e15
-GC200_PEAK_FLOPS = 250e12
-GC200_SRAM_BYTES_PER_SECOND = 47.5e12
 
 
 @dataclass(frozen=True)
@@ -71,13 +63,12 @@ def rdu_platform(name: str, keys: dict, rate=1) -> Platform:
 
 
 def presets() -> dict[str, Platform]:
-    """The platform presets, by key."""
-    return {
-        "wse2": Platform("WSE-2", WSE2_PEAK_FLOPS, WSE2_SRAM_BYTES_PER_SECOND, "SRAM"),
-        "sn10": rdu_platform("SN10", RDU_PRESETS["sn10"]),
-        "sn30": rdu_platform("SN30", RDU_PRESETS["sn30"]),
-        "gc200": Platform("GC200", GC200_PEAK_FLOPS, GC200_SRAM_BYTES_PER_SECOND, "SRAM"),
-    }
+    """The platform presets, by key: every machine's published chips (Machine.platform_presets),
+    in registry order."""
+    out = {}
+    for name in machines.names():
+        out.update(machines.get(name).platform_presets())
+    return out
 
 
 def platform_of(values: dict) -> Platform | None:

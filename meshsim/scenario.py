@@ -15,8 +15,8 @@ import json
 import math
 import os
 import re
-import stat
 import tomllib
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,26 +26,28 @@ from . import machine as machines
 from . import modelconfig
 from .errors import InputError
 from .errors import closest as _closest
-from .files import kind_of
 from .params import (
-    BERNOULLI_WORKLOADS,
-    DEFAULT_PRESET,
-    MAX_MESH_PES,
     PARAMS,
-    PRESETS,
+    SECTIONS,
     Param,
+    aliases,
     format_choices,
     format_condition,
-    format_number,
     format_range,
     param,
+    presets_of,
     section_params,
-    sections,
 )
 from .transformer import PRECISION_BYTES
 
-_SECTIONS = sections()
-_KEYS = {s: tuple(p.name for p in section_params(s)) for s in _SECTIONS}
+_SECTIONS = SECTIONS
+
+
+def _keys(section: str) -> tuple:
+    """The keys of a section, as the table stands (a machine registered since adds its own)."""
+    return tuple(p.name for p in section_params(section))
+
+
 _TEXT_NAME = "<scenario>"
 
 
@@ -84,7 +86,7 @@ class Scenario:
         """The trace file for a trace workload, resolved relative to the scenario's folder."""
         if self.values["workload"]["type"] != "trace":
             return None
-        return _resolve_relative(self.values["workload"]["trace_file"], self.path)
+        return resolve_relative(self.values["workload"]["trace_file"], self.path)
 
     def hot_regions(self) -> list[tuple[int, int, int, int]]:
         """The hot rectangles (row0, col0, row1, col1), half-open; the default one if none given.
@@ -294,6 +296,14 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
     origin: dict[str, str] = {}
 
     override_pairs, override_problems = _parse_override_items(overrides)
+    renamed = aliases()
+
+    def new_name(key: str, said: str) -> str:
+        # a key's old name: the new one, with a warning (and both at once is a problem below)
+        if key in renamed:
+            warnings.warn(f"{said}: {key} is now {renamed[key]}; the old name will go", FutureWarning, stacklevel=4)
+            return renamed[key]
+        return key
 
     for section, content in raw.items():
         if section not in _SECTIONS:
@@ -306,19 +316,24 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
             )
             continue
         for key, value in content.items():
-            if key in _KEYS[section]:
-                given[f"{section}.{key}"] = value
-                origin[f"{section}.{key}"] = where
+            full = new_name(f"{section}.{key}", where)
+            if full in given:
+                old = next(o for o, n in renamed.items() if n == full)
+                problems.append(f"{where}: {old}: is the old name of {full}, and the file sets both; keep {full}")
+            elif full.partition(".")[2] in _keys(section):
+                given[full] = value
+                origin[full] = where
             else:
                 problems.append(f"{where}: {section}.{key}: {unknown_key(section, key)}")
 
     problems.extend(override_problems)
     applied = []
     for key, value, shown in override_pairs:
+        key = new_name(key, f"override {shown}")
         section, _, name = key.partition(".")
         if section not in _SECTIONS:
             problems.append(f"override {shown}: {key}: {unknown_section(section)}")
-        elif name not in _KEYS[section]:
+        elif name not in _keys(section):
             problems.append(f"override {shown}: {key}: {unknown_key(section, name)}")
         else:
             given[key] = value
@@ -342,11 +357,11 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
             valid[p.path] = True
 
     mtype = values["machine"]["type"] if valid["machine.type"] else None
-    if mtype in DEFAULT_PRESET and valid["machine.preset"]:
+    presets, default_preset = presets_of(mtype) if mtype is not None else ({}, "")
+    if presets and valid.get("machine.preset"):
         # The preset fills the chip's keys the scenario leaves out (docs/rdu.md, docs/ipu.md, "Presets").
-        presets = PRESETS[mtype]
         if "machine.preset" not in given:
-            values["machine"]["preset"] = DEFAULT_PRESET[mtype]
+            values["machine"]["preset"] = default_preset
         name = values["machine"]["preset"]
         if name in presets:
             for key, value in presets[name].items():
@@ -392,11 +407,11 @@ def _apply_preset_file(values, valid, given, origin, path) -> list[str]:
     file = values["machine"]["preset_file"]
     if not valid[key] or not file:
         return []
-    if all(f"machine.{k}" in given for k in _KEYS["machine"] if k not in _NOT_IN_PRESET_FILE):
+    if all(f"machine.{k}" in given for k in _keys("machine") if k not in _NOT_IN_PRESET_FILE):
         return []  # a scenario that sets every key (a result file's resolved scenario) does not read it
     shown = f"{origin[key]}: {key} = {toml_repr(file)}"
     try:
-        raw = parse_toml(read_scenario_text(_resolve_relative(file, path), shown, "scenario file"), shown)
+        raw = parse_toml(read_scenario_text(resolve_relative(file, path), shown, "scenario file"), shown)
     except InputError as e:
         valid[key] = False
         return list(e.problems)
@@ -406,7 +421,7 @@ def _apply_preset_file(values, valid, given, origin, path) -> list[str]:
     if not isinstance(table, dict):
         return problems + [f"{shown}: machine = {toml_repr(table)}: must be a [machine] table"]
     for k, v in table.items():
-        if k not in _KEYS["machine"] or k in _NOT_IN_PRESET_FILE:
+        if k not in _keys("machine") or k in _NOT_IN_PRESET_FILE:
             problems.append(f"{shown}: machine.{k}: " + ("a preset file may not set it (it sets the keys of the "
                             "machine a scenario chose)" if k in _NOT_IN_PRESET_FILE else unknown_key("machine", k)))
             continue
@@ -437,7 +452,7 @@ def _apply_model_config(values, valid, given, origin, path) -> list[str]:
         return []
     shown = f"{origin[key]}: {key} = {toml_repr(file)}"
     try:
-        filled, fields = modelconfig.read(_resolve_relative(file, path), shown)
+        filled, fields = modelconfig.read(resolve_relative(file, path), shown)
     except InputError as e:
         valid[key] = False
         return list(e.problems)
@@ -586,92 +601,10 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
                 return origin[k]
         return where
 
-    def add(blamed, others, message):
-        problems.append(f"{at(blamed, *others)}: {blamed} = {shown(blamed)}: {message}")
-
-    t, q, pol = "migration.threshold", "machine.queue_capacity", "migration.policy"
-    # With migration off the threshold is never compared with anything.
-    if ok(t, q, pol) and get(pol) != "none" and get(t) >= get(q):
-        add(t, [q], f"must be less than {q} = {shown(q)}, so an integer in "
-                    f"[0, {get(q) - 1}] (tasks)")
-
-    y = "migration.hysteresis"
-    if ok(t, y, pol) and get(pol) != "none" and get(y) > get(t):
-        add(y, [t], f"must be at most {t} = {shown(t)} (the queue a shedding PE stops at is threshold - "
-                    f"hysteresis), so an integer in [0, {get(t)}] (tasks)")
-
-    k, b = "machine.link_buffer_messages", "machine.link_messages_per_cycle"
-    if ok(k, b) and get(k) < get(b):
-        add(k, [b], f"must be at least {b} = {shown(b)}, so an integer in "
-                    f"[{get(b)}, 64] (messages)")
-
-    wtype, dist = "workload.type", "workload.work_distribution"
-    lo, hi, mean = "workload.work_min_cycles", "workload.work_max_cycles", "workload.work_cycles"
-    if ok(wtype, dist) and get(wtype) in BERNOULLI_WORKLOADS:
-        if get(dist) == "uniform" and ok(lo, hi) and get(lo) > get(hi):
-            add(lo, [hi, dist], f"must be at most {hi} = {shown(hi)} when {dist} is \"uniform\"")
-        if get(dist) == "geometric" and ok(mean, hi) and get(mean) > get(hi):
-            add(mean, [hi, dist], f"must be at most {hi} = {shown(hi)} when {dist} is "
-                                  f"\"geometric\", since it caps the work")
-
-    rows, cols = "machine.rows", "machine.cols"
-    grid_ok = ok(rows, cols)
-    if grid_ok and get(rows) * get(cols) > MAX_MESH_PES:
-        n = get(rows) * get(cols)
-        problems.append(
-            f"{at(rows, cols)}: {rows} x {cols} = {get(rows)} x {get(cols)} = "
-            f"{format_number(n)} PEs: must be at most {format_number(MAX_MESH_PES)} PEs"
-        )
-        grid_ok = False
-
-    regions = "workload.hot_regions"
-    if grid_ok and ok(wtype, regions) and get(wtype) == "hotspot":
-        n_rows, n_cols = get(rows), get(cols)
-        for i, (r0, c0, r1, c1) in enumerate(get(regions)):
-            wrong = []
-            if r0 < 0:
-                wrong.append(f"row0 = {r0} is negative")
-            if c0 < 0:
-                wrong.append(f"col0 = {c0} is negative")
-            if r1 <= r0:
-                wrong.append(f"row1 = {r1} is not greater than row0 = {r0}")
-            if c1 <= c0:
-                wrong.append(f"col1 = {c1} is not greater than col0 = {c0}")
-            if r1 > n_rows:
-                wrong.append(f"row1 = {r1} is beyond {rows} = {n_rows}")
-            if c1 > n_cols:
-                wrong.append(f"col1 = {c1} is beyond {cols} = {n_cols}")
-            if wrong:
-                problems.append(
-                    f"{at(regions)}: {regions}[{i}] = {toml_repr([r0, c0, r1, c1])}: "
-                    f"{'; '.join(wrong)}; a region [row0, col0, row1, col1] needs "
-                    f"0 <= row0 < row1 <= {n_rows} and 0 <= col0 < col1 <= {n_cols}"
-                )
-
-    trace = "workload.trace_file"
-    if ok(wtype, trace) and get(wtype) == "trace":
-        if get(trace) == "":
-            add(trace, [wtype], "required when workload.type is \"trace\": the path of a CSV or "
-                                "HDF5 trace, relative to the scenario file")
-        else:
-            resolved = _resolve_relative(get(trace), path)
-            try:
-                st = os.stat(resolved)
-            except OSError:
-                add(trace, [wtype], f"no such trace file (looked for {resolved})")
-            else:
-                if stat.S_ISDIR(st.st_mode):
-                    add(trace, [wtype], f"is a folder, not a trace file ({resolved})")
-                elif not stat.S_ISREG(st.st_mode):
-                    add(trace, [wtype], f"{resolved} is {kind_of(st.st_mode)}; a trace file must be a regular file")
-
-    pat, warm, meas, cyc = "workload.pattern", "workload.warmup_cycles", "workload.measure_cycles", "run.cycles"
-    if ok(wtype) and get(wtype) == "traffic":
-        if ok(pat, rows, cols) and get(pat) == "transpose" and get(rows) != get(cols):
-            add(pat, [rows, cols], f"needs a square grid; {rows} x {cols} = {get(rows)} x {get(cols)}")
-        if ok(warm, meas, cyc) and get(warm) + get(meas) > get(cyc):
-            add(meas, [warm, cyc], f"{warm} + {meas} = {get(warm) + get(meas)} must be at most {cyc} = {shown(cyc)}, "
-                                   "so that the measurement window ends inside the run")
+    def add(blamed, others, message, *, text=None):
+        # text: the whole problem after its place, where it is not "KEY = VALUE: message"
+        said = text if text is not None else f"{blamed} = {shown(blamed)}: {message}"
+        problems.append(f"{at(blamed, *others)}: {said}")
 
     opt, master, tr, prec = "workload.optimizer", "workload.master_weights", "workload.training", "workload.precision"
     if ok(opt, tr) and get(opt) != "none" and not get(tr):
@@ -682,7 +615,7 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
         add(master, [prec], f"keeps an fp32 copy beside a narrower type, but {prec} = {shown(prec)} is 4 bytes "
                             "already: use \"same\", or a 16-bit precision")
 
-    nh, kv = "workload.n_heads", "workload.n_kv_heads"
+    wtype, nh, kv = "workload.type", "workload.n_heads", "workload.n_kv_heads"
     if ok(wtype, nh, kv) and get(wtype) in ("layer_pipeline", "transformer") and get(kv) and get(nh) % get(kv):
         add(kv, [nh], f"must divide {nh} = {shown(nh)} (each key and value head serves the same number of "
                       "query heads), or be 0 for as many as n_heads")
@@ -690,7 +623,7 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
     mtype, reps = "machine.type", "workload.replicas"
     machine = machines.get(get(mtype)) if ok(mtype) else None
     if machine is not None:  # what only this machine asks of a scenario
-        machine.check_scenario(ok, get, add, shown)
+        machine.check_scenario(ok, get, add, shown, path=path)
     if ok(wtype, reps) and get(wtype) == "layer_pipeline" and get(reps) > 64:
         add(reps, [wtype], "must be an integer in [1, 64] (copies) for a layer_pipeline workload")
     # the layer pipeline's own rules, unless the machine is one that does not run it
@@ -724,7 +657,7 @@ def _check_layer_pipeline(ok, get, add, shown) -> None:
                       "layer-pipelined mode")
 
 
-def _resolve_relative(file: str, scenario_path: str | None) -> str:
+def resolve_relative(file: str, scenario_path: str | None) -> str:
     """A path written in a scenario, relative to the scenario file's folder (or the cwd)."""
     if os.path.isabs(file):
         return file
@@ -769,7 +702,7 @@ _VALUE_HINTS = {"workload.precision": _precision_hint}
 def _unknown_top_level(where: str, name: str, content) -> str:
     if isinstance(content, dict):
         return f"{where}: [{name}]: {unknown_section(name, brackets=True)}"
-    owners = [s for s in _SECTIONS if name in _KEYS[s]]
+    owners = [s for s in _SECTIONS if name in _keys(s)]
     if owners:
         return (
             f"{where}: {name} = {toml_repr(content)}: keys belong in a section; "
@@ -792,18 +725,18 @@ def unknown_section(section: str, brackets: bool = False) -> str:
 
 def unknown_key(section: str, key: str) -> str:
     # A right key in the wrong section is the likeliest slip, so it is tried before spelling.
-    owners = [s for s in _SECTIONS if key in _KEYS[s]]
+    owners = [s for s in _SECTIONS if key in _keys(s)]
     if owners:
         return f"unknown key; did you mean {owners[0]}.{key}?"
-    match = _closest(key, _KEYS[section])
+    match = _closest(key, _keys(section))
     if match:
         return f"unknown key; did you mean {section}.{match}?"
-    elsewhere = {f"{s}.{k}": k for s in _SECTIONS if s != section for k in _KEYS[s]}
+    elsewhere = {f"{s}.{k}": k for s in _SECTIONS if s != section for k in _keys(s)}
     match = _closest(key, list(elsewhere.values()), cutoff=0.75)
     if match:
         paths = [p for p, k in elsewhere.items() if k == match]
         return f"unknown key; did you mean {paths[0]}?"
-    return f"unknown key; the keys of [{section}] are " + ", ".join(_KEYS[section])
+    return f"unknown key; the keys of [{section}] are " + ", ".join(_keys(section))
 
 
 def toml_repr(value, limit: int = 80) -> str:

@@ -198,10 +198,10 @@ def test_check_fails_on_a_case_outside_its_tolerance(tmp_path, capsys):
 def test_quoted_overrides_keep_their_spaces_and_a_spreadsheet_byte_order_mark_is_no_column(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("\ufeffscenario,overrides,figure,reference,source\n"
-                    ",\"machine.type=ipu workload.type=transformer 'workload.layers_per_ipu=[1, 1]' "
+                    ",\"machine.type=ipu workload.type=transformer 'workload.layers_per_stage=[1, 1]' "
                     "workload.n_layers=2\",stages,2,me\n", encoding="utf-8")
     (case,) = read_table(path)
-    assert "workload.layers_per_ipu=[1, 1]" in case.overrides
+    assert "workload.layers_per_stage=[1, 1]" in case.overrides
     path.write_bytes(b"scenario,overrides\n\xff\xfe\n")
     with pytest.raises(InputError, match="not UTF-8 text"):
         read_table(path)

@@ -166,7 +166,7 @@ def test_report_says_why_tensor_parallelism_leaves_the_ipus_stage_li(tmp_path, c
     def run(name, t):
         sc = scenario_from_dict({"machine": {"type": "ipu", "tiles": 16, "gemm_block": 16, "tile_sram_kib": 4096},
                                  "workload": {"type": "transformer", "hidden_size": 64, "n_layers": 2, "n_heads": 4,
-                                              "seq_len": 32, "batch": 4, "vocab_size": 0, "layers_per_ipu": [1, 1],
+                                              "seq_len": 32, "batch": 4, "vocab_size": 0, "layers_per_stage": [1, 1],
                                               "tensor_parallel": t}})
         return str(run_scenario(sc, tmp_path / name, progress=False).path)
 

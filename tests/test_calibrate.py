@@ -8,7 +8,7 @@ import pytest
 from meshsim.accuracy import read_table
 from meshsim.calibrate import check_keys, fit
 from meshsim.errors import InputError
-from meshsim.params import RDU_FITTED
+from meshsim.rdu.keys import RDU_FITTED
 from meshsim.scenario import scenario_from_dict
 
 RDU = ("machine.type=rdu workload.type=transformer workload.hidden_size=64 workload.n_layers=2 workload.n_heads=2 "

@@ -324,3 +324,10 @@ def test_a_broken_pipe_other_than_stdout_keeps_its_traceback(monkeypatch):
     monkeypatch.setattr(cli, "_cmd_roofline", broken)
     with pytest.raises(BrokenPipeError):
         cli.main(["roofline"])
+
+
+def test_a_keys_old_name_on_the_command_line_is_one_warning_line(work):
+    p = meshsim("validate", ROOT / "scenarios" / "ipu_gpt2_4stage.toml", "workload.gradient_accumulation=8", cwd=work)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ("meshsim: warning: override workload.gradient_accumulation=8: workload.gradient_accumulation "
+                        "is now workload.microbatches; the old name will go\n")

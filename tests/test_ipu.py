@@ -20,9 +20,9 @@ from kernels import ipu as K
 from kernels.reference.ipu_ref import simulate
 from meshsim.errors import InputError
 from meshsim.ipu.compiler import compile_scenario
+from meshsim.ipu.keys import PRESETS as IPU_PRESETS
 from meshsim.ipu.output import IpuResultWriter
 from meshsim.ipu.sim import IpuSim
-from meshsim.params import IPU_PRESETS
 from meshsim.run import RunInterrupted, run_scenario
 from meshsim.scenario import load_scenario, scenario_from_dict
 
@@ -70,8 +70,8 @@ def assert_matches_reference(sc):
 
 
 # the grouped schedule (GPipe); INTERLEAVED_CASES below run the default, interleaved one
-CASES = [dict(seq_len=s, layers_per_ipu=lpi, n_layers=sum(lpi) or 2, training=tr, recompute=rc, replicas=r,
-              gradient_accumulation=g, pipeline_schedule="grouped")
+CASES = [dict(seq_len=s, layers_per_stage=lpi, n_layers=sum(lpi) or 2, training=tr, recompute=rc, replicas=r,
+              microbatches=g, pipeline_schedule="grouped")
          for s, lpi, tr, rc, r, g in itertools.product((32, 40), ([], [0, 1, 1], [2, 1]), (False, True),
                                                        (False, True), (1, 2), (1, 2))
          if tr or not rc]
@@ -82,8 +82,8 @@ def test_kernel_matches_reference_superstep_by_superstep(w):
     assert_matches_reference(scenario(w))
 
 
-INTERLEAVED_CASES = [dict(pipeline_schedule="interleaved", layers_per_ipu=lpi, n_layers=sum(lpi) or 2, training=True,
-                         recompute=rc, replicas=r, gradient_accumulation=g, batch=4 * g)
+INTERLEAVED_CASES = [dict(pipeline_schedule="interleaved", layers_per_stage=lpi, n_layers=sum(lpi) or 2, training=True,
+                         recompute=rc, replicas=r, microbatches=g, batch=4 * g)
                      for lpi, rc, r, g in itertools.product(([], [0, 1, 1], [2, 1], [1, 1, 1, 1]), (False, True),
                                                             (1, 2), (1, 2, 5))]
 
@@ -96,7 +96,7 @@ def test_kernel_matches_reference_with_the_interleaved_schedule(w):
 
 
 def test_the_interleaved_schedule_keeps_the_micro_batches_in_flight_and_idles_less(tmp_path):
-    w = dict(layers_per_ipu=[1, 1, 1, 1], n_layers=4, training=True, gradient_accumulation=8, batch=8)
+    w = dict(layers_per_stage=[1, 1, 1, 1], n_layers=4, training=True, microbatches=8, batch=8)
     grouped = compile_scenario(scenario({**w, "pipeline_schedule": "grouped"}, machine=dict(code_kib_per_tile=1)))
     inter = compile_scenario(scenario({**w, "pipeline_schedule": "interleaved"}, machine=dict(code_kib_per_tile=1)))
     n, m = 4, 8
@@ -114,13 +114,13 @@ def test_the_interleaved_schedule_keeps_the_micro_batches_in_flight_and_idles_le
     s_group = run_scenario(scenario({**w, "pipeline_schedule": "grouped"}), tmp_path / "g.h5", progress=False).summary
     assert s_inter["pipeline_bubble_fraction"] == 12 / 56 and s_group["pipeline_bubble_fraction"] == 3 / 11
     # one stage: nothing to fill, the two schedules take the same time
-    one = dict(training=True, gradient_accumulation=4, batch=4)
+    one = dict(training=True, microbatches=4, batch=4)
     a, b = (run_kernel(scenario({**one, "pipeline_schedule": x}))[1] for x in ("grouped", "interleaved"))
     assert a.cycle == b.cycle
 
 
-TP_CASES = [dict(tensor_parallel=t, layers_per_ipu=lpi, n_layers=sum(lpi) or 2, training=tr, recompute=rc, replicas=r,
-                 batch=8, gradient_accumulation=g, pipeline_schedule=sch)
+TP_CASES = [dict(tensor_parallel=t, layers_per_stage=lpi, n_layers=sum(lpi) or 2, training=tr, recompute=rc, replicas=r,
+                 batch=8, microbatches=g, pipeline_schedule=sch)
             for (t, lpi, tr, rc, r, g), sch in zip(
                 [c for c in itertools.product((2, 4), ([], [0, 1, 1]), (False, True), (False, True), (1, 2), (1, 2))
                  if c[2] or not c[3]], itertools.cycle(("grouped", "interleaved")))]
@@ -153,12 +153,12 @@ def test_tensor_parallelism_splits_the_work_and_all_reduces_in_the_exchange():
     (dict(tiles=5000, gemm_block=8, worker_threads=3), dict(vocab_size=0, training=True, batch=2)),  # E < N
     (dict(tiles=7, gemm_block=24, worker_threads=1, exchange_bytes_per_cycle=3, macs_per_cycle=5,
           vector_flops_per_cycle=3), dict(precision="fp32", ffn_multiplier=3, seq_len=50, batch=2)),
-    (dict(tiles=16), dict(vocab_size=0, layers_per_ipu=[1, 1], training=True, recompute=True)),  # no embedding
+    (dict(tiles=16), dict(vocab_size=0, layers_per_stage=[1, 1], training=True, recompute=True)),  # no embedding
     # attention units several per tile and per thread: which thread a unit runs on matters
     (dict(tiles=16, gemm_block=8, worker_threads=2), dict(training=True)),
     (dict(tiles=16, gemm_block=8, worker_threads=4), dict(seq_len=36, batch=2)),
     (dict(tiles=16, streaming_memory_gbps=0.01, sync_cycles=0, exchange_latency_cycles=0),
-     dict(layers_per_ipu=[1, 1], training=True)),  # IPU 0 slowest through its token ids
+     dict(layers_per_stage=[1, 1], training=True)),  # IPU 0 slowest through its token ids
 ])
 def test_kernel_matches_reference_at_the_edges(machine, workload):
     assert_matches_reference(scenario(workload, machine))
@@ -183,8 +183,8 @@ def test_kernel_matches_reference_on_random_models(heads, head_dim, layers, seq,
     # grouped-query attention where the shape allows it (docs/ipu.md, "The transformer's operators")
     kv = heads // group if heads % group == 0 and head_dim % group == 0 else 0
     w = dict(hidden_size=heads * head_dim, n_heads=heads, n_layers=layers, seq_len=seq,
-             batch=sequences * micro * replicas, gradient_accumulation=micro, replicas=replicas, training=training,
-             recompute=recompute and training, layers_per_ipu=split if len(split) > 1 else [], vocab_size=vocab,
+             batch=sequences * micro * replicas, microbatches=micro, replicas=replicas, training=training,
+             recompute=recompute and training, layers_per_stage=split if len(split) > 1 else [], vocab_size=vocab,
              precision=precision,
              tensor_parallel=tp if heads % tp == 0 and (kv or heads) % tp == 0 and ffn_width % tp == 0 else 1,
              n_kv_heads=kv, mlp="gated" if gated else "gelu", bias=bias, ffn_width=ffn_width,
@@ -195,7 +195,7 @@ def test_kernel_matches_reference_on_random_models(heads, head_dim, layers, seq,
 
 
 def test_steps_are_identical_and_the_split_over_calls_does_not_matter():
-    sc = scenario(dict(layers_per_ipu=[0, 1, 1], training=True, gradient_accumulation=2, replicas=2), steps=3)
+    sc = scenario(dict(layers_per_stage=[0, 1, 1], training=True, microbatches=2, replicas=2), steps=3)
     _, sim1, ss1, pl1, lat1 = run_kernel(sc, per_call=1)
     _, sim3, ss3, pl3, lat3 = run_kernel(sc, per_call=3)
     assert np.array_equal(ss1, ss3) and np.array_equal(pl1, pl3) and np.array_equal(lat1, lat3)
@@ -210,7 +210,7 @@ def test_steps_are_identical_and_the_split_over_calls_does_not_matter():
 
 
 def test_results_are_bit_identical_across_threads_and_reruns(tmp_path):
-    sc = scenario(dict(layers_per_ipu=[0, 1, 1], training=True, recompute=True, gradient_accumulation=2), steps=3)
+    sc = scenario(dict(layers_per_stage=[0, 1, 1], training=True, recompute=True, microbatches=2), steps=3)
     a = run_scenario(sc, tmp_path / "a.h5", threads=1, progress=False).path
     b = run_scenario(sc, tmp_path / "b.h5", threads=2, progress=False).path
     c = run_scenario(sc, tmp_path / "c.h5", threads=2, progress=False, max_cycles_per_call=1).path
@@ -219,11 +219,11 @@ def test_results_are_bit_identical_across_threads_and_reruns(tmp_path):
 
 
 GPT2 = dict(hidden_size=768, n_layers=12, n_heads=12, seq_len=1024, batch=8, training=True, recompute=True,
-            gradient_accumulation=8)
+            microbatches=8)
 
 
 def gpt2(split, **kw):
-    w = dict(GPT2, layers_per_ipu=split)
+    w = dict(GPT2, layers_per_stage=split)
     w.update(kw)
     return scenario_from_dict({"machine": {"type": "ipu", "gemm_block": 32},
                                "workload": dict(type="transformer", **w)})
@@ -258,7 +258,7 @@ def test_the_busiest_stage_sets_throughput(tmp_path):
     assert sim.cycle == heavier["cycles"]
 
 
-def test_balancing_layers_per_ipu_raises_stage_li_and_throughput(tmp_path):
+def test_balancing_layers_per_stage_raises_stage_li_and_throughput(tmp_path):
     uneven = summary_of(gpt2([0, 3, 4, 5]), tmp_path, "uneven")
     alone = summary_of(gpt2([0, 4, 4, 4]), tmp_path, "alone")
     even = summary_of(gpt2([3, 3, 3, 3]), tmp_path, "even")
@@ -309,24 +309,24 @@ IPU = '[machine]\ntype = "ipu"\n[workload]\ntype = "transformer"\n'
 
 
 def test_bad_ipu_scenarios_name_the_key_the_value_and_what_is_allowed():
-    assert problems(IPU, "workload.layers_per_ipu=[0,4,4,5]") == [
-        "override workload.layers_per_ipu=[0,4,4,5]: workload.layers_per_ipu = [0, 4, 4, 5]: sums to 13 layers; "
+    assert problems(IPU, "workload.layers_per_stage=[0,4,4,5]") == [
+        "override workload.layers_per_stage=[0,4,4,5]: workload.layers_per_stage = [0, 4, 4, 5]: sums to 13 layers; "
         "must sum to workload.n_layers = 12 (default)"]
-    assert problems(IPU, "workload.layers_per_ipu=[4,0,8]") == [
-        "override workload.layers_per_ipu=[4,0,8]: workload.layers_per_ipu = [4, 0, 8]: entry 1 is 0: every IPU "
+    assert problems(IPU, "workload.layers_per_stage=[4,0,8]") == [
+        "override workload.layers_per_stage=[4,0,8]: workload.layers_per_stage = [4, 0, 8]: entry 1 is 0: every IPU "
         "after the first holds at least one layer (only IPU 0 may hold the embedding alone)"]
-    assert problems(IPU, "workload.layers_per_ipu=[4,-1]") == [
-        "override workload.layers_per_ipu=[4,-1]: workload.layers_per_ipu = [4, -1]: must be a list of integers "
+    assert problems(IPU, "workload.layers_per_stage=[4,-1]") == [
+        "override workload.layers_per_stage=[4,-1]: workload.layers_per_stage = [4, -1]: must be a list of integers "
         "in [0, 1024] (layers); item 1 is -1"]
-    assert problems(IPU, "workload.layers_per_ipu=4") == [
-        "override workload.layers_per_ipu=4: workload.layers_per_ipu = 4: must be a list of integers in "
+    assert problems(IPU, "workload.layers_per_stage=4") == [
+        "override workload.layers_per_stage=4: workload.layers_per_stage = 4: must be a list of integers in "
         "[0, 1024] (layers)"]
-    assert problems(IPU, "workload.layers_per_ipu=[0,12]", "workload.vocab_size=0") == [
-        "override workload.layers_per_ipu=[0,12]: workload.layers_per_ipu = [0, 12]: entry 0 is 0 but "
+    assert problems(IPU, "workload.layers_per_stage=[0,12]", "workload.vocab_size=0") == [
+        "override workload.layers_per_stage=[0,12]: workload.layers_per_stage = [0, 12]: entry 0 is 0 but "
         "workload.vocab_size = 0 leaves out the embedding: IPU 0 would hold nothing"]
-    assert problems(IPU, "workload.gradient_accumulation=3") == [
-        "override workload.gradient_accumulation=3: workload.batch = 8 (default): must be a multiple of "
-        "workload.replicas x workload.gradient_accumulation = 1 x 3 = 3 (each micro-batch holds whole sequences)"]
+    assert problems(IPU, "workload.microbatches=3") == [
+        "override workload.microbatches=3: workload.batch = 8 (default): must be a multiple of "
+        "workload.replicas x workload.microbatches = 1 x 3 = 3 (each micro-batch holds whole sequences)"]
     assert problems(IPU, "machine.preset=sn30") == [
         'override machine.preset=sn30: machine.preset = "sn30": is not a preset of the ipu; when machine.type is '
         '"ipu" it must be one of "gc200", "bow", "gc2"']
@@ -356,7 +356,7 @@ def test_a_tile_over_its_sram_is_an_error_naming_the_ipu_and_nothing_is_written(
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr
     assert "machine.tile_sram_kib = 624: IPU 1 (layers 0-3) does not fit: tile" in r.stderr
-    assert "of 638,976" in r.stderr and "workload.layers_per_ipu" in r.stderr
+    assert "of 638,976" in r.stderr and "workload.layers_per_stage" in r.stderr
     assert "IPU 0" not in r.stderr  # the embedding alone fits
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(InputError, match="IPU 0"):
@@ -368,9 +368,9 @@ def test_a_tile_over_its_sram_is_an_error_naming_the_ipu_and_nothing_is_written(
 
 def test_memory_per_tile_follows_the_rules_for_inference_training_and_recomputation():
     inf = compile_scenario(scenario(dict(training=False), machine=dict(code_kib_per_tile=1)))
-    tr = compile_scenario(scenario(dict(training=True, gradient_accumulation=2, batch=4),
+    tr = compile_scenario(scenario(dict(training=True, microbatches=2, batch=4),
                                    machine=dict(code_kib_per_tile=1)))
-    rc = compile_scenario(scenario(dict(training=True, recompute=True, gradient_accumulation=2, batch=4),
+    rc = compile_scenario(scenario(dict(training=True, recompute=True, microbatches=2, batch=4),
                                    machine=dict(code_kib_per_tile=1)))
     # training keeps every micro-batch's activations and the gradients; recomputation keeps fewer
     assert (tr.memory_parts["weights"] == 2 * inf.memory_parts["weights"]).all()
@@ -413,15 +413,15 @@ def test_programs_and_runs_too_large_to_hold_are_refused_before_anything_runs(mo
 
     with pytest.raises(InputError, match=r"machine.tiles = 1,000,000: .* busy counts; at most 50,000,000"):
         compile_scenario(scenario(dict(n_layers=12, training=True), dict(tiles=1_000_000)))
-    with pytest.raises(InputError, match=r"workload.gradient_accumulation = 1,000,000: .* supersteps per step"):
-        compile_scenario(scenario(dict(batch=1_000_000, gradient_accumulation=1_000_000, seq_len=1)))
+    with pytest.raises(InputError, match=r"workload.microbatches = 1,000,000: .* supersteps per step"):
+        compile_scenario(scenario(dict(batch=1_000_000, microbatches=1_000_000, seq_len=1)))
     with pytest.raises(InputError, match=r"gemm_block = 1: an IPU.s operators cut into 170,482,688 work"):
         compile_scenario(load_scenario(ROOT / "scenarios/ipu_gpt2_even.toml",
-                                       ["machine.gemm_block=1", "workload.gradient_accumulation=1"]))
+                                       ["machine.gemm_block=1", "workload.microbatches=1"]))
     with pytest.raises(InputError, match=r"<scenario>: run.steps = 1,000,000: 92,000,000 supersteps .* 543,478 steps"):
-        compile_scenario(scenario(dict(training=True, gradient_accumulation=2), steps=1_000_000))
+        compile_scenario(scenario(dict(training=True, microbatches=2), steps=1_000_000))
     # the cycles a run could last, and the template count, exactly at their limits
-    w = dict(training=True, recompute=True, layers_per_ipu=[1, 1], replicas=2, batch=4, gradient_accumulation=2)
+    w = dict(training=True, recompute=True, layers_per_stage=[1, 1], replicas=2, batch=4, microbatches=2)
     sc = scenario(w, steps=3)
     p = compile_scenario(sc)
     per = p.t_comp + p.t_sync + p.t_exch
@@ -446,14 +446,14 @@ def test_programs_and_runs_too_large_to_hold_are_refused_before_anything_runs(mo
 
 def test_a_run_past_64_bit_flops_keeps_them_as_a_float(tmp_path):
     s = run_scenario(load_scenario(ROOT / "scenarios/ipu_gpt2_even.toml",
-                                   ["workload.batch=8192", "workload.gradient_accumulation=1", "run.steps=4000",
+                                   ["workload.batch=8192", "workload.microbatches=1", "run.steps=4000",
                                     "machine.tile_sram_kib=1048576", "machine.gemm_block=1024"]),
                      tmp_path / "r.h5", progress=False).summary
     assert isinstance(s["flops"], float) and s["flops"] > 2**63
 
 
 def test_an_interrupted_run_leaves_a_readable_incomplete_file(tmp_path):
-    sc = scenario(dict(training=True, layers_per_ipu=[1, 1]), steps=5)
+    sc = scenario(dict(training=True, layers_per_stage=[1, 1]), steps=5)
     calls = []
 
     def stop():
@@ -485,7 +485,7 @@ def _report_and_plot(path, tmp_path):
 @pytest.mark.parametrize("cut_at", ["pl:step", "pl:slowest_stage", "lat"])
 def test_ctrl_c_in_the_first_kernel_call_or_while_writing_loses_nothing(tmp_path, monkeypatch, cut_at):
 
-    sc = scenario(dict(training=True, layers_per_ipu=[1, 1]), steps=4)
+    sc = scenario(dict(training=True, layers_per_stage=[1, 1]), steps=4)
     full = run_scenario(sc, tmp_path / "full.h5", progress=False).path
 
     def interrupted(*a, **k):
@@ -538,7 +538,7 @@ def test_ctrl_c_in_the_first_kernel_call_or_while_writing_loses_nothing(tmp_path
 def test_result_file_layout_and_report_recompute_the_run(tmp_path):
     from meshsim.analysis import analyse, format_comparison
 
-    sc = scenario(dict(training=True, layers_per_ipu=[0, 1, 1], replicas=2, gradient_accumulation=2), steps=2)
+    sc = scenario(dict(training=True, layers_per_stage=[0, 1, 1], replicas=2, microbatches=2), steps=2)
     res = run_scenario(sc, tmp_path / "r.h5", progress=False)
     s = res.summary
     with h5py.File(res.path) as f:
@@ -569,7 +569,7 @@ def test_report_compares_the_three_machines_side_by_side(tmp_path):
     rdu = scenario_from_dict({"machine": {"type": "rdu", "pcus": 64, "pmus": 64},
                               "workload": dict(type="transformer", tile_tokens=32, **model)})
     ipu = scenario_from_dict({"machine": {"type": "ipu", "tiles": 64},
-                              "workload": dict(type="transformer", layers_per_ipu=[1, 1], **model)})
+                              "workload": dict(type="transformer", layers_per_stage=[1, 1], **model)})
     paths = [run_scenario(sc, tmp_path / f"{name}.h5", progress=False).path
              for name, sc in (("mesh", mesh), ("rdu", rdu), ("ipu", ipu))]
     r = subprocess.run([sys.executable, "-m", "meshsim", "report", *map(str, paths)], capture_output=True, text=True)
@@ -603,7 +603,7 @@ def test_the_24_layer_model_over_8_ipus_runs_100_steps(tmp_path):
 def test_plot_draws_every_kind_an_ipu_file_has(tmp_path):
     from meshsim.plots import applicable, plot
 
-    sc = scenario(dict(training=True, layers_per_ipu=[0, 1, 1], gradient_accumulation=2))
+    sc = scenario(dict(training=True, layers_per_stage=[0, 1, 1], microbatches=2))
     path = run_scenario(sc, tmp_path / "r.h5", progress=False).path
     assert applicable(path) == ["timeline", "latency", "busy", "roofline"]
     written = plot(path, tmp_path / "plots")
@@ -626,7 +626,7 @@ def test_the_roofline_places_the_compiled_supersteps_on_the_exchange():
     from meshsim.ipu.compiler import compile_program, roofline_rows, spec_of
     from meshsim.roofline import platform_of
 
-    sc = scenario(dict(training=True, layers_per_ipu=[1, 1]))
+    sc = scenario(dict(training=True, layers_per_stage=[1, 1]))
     plat = platform_of(sc.values)
     m = sc.values["machine"]
     assert plat.bandwidth == pytest.approx(m["tiles"] * m["exchange_bytes_per_cycle"] * m["clock_ghz"] * 1e9)
@@ -648,7 +648,7 @@ def test_the_roofline_places_the_compiled_supersteps_on_the_exchange():
     assert {r["bound"] for r in big if r["kind"] in ("elementwise", "norm")} == {"exchange"}
 
 
-UPDATE_CASES = [dict(training=True, optimizer=o, master_weights=mw, layers_per_ipu=lpi, n_layers=sum(lpi) or 2,
+UPDATE_CASES = [dict(training=True, optimizer=o, master_weights=mw, layers_per_stage=lpi, n_layers=sum(lpi) or 2,
                      replicas=r, batch=4, tensor_parallel=t)
                 for o, mw, lpi, r, t in itertools.product(("sgd", "adam"), ("same", "fp32"), ([], [0, 1, 1]), (1, 2),
                                                           (1, 2))]
@@ -684,7 +684,7 @@ def test_a_streaming_memory_fast_enough_leaves_the_update_to_the_tiles_vector_wo
 @pytest.mark.parametrize("per_node", [16, 6, 3, 2])
 def test_kernel_matches_reference_when_groups_cross_nodes(per_node):
     """docs/ipu.md, "Topology": 12 IPUs (3 stages x T2 x 2 replicas) in nodes of 16, 6, 3 and 2."""
-    assert_matches_reference(scenario(dict(n_layers=3, layers_per_ipu=[1, 1, 1], tensor_parallel=2, replicas=2,
+    assert_matches_reference(scenario(dict(n_layers=3, layers_per_stage=[1, 1, 1], tensor_parallel=2, replicas=2,
                                            training=True), dict(ipus_per_node=per_node, node_link_gbps=25.0),
                                     steps=1))
 
@@ -698,11 +698,11 @@ def test_kernel_matches_reference_when_groups_cross_nodes(per_node):
     (3, [5_043, 20_545, 5_043], 20_545, 23_354),
 ])
 def test_a_movement_across_nodes_takes_the_slower_link_by_hand(per_node, tensor, transfer, end):
-    sc = scenario(dict(n_layers=3, layers_per_ipu=[1, 1, 1], tensor_parallel=2, replicas=2, training=True),
+    sc = scenario(dict(n_layers=3, layers_per_stage=[1, 1, 1], tensor_parallel=2, replicas=2, training=True),
                   dict(ipus_per_node=per_node, node_link_gbps=25.0), steps=1)
     prog, sim, ss, pl, lat = run_kernel(sc)
     base = {t.stage: t.exchange for t in compile_scenario(scenario(
-        dict(n_layers=3, layers_per_ipu=[1, 1, 1], tensor_parallel=1, replicas=2, training=True))).templates
+        dict(n_layers=3, layers_per_stage=[1, 1, 1], tensor_parallel=1, replicas=2, training=True))).templates
         if t.name.endswith("out_proj")}
     got = {t.stage: t.exchange for t in prog.templates if t.name.endswith("out_proj")}
     assert [got[s] - base[s] for s in range(3)] == tensor  # the all-reduce in each stage's exchange
@@ -713,7 +713,7 @@ def test_a_movement_across_nodes_takes_the_slower_link_by_hand(per_node, tensor,
 def test_more_than_4096_ipus_are_refused_with_or_without_a_stage_split():
     for split in ([], [4, 4]):
         with pytest.raises(InputError, match="asks for .* IPUs; at most 4096"):
-            scenario(dict(n_heads=64, hidden_size=64 * 4, n_layers=8, layers_per_ipu=split, tensor_parallel=64,
+            scenario(dict(n_heads=64, hidden_size=64 * 4, n_layers=8, layers_per_stage=split, tensor_parallel=64,
                           replicas=128, batch=128))
 
 

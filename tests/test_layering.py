@@ -157,7 +157,8 @@ def test_no_private_name_is_imported_across_modules():
 
 
 def test_the_private_name_check_sees_an_import_and_an_attribute():
-    src = "import numpy as np\nfrom . import state\nfrom .run import _save, load\nx = state._layout + np._x\ny = st._fields\n"
+    src = ("import numpy as np\nfrom . import state\nfrom .run import _save, load\nx = state._layout + np._x\n"
+           "y = st._fields\n")
     assert private_uses(src, "m.py") == ["m.py:3 from .run import _save", "m.py:4 state._layout", "m.py:4 np._x"]
 
 

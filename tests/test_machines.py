@@ -1,6 +1,7 @@
-"""A machine is a unit (docs/design.md, "Machines"): a fourth machine, defined here and registered in
-one line, runs through `meshsim run`, `meshsim report` and a sweep without any other change; and the
-registry names the machines, suggests the closest name and finds the built-in ones."""
+"""A machine is a unit (docs/design.md, "Machines"): a fourth machine, defined here with a key, two
+presets, a cross-key rule and an old key name of its own and registered in one line, runs through
+`meshsim run`, `meshsim report` and a sweep without any other change; and the registry names the
+machines, suggests the closest name and finds the built-in ones."""
 
 import json
 import subprocess
@@ -16,6 +17,7 @@ from meshsim.cli import main
 from meshsim.errors import InputError
 from meshsim.machine import Machine, Run, register
 from meshsim.output import ResultFile, describe, open_result_file
+from meshsim.params import PARAMS, Param, compose, param
 from meshsim.report import read_summary
 from meshsim.run import run_scenario
 from meshsim.scenario import scenario_from_dict
@@ -42,11 +44,12 @@ class ToyWriter(ResultFile):
 class ToyRun(Run):
     """Unit i works every (i + 1)-th cycle: an imbalance whose LI is known in closed form."""
 
-    def __init__(self, cycles, per_call):
+    def __init__(self, cycles, units, per_call):
         self.total = cycles
+        self.units = units
         self.per_call = per_call or PER_CALL
         self.t = 0
-        self.busy = np.zeros(UNITS, np.int64)
+        self.busy = np.zeros(units, np.int64)
         self.last = np.zeros(0, np.int64)
 
     finished = property(lambda self: self.t >= self.total)
@@ -55,7 +58,7 @@ class ToyRun(Run):
 
     def advance(self):
         t = np.arange(self.t, min(self.total, self.t + self.per_call))
-        on = (t[:, None] % (np.arange(UNITS) + 1)) == 0
+        on = (t[:, None] % (np.arange(self.units) + 1)) == 0
         self.busy += on.sum(axis=0)
         self.last = on.sum(axis=1).astype(np.int64)
         self.t += len(t)
@@ -68,7 +71,7 @@ class ToyRun(Run):
         return True
 
     def summarise(self, timing):
-        s = dict(cycles=self.t, n_units=UNITS, **metrics.balance_figures(self.busy, self.t))
+        s = dict(cycles=self.t, n_units=self.units, **metrics.balance_figures(self.busy, self.t))
         s.update({f"latency_{k}_cycles": 0.0 for k in ("mean", "p50", "p90", "p99", "max")}, latency_var_cycles2=0.0,
                  injected=0, refused=0, completed=0, in_system_at_end=0, migrated=0, wall_seconds=timing.wall,
                  pe_cycles_per_second=float("nan"), threads=timing.threads)
@@ -81,12 +84,22 @@ class ToyRun(Run):
 class Toy(Machine):
     name = "toy"
     unit_label = "units"
+    # its own key and presets: one package's rows, composed into the table by registering it
+    params = (Param("machine", "toy_units", "int", "units", UNITS, "Units of the toy machine.", (1, 64),
+                    ("machine.type", ("toy",))),)
+    presets = {"six": {"toy_units": 6}, "three": {"toy_units": 3}}
+    default_preset = "six"
+    aliases = {"machine.toy_count": "machine.toy_units"}
 
     def compile_scenario(self, scenario):
-        return scenario.get("run", "cycles")
+        return scenario.get("run", "cycles"), scenario.get("machine", "toy_units")
+
+    def check_scenario(self, ok, get, add, shown, path=None):
+        if ok("machine.toy_units", "run.seed") and get("machine.toy_units") == 13 and get("run.seed") == 13:
+            add("machine.toy_units", ["run.seed"], "is unlucky with run.seed = 13")
 
     def start(self, scenario, inputs, per_call=None):
-        return ToyRun(inputs, per_call)
+        return ToyRun(*inputs, per_call)
 
     def open_writer(self, path, scenario, run, threads):
         return ToyWriter(path, scenario, threads)
@@ -113,6 +126,42 @@ def test_the_toy_runs_and_its_figures_are_right(tmp_path):
         assert f.attrs["machine"] == "toy" and f.attrs["complete"]
         assert f["series/busy"].shape == (1000,)
         assert f["units/busy_cycles"][()].tolist() == busy.tolist()
+
+
+def test_the_toys_own_key_its_presets_its_rule_and_its_old_name_come_with_its_package(tmp_path):
+    # its key is in the table while it is registered, for it alone
+    assert param("machine", "toy_units").default == UNITS
+    assert "toy" in param("machine", "preset").applies_when[1] and "three" in param("machine", "preset").choices
+    with pytest.raises(InputError, match='machine.toy_units = 4: applies only when machine.type is "toy"'):
+        scenario_from_dict({"machine": {"type": "mesh", "toy_units": 4}})
+    # the default preset fills it; another preset, then the scenario's own value, win
+    assert scenario_from_dict({"machine": {"type": "toy"}}).get("machine", "toy_units") == 6
+    three = scenario_from_dict({"machine": {"type": "toy", "preset": "three"}})
+    assert three.get("machine", "toy_units") == 3
+    assert scenario_from_dict({"machine": {"type": "toy", "preset": "three", "toy_units": 5}}).get(
+        "machine", "toy_units") == 5
+    with pytest.raises(InputError, match="machine.preset = \"sn30\": is not a preset of the toy"):
+        scenario_from_dict({"machine": {"type": "toy", "preset": "sn30"}})
+    # its cross-key rule
+    with pytest.raises(InputError, match="machine.toy_units = 13: is unlucky with run.seed = 13"):
+        scenario_from_dict({"machine": {"type": "toy", "toy_units": 13}, "run": {"seed": 13}})
+    # its old name, with a warning
+    with pytest.warns(FutureWarning, match="machine.toy_count is now machine.toy_units"):
+        assert scenario_from_dict({"machine": {"type": "toy", "toy_count": 2}}).get("machine", "toy_units") == 2
+    # and a run on the preset's units
+    res = run_scenario(three, tmp_path / "three.h5", progress=False)
+    busy = np.array([len(range(0, 1000, i + 1)) for i in range(3)])
+    assert res.summary["n_units"] == 3 and res.summary["li"] == pytest.approx(busy.mean() / busy.max())
+
+
+def test_a_machine_may_not_declare_a_key_another_has():
+    class Clash(Toy):
+        name = "clash"
+        params = (Param("machine", "rows", "int", "PEs", 1, "Rows again.", (1, 2), ("machine.type", ("clash",))),)
+
+    with pytest.raises(ValueError, match="machine 'clash': machine.rows is already a key of machine 'mesh'"):
+        compose([machines.get("mesh"), Clash()])
+    assert "toy_units" in {p.name for p in PARAMS}
 
 
 def test_the_toy_runs_and_reports_through_the_command_line(tmp_path, capsys):
@@ -198,7 +247,8 @@ def test_an_installed_package_declares_its_machine_by_entry_point(monkeypatch):
         name = "plugged"
 
         def load(self):
-            register(type("Plugged", (Toy,), {"name": "plugged"})())
+            # (without the toy's own keys: two machines may not declare one key)
+            register(type("Plugged", (Toy,), {"name": "plugged", "params": (), "presets": {}, "aliases": {}})())
 
     monkeypatch.setattr(machines, "_plugins", lambda: (Entry(),))
     try:

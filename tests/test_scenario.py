@@ -244,7 +244,7 @@ def test_a_key_in_the_wrong_section_suggests_the_right_section():
 def test_an_unknown_key_with_no_close_match_lists_the_keys_of_its_section():
     assert only_problem("[run]\nxyzzy = 1\n") == (
         "s.toml: run.xyzzy: unknown key; the keys of [run] are "
-        "name, cycles, steps, seed, threads, window_cycles"
+        "name, seed, threads, cycles, window_cycles, steps"
     )
 
 
@@ -640,3 +640,24 @@ def test_work_cycles_is_rejected_where_the_work_distribution_ignores_it():
     problem = only_problem('[workload]\nwork_distribution = "uniform"\nwork_cycles = 5\n')
     assert problem == ('s.toml: workload.work_cycles = 5: applies only when workload.work_distribution is '
                        '"fixed" or "geometric" (it is "uniform")')
+
+
+IPU = '[machine]\ntype = "ipu"\n[workload]\ntype = "transformer"\nn_layers = 4\n'
+
+
+def load_scenario_text(text, overrides=()):
+    return load_scenario("s.toml", overrides, text=text)
+
+
+def test_a_keys_old_name_is_read_as_its_new_one_with_a_warning_and_both_are_refused():
+    with pytest.warns(FutureWarning, match="s.toml: workload.gradient_accumulation is now workload.microbatches"):
+        sc = load_scenario_text(IPU + "gradient_accumulation = 8\n")
+    assert sc.get("workload", "microbatches") == 8 and "gradient_accumulation" not in sc.values["workload"]
+    with pytest.warns(FutureWarning, match="override workload.layers_per_ipu=.*is now workload.layers_per_stage"):
+        sc = load_scenario_text(IPU, ["workload.layers_per_ipu=[0, 2, 2]"])
+    assert sc.get("workload", "layers_per_stage") == [0, 2, 2]
+    for text in (IPU + "microbatches = 2\ngradient_accumulation = 8\n",
+                 IPU + "gradient_accumulation = 8\nmicrobatches = 2\n"):
+        with pytest.warns(FutureWarning):
+            assert only_problem(text) == ("s.toml: workload.gradient_accumulation: is the old name of "
+                                          "workload.microbatches, and the file sets both; keep workload.microbatches")

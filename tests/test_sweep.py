@@ -754,7 +754,7 @@ def test_an_unencrypted_scheduler_on_another_machine_is_refused_unless_insecure(
     ("noc_load", 30, ["workload.injection_rate"]),
     ("migration_threshold", 8, ["migration.threshold", "machine.hop_latency_cycles"]),
     ("rdu_hidden_fusion", 12, ["workload.hidden_size", "workload.fusion"]),
-    ("ipu_stage_split", 12, ["workload.layers_per_ipu", "machine.exchange_bytes_per_cycle"]),
+    ("ipu_stage_split", 12, ["workload.layers_per_stage", "machine.exchange_bytes_per_cycle"]),
 ])
 def test_the_shipped_sweep_files_are_valid(tmp_path, name, n_points, keys):
     sw = load_sweep(ROOT / "scenarios" / "sweeps" / f"{name}.toml", output=tmp_path)
@@ -782,7 +782,7 @@ def test_the_ipu_sweep_shows_the_busiest_stage_and_the_exchange_setting_the_pace
     sw = load_sweep(ROOT / "scenarios" / "sweeps" / "ipu_stage_split.toml", output=tmp_path)
     res = run_sweep(sw)
     assert res.failed == 0
-    rows = {(r["workload.layers_per_ipu"], int(r["machine.exchange_bytes_per_cycle"])): r
+    rows = {(r["workload.layers_per_stage"], int(r["machine.exchange_bytes_per_cycle"])): r
             for r in read_csv(sw.summary_csv)}
     for x in (2, 4, 8):
         sps = {split: float(rows[split, x]["samples_per_second"]) for split, y in rows if y == x}

@@ -254,3 +254,19 @@ def test_the_spec_expander_needs_no_dask_no_h5py_and_none_of_the_running_parts()
         if isinstance(node, ast.ImportFrom) and node.level == 1:
             siblings.update([node.module] if node.module else [a.name for a in node.names])
     assert siblings.isdisjoint({"execute", "cluster", "table"})
+
+
+IPU_BASE = '[machine]\ntype = "ipu"\n[workload]\ntype = "transformer"\nhidden_size = 64\nn_layers = 2\n' \
+           'n_heads = 2\nseq_len = 16\nbatch = 8\nvocab_size = 0\n'
+
+
+def test_a_keys_old_name_in_a_sweep_is_its_new_one_with_a_warning(tmp_path):
+    with pytest.warns(FutureWarning, match=r"\[grid\] workload.gradient_accumulation is now workload.microbatches"):
+        sw = load_sweep(write(tmp_path, HEAD + '[grid]\n"workload.gradient_accumulation" = [2, 4]\n', base=IPU_BASE))
+    assert [p["workload.microbatches"] for p in params(sw)] == [2, 4]
+    text = HEAD + '[grid]\n"workload.layers_per_ipu" = [[1, 1]]\n"workload.layers_per_stage" = [[2, 0]]\n'
+    with pytest.warns(FutureWarning), pytest.raises(InputError) as e:
+        load_sweep(write(tmp_path, text, base=IPU_BASE))
+    found = e.value.problems
+    assert any("workload.layers_per_ipu: is the old name of workload.layers_per_stage, and the table sets both" in p
+               for p in found), found

@@ -40,7 +40,7 @@ BAD = [
     ["validate", "scenarios/smoke.toml", "workload.type=transformer"],
     ["validate", "scenarios/rdu_gpt2_o1.toml", "workload.fusion=o2"],
     ["validate", "scenarios/rdu_gpt2_o1.toml", "workload.microbatches=0"],
-    ["validate", "scenarios/ipu_gpt2_4stage.toml", "workload.layers_per_ipu=[1,1,1]"],
+    ["validate", "scenarios/ipu_gpt2_4stage.toml", "workload.layers_per_stage=[1,1,1]"],
     ["validate", "scenarios/ipu_gpt2_4stage.toml", "machine.preset=sn30"],
     ["validate", "no/such/file.toml"],
     ["run", "scenarios/smoke.toml", "-o", ""],

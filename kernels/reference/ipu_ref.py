@@ -289,12 +289,12 @@ def simulate(values: dict) -> dict:
     # Choice 10: recomputation is "training only"; without training it is ignored.
     recompute = bool(wl["recompute"]) and training
     r_replicas = int(wl["replicas"])
-    m = int(wl["gradient_accumulation"])
+    m = int(wl["microbatches"])
     vocab = int(wl["vocab_size"])
-    layers_per_ipu = list(wl["layers_per_ipu"])
-    if len(layers_per_ipu) == 0:
-        layers_per_ipu = [n_layers]
-    n = len(layers_per_ipu)
+    layers_per_stage = list(wl["layers_per_stage"])
+    if len(layers_per_stage) == 0:
+        layers_per_stage = [n_layers]
+    n = len(layers_per_stage)
     # Choice 13: the tensor-parallel degree t, 1 when the key is missing.
     tp = wl.get("tensor_parallel")
     tp = 1 if tp is None else int(tp)
@@ -367,8 +367,8 @@ def simulate(values: dict) -> dict:
     stage_layers = []
     first = 0
     for s in range(n):
-        stage_layers.append(list(range(first, first + int(layers_per_ipu[s]))))
-        first += int(layers_per_ipu[s])
+        stage_layers.append(list(range(first, first + int(layers_per_stage[s]))))
+        first += int(layers_per_stage[s])
     has_embedding = vocab > 0
 
     # ---- Forward operators of each stage, with their units, dealt to tiles.

@@ -89,7 +89,7 @@ def findings(a: dict, add) -> None:
         low = min(st, key=lambda r: r["stage_cycles"])
         add(f"pipeline stages are uneven (stage LI {w['stage_li']:.3g}): {top['name']} takes "
             f"{top['stage_cycles']:,} cycles per micro-batch, {low['name']} {low['stage_cycles']:,}; move layers "
-            "from the busiest (workload.layers_per_ipu)", f"stage LI = {w['stage_li']:.4g}")
+            "from the busiest (workload.layers_per_stage)", f"stage LI = {w['stage_li']:.4g}")
     sup = [r for r in a.get("supersteps", []) if not math.isnan(r["li"])]
     below = [r for r in sup if r["li"] < 0.5]
     if below:

@@ -19,8 +19,8 @@ def check_scenario(ok, get, add, shown) -> None:
 def _check_transformer(ok, get, add, shown) -> None:
     """Problems of an ipu scenario that involve several keys (docs/ipu.md, "Mapping"), each reported
     through `add`. Whether every tile's memory suffices is the compiler's check (meshsim.ipu)."""
-    hs, nh, layers, lpi = "workload.hidden_size", "workload.n_heads", "workload.n_layers", "workload.layers_per_ipu"
-    batch, reps, ga = "workload.batch", "workload.replicas", "workload.gradient_accumulation"
+    hs, nh, layers, lpi = "workload.hidden_size", "workload.n_heads", "workload.n_layers", "workload.layers_per_stage"
+    batch, reps, ga = "workload.batch", "workload.replicas", "workload.microbatches"
     tr, rc = "workload.training", "workload.recompute"
     if ok(hs, nh) and get(hs) % get(nh) != 0:
         add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}")
@@ -66,7 +66,7 @@ def _check_transformer(ok, get, add, shown) -> None:
 #: What each lever of an ipu scenario moves, and why it leaves the rest (docs/ipu.md, "Which lever
 #: moves which figure"): key -> (the figures it moves, why it leaves the others where they are).
 LEVERS = {
-    "workload.layers_per_ipu": (("stage_li", "samples_per_second"), "it moves blocks between stages"),
+    "workload.layers_per_stage": (("stage_li", "samples_per_second"), "it moves blocks between stages"),
     "workload.hidden_size": (("samples_per_second", "li", "memory_max_bytes"),
                              "every stage's operators widen alike"),
     "workload.n_layers": (("samples_per_second", "stage_li"),
@@ -78,7 +78,7 @@ LEVERS = {
                               "it decides which all-reduces and transfers take the slower links between nodes"),
     "workload.batch": (("samples_per_second", "pipeline_bubble_fraction"),
                        "every stage's time per micro-batch grows alike"),
-    "workload.gradient_accumulation": (("pipeline_bubble_fraction", "samples_per_second"),
+    "workload.microbatches": (("pipeline_bubble_fraction", "samples_per_second"),
                                        "more micro-batches fill the pipeline; each stage's time per micro-batch "
                                        "shrinks alike"),
     "workload.replicas": (("samples_per_second",), "replicas run the same stages side by side"),

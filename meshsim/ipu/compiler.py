@@ -58,7 +58,7 @@ class IpuSpec:
     fp32_rate: float
     model: Model  # batch = the whole step's sequences over every replica
     micro: Model  # batch = one micro-batch's sequences
-    layers_per_ipu: tuple[int, ...]
+    layers_per_stage: tuple[int, ...]
     replicas: int
     microbatches: int
     vocab_size: int
@@ -114,7 +114,7 @@ class IpuSpec:
 
     @property
     def stages(self) -> int:
-        return len(self.layers_per_ipu)
+        return len(self.layers_per_stage)
 
     @property
     def rate(self):
@@ -130,13 +130,13 @@ class IpuSpec:
 def spec_of(values: dict) -> IpuSpec:
     m, w = values["machine"], values["workload"]
     model = model_from_workload(w)
-    mb = w["gradient_accumulation"]
+    mb = w["microbatches"]
     micro = model_from_workload(w, batch=w["batch"] // (w["replicas"] * mb))
-    split = tuple(w["layers_per_ipu"]) or (w["n_layers"],)
+    split = tuple(w["layers_per_stage"]) or (w["n_layers"],)
     keys = ("tiles", "tile_sram_kib", "clock_ghz", "macs_per_cycle", "worker_threads", "exchange_bytes_per_cycle",
             "ipu_link_gbps", "streaming_memory_gbps", "sync_cycles", "ipu_sync_cycles", "exchange_latency_cycles",
             "vector_flops_per_cycle", "gemm_block", "code_kib_per_tile", "preset", "fp32_rate")
-    return IpuSpec(**{k: m[k] for k in keys}, model=model, micro=micro, layers_per_ipu=split,
+    return IpuSpec(**{k: m[k] for k in keys}, model=model, micro=micro, layers_per_stage=split,
                    replicas=w["replicas"], microbatches=mb, vocab_size=w["vocab_size"], training=w["training"],
                    recompute=w["recompute"] and w["training"], steps=values["run"]["steps"],
                    tensor_parallel=w.get("tensor_parallel", 1), optimizer=w.get("optimizer", "none"),
@@ -283,7 +283,7 @@ def _stage_ops(spec: IpuSpec) -> list[list[tuple[Operator, str]]]:
     # each stage's t IPUs hold the split operators (docs/ipu.md, "Tensor parallelism")
     ops = [tensor_split(op, spec.tensor_parallel) for op in operators(spec.micro, training=False)]
     out, first = [], 0
-    for s, count in enumerate(spec.layers_per_ipu):
+    for s, count in enumerate(spec.layers_per_stage):
         layers = range(first, first + count)
         items = [(op, op.kind) for op in ops if op.layer in layers]
         if s == 0 and spec.vocab_size > 0:
@@ -332,7 +332,7 @@ def _check_size(spec: IpuSpec, stage_ops) -> None:
                         f"most {MAX_UNITS_PER_STAGE:,} (larger blocks, fewer sequences per micro-batch, or more IPUs)")
     rows = spec.microbatches * templates
     if rows > MAX_ROWS_PER_STEP:
-        problems.append(f"workload.gradient_accumulation = {spec.microbatches:,}: {rows:,} supersteps per step "
+        problems.append(f"workload.microbatches = {spec.microbatches:,}: {rows:,} supersteps per step "
                         f"({spec.microbatches:,} micro-batches x {templates:,} templates); at most "
                         f"{MAX_ROWS_PER_STEP:,}")
     elif rows * spec.steps > MAX_RUN_SUPERSTEPS:
@@ -362,8 +362,8 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
         # a ring all-reduce of one operator's T H e output over the stage's t IPUs (docs/ipu.md)
         gbps, sync = spec.tensor_link(s)
         tp_allreduce = sync + bytes_cycles(_ceil_div(2 * (tp - 1) * th * e, tp), gbps, spec.clock_ghz) if tp > 1 else 0
-        stage_layers.append(list(range(first_layer, first_layer + spec.layers_per_ipu[s])))
-        first_layer += spec.layers_per_ipu[s]
+        stage_layers.append(list(range(first_layer, first_layer + spec.layers_per_stage[s])))
+        first_layer += spec.layers_per_stage[s]
         units, offset = [], 0
         for op, kind in items:
             cost, back, out_b, in_b = _units(op, kind, spec)
@@ -508,7 +508,7 @@ def _check_cycles(prog: IpuProgram) -> None:
 def _too_big(spec, s, nbytes, layers) -> None:
     raise InputError(f"machine.tile_sram_kib = {spec.tile_sram_kib}: IPU {s} ({_layers_text(layers)}) does not fit: "
                      f"its tiles would keep {nbytes:,} bytes of activations; fewer or smaller micro-batches "
-                     "(workload.gradient_accumulation, workload.batch), or workload.recompute")
+                     "(workload.microbatches, workload.batch), or workload.recompute")
 
 
 def _layers_text(layers: list[int]) -> str:
@@ -529,8 +529,8 @@ def _check_memory(spec, mem, weights, acts, code, stage_layers) -> None:
                 f"machine.tile_sram_kib = {spec.tile_sram_kib}: IPU {s} ({held}) does not fit: tile {t} needs "
                 f"{int(mem[s, t]):,} bytes ({code:,} code, {int(weights[s, t]):,} weights"
                 f"{' and their gradients' if spec.training else ''}, {int(acts[s, t]):,} activations) of "
-                f"{cap:,}; spread the layers over more IPUs (workload.layers_per_ipu), "
-                + ("use more micro-batches of fewer sequences (workload.gradient_accumulation), "
+                f"{cap:,}; spread the layers over more IPUs (workload.layers_per_stage), "
+                + ("use more micro-batches of fewer sequences (workload.microbatches), "
                    if spec.micro.batch > 1 else "")
                 + ("smaller GEMM blocks (machine.gemm_block)" if spec.gemm_block > 1
                    else "give each IPU more tiles (machine.tiles)")

@@ -6,7 +6,7 @@ Its parts are imported when first used: reading a scenario asks for the machine'
 from __future__ import annotations
 
 from ..machine import Machine, register
-from . import checks
+from . import checks, keys
 
 
 class IpuMachine(Machine):
@@ -17,6 +17,10 @@ class IpuMachine(Machine):
     series_group = "supersteps"
     target_li = 0.80
     workloads = ("transformer",)
+    params = keys.PARAMS
+    presets = keys.PRESETS
+    default_preset = keys.DEFAULT_PRESET
+    aliases = keys.ALIASES
     levers = checks.LEVERS
 
     def compile_scenario(self, scenario):
@@ -37,7 +41,7 @@ class IpuMachine(Machine):
 
         trace_events(f, values, timeline)
 
-    def check_scenario(self, ok, get, add, shown) -> None:
+    def check_scenario(self, ok, get, add, shown, path=None) -> None:
         checks.check_scenario(ok, get, add, shown)
 
     def describe(self, label: str, scenario, inputs) -> str:
@@ -52,6 +56,11 @@ class IpuMachine(Machine):
         from .compiler import roofline_rows
 
         return roofline_rows(values, platform)
+
+    def platform_presets(self) -> dict:
+        from ..roofline import Platform
+
+        return {"gc200": Platform("GC200", keys.GC200_PEAK_FLOPS, keys.GC200_SRAM_BYTES_PER_SECOND, "SRAM")}
 
     def platform(self, values: dict):
         from ..roofline import Platform
@@ -77,7 +86,7 @@ class IpuMachine(Machine):
         return analysis.analyse(f, values, cycles, path)
 
     def judged(self, analysis: dict) -> dict:
-        # what a user can change is the split of layers over the stages (workload.layers_per_ipu):
+        # what a user can change is the split of layers over the stages (workload.layers_per_stage):
         # the stages' balance is judged; the tiles' (li) is named beside it
         if "stage_li" in analysis["whole"]:
             return dict(figure="stage_li", what="LI of the pipeline stages' time per micro-batch (the split of "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from ..machine import Machine, register
-from . import checks
+from . import checks, keys
 
 #: The workload types the mesh runs (workload.type).
 WORKLOADS = ("uniform", "hotspot", "skewed", "trace", "traffic", "layer_pipeline")
@@ -21,6 +21,9 @@ class MeshMachine(Machine):
     busy_dataset = "units/busy_cycles"
     target_li = 0.98
     workloads = WORKLOADS
+    params = keys.PARAMS
+    presets = keys.PRESETS
+    default_preset = keys.DEFAULT_PRESET
 
     def compile_scenario(self, scenario):
         from .sim import compile_scenario
@@ -50,8 +53,8 @@ class MeshMachine(Machine):
 
         trace_events(f, values, timeline)
 
-    def check_scenario(self, ok, get, add, shown) -> None:
-        checks.check_scenario(ok, get, add, shown)
+    def check_scenario(self, ok, get, add, shown, path=None) -> None:
+        checks.check_scenario(ok, get, add, shown, path)
 
     def start(self, scenario, inputs, per_call: int | None = None):
         from .run import MeshRun
@@ -65,6 +68,11 @@ class MeshMachine(Machine):
         m = scenario.values["machine"]
         return (f"{label}: valid ({self.name} {m['rows']} x {m['cols']}, {scenario.get('workload', 'type')} workload, "
                 f"migration {scenario.get('migration', 'policy')}, {scenario.get('run', 'cycles'):,} cycles)")
+
+    def platform_presets(self) -> dict:
+        from ..roofline import Platform
+
+        return {"wse2": Platform("WSE-2", keys.WSE2_PEAK_FLOPS, keys.WSE2_SRAM_BYTES_PER_SECOND, "SRAM")}
 
     def platform(self, values: dict):
         from ..roofline import Platform

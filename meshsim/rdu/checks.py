@@ -82,7 +82,10 @@ def _check_transformer(ok, get, add, shown) -> None:
     lps = "workload.layers_per_stage"
     if ok(lps, layers) and get(lps):
         split = get(lps)
-        if len(split) != p:
+        zero = [i for i, x in enumerate(split) if x == 0]
+        if zero:
+            add(lps, [], f"entry {zero[0]} is 0: every pipeline stage of an rdu holds at least one layer")
+        elif len(split) != p:
             add(lps, [par], f"has {len(split)} entries; must have one per pipeline stage: {p} ({par} = {shown(par)})")
         elif sum(split) != get(layers):
             add(lps, [layers], f"sums to {sum(split)} layers; must sum to {layers} = {shown(layers)}")

@@ -16,7 +16,7 @@ import numpy as np
 from kernels import rdu as K
 
 from ..errors import InputError
-from ..params import RDU_PRESETS, param
+from ..params import param
 from ..topology import node_link
 from ..transformer import (
     HEAD,
@@ -33,6 +33,7 @@ from ..transformer import (
     update_cost,
 )
 from .checks import parse_parallelism
+from .keys import PRESETS as RDU_PRESETS
 
 ANCHOR_KINDS = ("gemm", "attention")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from ..machine import Machine, register
-from . import checks
+from . import checks, keys
 
 
 class RduMachine(Machine):
@@ -19,6 +19,9 @@ class RduMachine(Machine):
     busy_dataset = "units/pcu_busy_cycles"
     target_li = 0.85
     workloads = ("transformer",)
+    params = keys.PARAMS
+    presets = keys.PRESETS
+    default_preset = keys.DEFAULT_PRESET
     levers = checks.LEVERS
 
     def compile_scenario(self, scenario):
@@ -39,13 +42,18 @@ class RduMachine(Machine):
 
         trace_events(f, values, timeline)
 
-    def check_scenario(self, ok, get, add, shown) -> None:
+    def check_scenario(self, ok, get, add, shown, path=None) -> None:
         checks.check_scenario(ok, get, add, shown)
 
     def describe(self, label: str, scenario, inputs) -> str:
         m, w = scenario.values["machine"], scenario.values["workload"]
         return (f"{label}: valid (rdu {m['preset']}, {inputs.chips_total} chip(s) {w['parallelism']}, fusion "
                 f"{w['fusion']}: {len(inputs.sections)} sections, {int(inputs.n_instances.sum())} to run)")
+
+    def platform_presets(self) -> dict:
+        from ..roofline import rdu_platform
+
+        return {name: rdu_platform(name.upper(), chip) for name, chip in keys.PRESETS.items()}
 
     def platform(self, values: dict):
         from ..roofline import rdu_platform

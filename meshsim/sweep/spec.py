@@ -13,13 +13,14 @@ import json
 import math
 import os
 import stat
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomli_w
 
 from ..errors import InputError, closest
-from ..params import PARAMS, sections
+from ..params import PARAMS, aliases, sections
 from ..scenario import load_scenario, parse_toml, read_scenario_text, toml_repr, unknown_key, unknown_section
 
 #: Keys of the [sweep] table: (type, description). docs/sweeps.md lists the same.
@@ -328,8 +329,18 @@ def _override_table(raw, table, where, problems, lists: bool) -> dict:
                 problems.append(f"{where}: [{table}] {key}: given twice (quoted and dotted); give it once")
             flat[key] = value
     known = {p.path for p in PARAMS}
+    renamed = aliases()
     out = {}
     for key, values in flat.items():
+        if key in renamed:
+            # a key's old name: the new one, with a warning (as a scenario's)
+            warnings.warn(f"{where}: [{table}] {key} is now {renamed[key]}; the old name will go", FutureWarning,
+                          stacklevel=2)
+            if renamed[key] in flat:
+                problems.append(f"{where}: [{table}] {key}: is the old name of {renamed[key]}, and the table sets "
+                                f"both; keep {renamed[key]}")
+                continue
+            key = renamed[key]
         section, _, name = key.partition(".")
         if key not in known:
             why = unknown_section(section) if section not in sections() else unknown_key(section, name)
