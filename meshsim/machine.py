@@ -176,6 +176,11 @@ class MachineRunner(ABC):
         (`Scenario.values`), or None if it has none."""
         return None
 
+    def bench(self, quick: bool = False, cycles: int = 300, log=print) -> dict:
+        """Its part of `meshsim bench` (meshsim.bench): figures of its speed, start-up and memory,
+        each printed through `log`; {} if it measures nothing."""
+        return {}
+
     def platform_presets(self) -> dict:
         """The published chips of this machine on a roofline (meshsim roofline's reference lines and
         the platform table): key -> meshsim.roofline.Platform, with their sources in the machine's

@@ -57,6 +57,11 @@ class IpuMachine(Machine):
 
         return roofline_rows(values, platform)
 
+    def bench(self, quick: bool = False, cycles: int = 300, log=print) -> dict:
+        from .bench import measure
+
+        return measure(quick=quick, cycles=cycles, log=log)
+
     def platform_presets(self) -> dict:
         from ..roofline import Platform
 

@@ -69,6 +69,11 @@ class MeshMachine(Machine):
         return (f"{label}: valid ({self.name} {m['rows']} x {m['cols']}, {scenario.get('workload', 'type')} workload, "
                 f"migration {scenario.get('migration', 'policy')}, {scenario.get('run', 'cycles'):,} cycles)")
 
+    def bench(self, quick: bool = False, cycles: int = 300, log=print) -> dict:
+        from .bench import measure
+
+        return measure(quick=quick, cycles=cycles, log=log)
+
     def platform_presets(self) -> dict:
         from ..roofline import Platform
 

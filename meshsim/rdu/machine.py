@@ -50,6 +50,11 @@ class RduMachine(Machine):
         return (f"{label}: valid (rdu {m['preset']}, {inputs.chips_total} chip(s) {w['parallelism']}, fusion "
                 f"{w['fusion']}: {len(inputs.sections)} sections, {int(inputs.n_instances.sum())} to run)")
 
+    def bench(self, quick: bool = False, cycles: int = 300, log=print) -> dict:
+        from .bench import measure
+
+        return measure(quick=quick, cycles=cycles, log=log)
+
     def platform_presets(self) -> dict:
         from ..roofline import rdu_platform
 
