@@ -127,6 +127,11 @@ POLICY_DIFFUSION = 3
 POLICY_GRADIENT = 4
 POLICY_WORK_STEALING = 5
 PRESSURE_NONE = 255  # gradient: the pressure of a PE that knows of no light PE
+# Each policy's draws of a PE in a cycle, on the migration stream, take indices from a base of its
+# own (docs/mesh.md, step 4), so that no two kinds of draw share an index.
+DRAW_RANDOM_LOWER = 0  # + k: the direction of the cycle's k-th migration (k < max_per_cycle <= 4)
+DRAW_DIFFUSION = 4  # + d: the rounding of the quota towards direction d
+DRAW_STEALING = 8  # the neighbour an idle PE asks
 
 WORK_FIXED = 0
 WORK_UNIFORM = 1
@@ -1362,7 +1367,7 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                                     elig[n_elig] = d
                                     n_elig += 1
                             if n_elig > 0:
-                                hm = mix64(key_migrate ^ (np.uint64(u) * G_UNIT) ^ (np.uint64(8) * G_INDEX))
+                                hm = mix64(key_migrate ^ (np.uint64(u) * G_UNIT) ^ (np.uint64(DRAW_STEALING) * G_INDEX))
                                 d = elig[np.int64(((hm >> S32) * np.uint64(n_elig)) >> S32)]
                                 _send(link_f, u, d, MSG_REQUEST, sent_f, i_now, sent_now, wrap, kbuf, lt_f, per_link)
                                 ctl_sent += 1
@@ -1387,7 +1392,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                             if diffusion:
                                 # floor(alpha x (depth - known) + U), U uniform in [0, 1) from the
                                 # migration stream: the expected quota is alpha x the difference.
-                                hq = mix64(key_migrate ^ (np.uint64(u) * G_UNIT) ^ (np.uint64(4 + d) * G_INDEX))
+                                hq = mix64(key_migrate ^ (np.uint64(u) * G_UNIT) ^
+                                           (np.uint64(DRAW_DIFFUSION + d) * G_INDEX))
                                 quota[d] = (alpha * max(qlen - known[d], 0) + np.int64(hq >> np.uint64(48))) >> 16
                     for k in range(max_mig):
                         if qlen <= limit:
@@ -1413,7 +1419,8 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
                         if n_elig == 0:
                             break
                         if policy == POLICY_RANDOM_LOWER:
-                            hm = mix64(key_migrate ^ (np.uint64(u) * G_UNIT) ^ (np.uint64(k) * G_INDEX))
+                            hm = mix64(key_migrate ^ (np.uint64(u) * G_UNIT) ^
+                                       (np.uint64(DRAW_RANDOM_LOWER + k) * G_INDEX))
                             best = elig[np.int64(((hm >> S32) * np.uint64(n_elig)) >> S32)]
                         _send_tail(q_work, q_birth, q_hops, qlen, r, c, link_f, u, best, sent_f, i_now, sent_now,
                                    wrap, kbuf, lt_f, per_link)

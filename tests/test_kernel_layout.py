@@ -154,3 +154,25 @@ def test_the_drivers_fork_the_threads_once_a_cycle():
                                                "stencil", "fusion"))
     for driver in (K.run_cycles, K._fast_forward, K._quiet_cycles):
         assert driver.targetoptions["parallel"] is opts
+
+
+def test_the_policies_table_names_every_kernel_policy_and_its_state():
+    """One table (meshsim.mesh.policies) gives migration.policy's choices, the kernel's id for each,
+    the state each keeps alone and the bench's runs."""
+    from meshsim.mesh import policies
+    from meshsim.params import param
+
+    kernel_ids = {name[len("POLICY_"):].lower(): v for name, v in vars(K).items() if name.startswith("POLICY_")}
+    assert {p.name: p.kernel_id for p in policies.POLICIES} == kernel_ids
+    assert param("migration", "policy").choices == policies.names()
+    assert all(policies.by_kernel_id(p.kernel_id) is p for p in policies.POLICIES)
+    # a policy's own arrays at their size under it, placeholders under any other
+    for p in policies.POLICIES:
+        layout = S.mesh_layout(3, 4, 5, 2, 4, policy=p.name)
+        for q in policies.POLICIES:
+            for name, (shape, dtype) in q.layout(3, 4, 4).items():
+                assert layout[name] == ((shape if q is p else (1,) * len(shape)), dtype)
+    assert S.mesh_layout(3, 4, 5, 2, 4, policy="gradient")["press_h"][0] == (4, 3, 4)
+    assert S.mesh_layout(3, 4, 5, 2, 4, policy="work_stealing")["steal"][0] == (3, 4)
+    labels = [label for label, _ in policies.bench_runs()]
+    assert len(labels) == len(set(labels)) and {keys["policy"] for _, keys in policies.bench_runs()} == set(kernel_ids)

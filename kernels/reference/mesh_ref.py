@@ -372,7 +372,10 @@ PATTERNS = ("uniform", "transpose", "bit_complement", "neighbor", "hotspot")
 REQUEST = ("request",)
 REFUSAL = ("refusal",)
 CONTROL_KINDS = ("request", "refusal")
-# Index of the draw that picks the direction a request goes (step 4, Ask).
+# The draw indices of the migration stream (step 4), each kind of draw from a base of its own:
+# random_lower's k-th pick, diffusion's quota towards d, the direction a request goes (Ask).
+PICK_DRAW = 0
+QUOTA_DRAW = 4
 ASK_DRAW = 8
 
 # Weight streaming: the PEs hold this many layers' weights (choice 44).
@@ -1343,7 +1346,7 @@ class MeshReference:
                 if n is None:
                     continue        # no quota: not a migration neighbour (choice 57)
                 diff = max(0, depth0 - self._depth_at(n, t - self.D))
-                h = draw(self.seed, STREAM_MIGRATION, t, u, 4 + d)
+                h = draw(self.seed, STREAM_MIGRATION, t, u, QUOTA_DRAW + d)
                 quota[d] = (self.A * diff + (h >> 48)) >> 16
         # gradient: the neighbours' pressures as known, and their least (255: no light PE known)
         pressure = [None, None, None, None]
@@ -1380,7 +1383,7 @@ class MeshReference:
                         best_d, best_kd = d, kd
                 d_pick = best_d
             else:
-                h = draw(self.seed, STREAM_MIGRATION, t, u, k)
+                h = draw(self.seed, STREAM_MIGRATION, t, u, PICK_DRAW + k)
                 idx = ((h >> 32) * len(eligible)) >> 32
                 d_pick = eligible[idx][0]
             self._send_tail(t, u, d_pick, sent_now, obs)

@@ -25,6 +25,7 @@ from pathlib import Path
 import numba
 
 from ..bench import STREAM, python_json
+from . import policies
 
 #: The shipped scenarios the bench runs.
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -156,11 +157,9 @@ def _speed(fig: dict, sc, cycles: int, log) -> None:
         f"the path would gain if memory cost nothing")
 
 
-#: The policies `meshsim bench` times, each beside least_loaded: (label, migration keys).
-POLICY_RUNS = (("none", {"policy": "none"}), ("least_loaded", {"policy": "least_loaded"}),
-               ("random_lower", {"policy": "random_lower"}), ("diffusion", {"policy": "diffusion"}),
-               ("gradient", {"policy": "gradient"}), ("work_stealing", {"policy": "work_stealing"}),
-               ("least_loaded, hysteresis 2", {"policy": "least_loaded", "hysteresis": 2}))
+#: The policies `meshsim bench` times, each beside least_loaded: (label, migration keys), from the
+#: policies' table (meshsim.mesh.policies).
+POLICY_RUNS = policies.bench_runs()
 
 
 def _policies(fig: dict, quick: bool, cycles: int, log) -> None:

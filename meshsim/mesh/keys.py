@@ -7,6 +7,7 @@ docs/mesh.md gives their semantics; the README's parameter reference is generate
 from __future__ import annotations
 
 from ..params import BERNOULLI_WORKLOADS, Param
+from . import policies
 
 #: The largest grid the mesh accepts, in PEs (room for the whole WSE-2 fabric, 757 x 996, and more).
 MAX_MESH_PES = 4_194_304
@@ -74,13 +75,7 @@ PARAMS: tuple[Param, ...] = (
     Param("machine", "sram_kib", "int", "KiB", 48,
           "SRAM of each PE, which must hold the weights of its region's kernel (48 KiB on the WSE-2).",
           (1, 1_048_576), _PIPELINE),
-    Param("migration", "policy", "str", "", "least_loaded",
-          "How an overfull PE picks the neighbour it moves a task to (none disables migration): the "
-          "least loaded, one at random among those less loaded, diffusion (a share of the depth "
-          "difference to each less loaded neighbour; migration.diffusion_rate), gradient (towards "
-          "the nearest light PE, down a pressure surface), or work_stealing (an idle PE asks a random "
-          "neighbour for a task; requests and refusals are messages on the links).",
-          ("none", "least_loaded", "random_lower", "diffusion", "gradient", "work_stealing"), _MESH),
+    Param("migration", "policy", "str", "", "least_loaded", policies.description(), policies.names(), _MESH),
     Param("migration", "threshold", "int", "tasks", 4,
           "A PE migrates only while its queue holds more than this many tasks (work_stealing: gives a "
           "task to a request only then); less than machine.queue_capacity.", (0, 254), _MESH),

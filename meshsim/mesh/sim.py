@@ -17,6 +17,7 @@ from kernels.workload import lognormal_rates, rate_thresholds
 from .. import threads
 from ..errors import InputError
 from ..threads import available_cores  # noqa: F401 (meshsim.mesh exports it)
+from . import policies
 from . import state as S
 from .trace import load_trace
 
@@ -71,14 +72,19 @@ class MeshInputs:
         return self.migrating and self.regions
 
     @property
+    def policy(self) -> str:
+        """The migration policy's name (meshsim.mesh.policies)."""
+        return policies.by_kernel_id(int(self.cfg[K.CFG_POLICY])).name
+
+    @property
     def gradient(self) -> bool:
         """Whether the policy is gradient (the pressures are kept)."""
-        return int(self.cfg[K.CFG_POLICY]) == K.POLICY_GRADIENT
+        return self.policy == "gradient"
 
     @property
     def stealing(self) -> bool:
         """Whether the policy is work_stealing (the steal states are kept)."""
-        return int(self.cfg[K.CFG_POLICY]) == K.POLICY_WORK_STEALING
+        return self.policy == "work_stealing"
 
 
 def injection_rates(sc) -> np.ndarray:
@@ -123,7 +129,7 @@ def compile_scenario(sc) -> MeshInputs:
         link_messages_per_cycle=m["link_messages_per_cycle"],
         link_buffer_messages=m["link_buffer_messages"],
         credit_delay_cycles=m["credit_delay_cycles"],
-        policy=S.POLICIES[mig["policy"]],
+        policy=policies.BY_NAME[mig["policy"]].kernel_id,
         threshold=mig["threshold"],
         hysteresis=mig["hysteresis"] if mig["policy"] != "none" else 0,
         diffusion_rate=diffusion_units(mig["diffusion_rate"]),
@@ -183,7 +189,7 @@ def check_memory(inputs: MeshInputs, max_chunk: int, n_blocks: int) -> None:
     layout = S.mesh_layout(inputs.rows, inputs.cols, inputs.queue_capacity, inputs.link_buffer_messages,
                            inputs.history, inputs.routed,
                            int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]), S.pipeline_dims(inputs.pipeline), inputs.sheds,
-                           inputs.counts_directions, inputs.gradient, inputs.stealing)
+                           inputs.counts_directions, inputs.policy)
     buffers = 8 * (max_chunk * (K.N_SERIES + inputs.queue_capacity + 1) + n_blocks * inputs.latency_bins)
     need = S.layout_bytes(layout) + buffers
     have = S.available_memory_bytes()
@@ -211,8 +217,7 @@ class MeshSim:
                                      inputs.history, thr, inputs.geo_log, traffic=inputs.routed,
                                      router_queue_packets=int(inputs.cfg[K.CFG_ROUTER_QUEUE_PACKETS]),
                                      pipeline=inputs.pipeline, hysteresis=inputs.sheds,
-                                     direction_counts=inputs.counts_directions, gradient=inputs.gradient,
-                                     stealing=inputs.stealing)
+                                     direction_counts=inputs.counts_directions, policy=inputs.policy)
         self.blocks = S.row_blocks(inputs.rows)
         self.max_chunk = max_chunk
         self.series = np.zeros((max_chunk, K.N_SERIES), np.int64)

@@ -11,9 +11,8 @@ import numpy as np
 from kernels import mesh as K
 from kernels.mesh import MeshState
 
-POLICIES = {"none": K.POLICY_NONE, "least_loaded": K.POLICY_LEAST_LOADED, "random_lower": K.POLICY_RANDOM_LOWER,
-            "diffusion": K.POLICY_DIFFUSION, "gradient": K.POLICY_GRADIENT,
-            "work_stealing": K.POLICY_WORK_STEALING}
+from . import policies
+
 WORK_KINDS = {"fixed": K.WORK_FIXED, "uniform": K.WORK_UNIFORM, "geometric": K.WORK_GEOMETRIC}
 # The views of other fields (no storage of their own).
 VIEW_FIELDS = ("sent_h32", "recv_h32", "oq_len64")
@@ -29,13 +28,13 @@ def history_length(*delays: int) -> int:
 
 def mesh_layout(rows: int, cols: int, queue_capacity: int, link_buffer_messages: int, history: int,
                 traffic: bool = False, router_queue_packets: int = 1, pipeline=None, hysteresis: bool = False,
-                direction_counts: bool = False, gradient: bool = False, stealing: bool = False) -> dict:
+                direction_counts: bool = False, policy: str = "none") -> dict:
     """Shape and dtype of every array a mesh run allocates (the views excluded): name -> (shape, dtype).
     The routed-traffic arrays are 1 x 1 placeholders unless `traffic` (or a pipeline); the
     layer_pipeline arrays unless `pipeline`, a (regions, replicas, chunks_in_flight) triple; the
     shedding flags unless `hysteresis` (migration with a hysteresis above 0); the per-direction
     migration counts unless `direction_counts` (a policy on, where the run reports its regions' boundary
-    crossings); the pressures unless `gradient`; the steal states unless `stealing`."""
+    crossings); each migration policy's own state (meshsim.mesh.policies) unless it is `policy`."""
     r, c, q = rows, cols, queue_capacity
     traffic = traffic or pipeline is not None
     pr, pc = (r, c) if traffic else (1, 1)
@@ -66,8 +65,7 @@ def mesh_layout(rows: int, cols: int, queue_capacity: int, link_buffer_messages:
         "seg_chg": ((2, r, n_seg), np.int64), "seg_idle": ((r, n_seg), np.uint8), "seg_live": ((r, n_seg), np.uint8),
         "shed": ((r, c) if hysteresis else (1, 1), np.uint8),
         "tot_mig_dir": ((r, c, 4) if direction_counts else (1, 1, 4), np.int32),
-        "press_h": ((history, r, c) if gradient else (1, 1, 1), np.uint8),
-        "steal": ((r, c) if stealing else (1, 1), np.uint8),
+        **policies.state_layout(policy, r, c, history),
     }
 
 
@@ -85,11 +83,11 @@ def layout_bytes(layout: dict) -> int:
 def allocate_mesh(rows: int, cols: int, queue_capacity: int, link_buffer_messages: int, history: int,
                   thresholds: np.ndarray, geo_log: float = 0.0, traffic: bool = False,
                   router_queue_packets: int = 1, pipeline=None, hysteresis: bool = False,
-                  direction_counts: bool = False, gradient: bool = False, stealing: bool = False) -> MeshState:
+                  direction_counts: bool = False, policy: str = "none") -> MeshState:
     """Zeroed state for an empty mesh (before cycle 0); `traffic` allocates the routed-traffic arrays.
     `pipeline` (a meshsim.mesh.pipeline.Pipeline) allocates the layer_pipeline arrays and fills its tables."""
     layout = mesh_layout(rows, cols, queue_capacity, link_buffer_messages, history, traffic, router_queue_packets,
-                         pipeline_dims(pipeline), hysteresis, direction_counts, gradient, stealing)
+                         pipeline_dims(pipeline), hysteresis, direction_counts, policy)
     a = {name: np.zeros(shape, dtype) for name, (shape, dtype) in layout.items()}
     a["thr"][...] = np.asarray(thresholds, dtype=np.uint32).reshape(rows, cols)
     # Skipping quiet segments: no change "before the run" (every history slot holds the empty
