@@ -81,8 +81,8 @@ class Run(ABC):
         """The totals and tables written once, before the file is finished."""
         return None
 
-    #: whether a stopped run of this machine goes on from its checkpoint (`meshsim run --resume`);
-    #: a resumable Run implements `checkpoint` and `restore`
+    #: whether this run goes on from its checkpoint: its machine's `resumable`, which the run loop
+    #: copies here when it starts the run (meshsim.run)
     resumable: bool = False
     #: the most cycles (or steps) of one kernel call, where the machine's stops depend on it (a
     #: checkpoint keeps it, and a resumed run follows it)
@@ -136,6 +136,9 @@ class MachineRunner(ABC):
     #: keys it once had under other names, "section.old" -> "section.new": a scenario may still use
     #: the old name, with a warning
     aliases: dict = {}
+    #: whether a stopped run of it goes on from its checkpoint (`meshsim run --resume`): its Run then
+    #: implements `checkpoint` and `restore`, and output.checkpoint_every_seconds applies to it
+    resumable: bool = False
 
     @abstractmethod
     def compile_scenario(self, scenario):

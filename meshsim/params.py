@@ -77,7 +77,6 @@ class Param:
 
 
 _MODEL = ("workload.type", ("layer_pipeline", "transformer"))
-_RESUMABLE = ("machine.type", ("mesh", "ipu"))
 _RDU_IPU = ("machine.type", ("rdu", "ipu"))
 
 #: The rows every machine reads, or several do; each machine's own rows are its package's (the
@@ -184,11 +183,6 @@ SHARED: tuple[Param, ...] = (
           "Micro-batches per step of each data-parallel replica, one after another through the pipeline "
           "stages (batch / (data-parallel replicas x microbatches) sequences each): rdu, a GPipe schedule; "
           "ipu, gradient accumulation.", (1, 1_048_576), _RDU_IPU),
-    Param("output", "checkpoint_every_seconds", "float", "s", 0.0,
-          "Least wall-clock seconds between checkpoints (each written after a flush), from which a stopped "
-          "run resumes (meshsim run --resume); besides, a checkpoint waits 20 times as long as the last one "
-          "took to write, so that they take at most 5% of the run. 0: that rule alone (a small grid's "
-          "checkpoints follow every flush).", (0.0, 1e9), _RESUMABLE),
     Param("output", "compression_level", "int", "", 1,
           "Gzip level of the result datasets; 0 means uncompressed.", (0, 9)),
 )
@@ -212,6 +206,15 @@ def preset_row(presets: dict) -> Param:
                  ("machine.type", tuple(presets)))
 
 
+def checkpoint_row(resumable: tuple) -> Param:
+    """output.checkpoint_every_seconds, for the machines whose runs resume (`resumable`: their names)."""
+    return Param("output", "checkpoint_every_seconds", "float", "s", 0.0,
+                 "Least wall-clock seconds between checkpoints (each written after a flush), from which a stopped "
+                 "run resumes (meshsim run --resume); besides, a checkpoint waits 20 times as long as the last one "
+                 "took to write, so that they take at most 5% of the run. 0: that rule alone (a small grid's "
+                 "checkpoints follow every flush).", (0.0, 1e9), ("machine.type", resumable))
+
+
 def presets_of(machine_type: str) -> tuple[dict, str]:
     """(the presets of machine `machine_type`, name -> {key: value}; the one a scenario that names
     none gets), ({}, "") for a machine without presets."""
@@ -229,6 +232,9 @@ def compose(machines) -> tuple[Param, ...]:
     presets = {m.name: (tuple(m.presets), m.default_preset) for m in machines if m.presets}
     if presets:
         rows.append(preset_row(presets))
+    resumable = tuple(m.name for m in machines if m.resumable)
+    if resumable:
+        rows.append(checkpoint_row(resumable))
     seen = {(p.section, p.name): "meshsim" for p in rows}
     for m in machines:
         for p in m.params:

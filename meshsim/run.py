@@ -231,7 +231,9 @@ def _start(machine, scenario, threads, per_call) -> tuple:
     inputs = machine.compile_scenario(scenario)
     requested = scenario.get("run", "threads") if threads is None else threads
     timing.threads = set_threads(requested, machine.default_threads(inputs))
-    return timing, inputs, machine.start(scenario, inputs, per_call=per_call)
+    run = machine.start(scenario, inputs, per_call=per_call)
+    run.resumable = machine.resumable  # declared once, by the machine
+    return timing, inputs, run
 
 
 def _open_writer(machine, final: Path, scenario, run, timing: Timing, resuming: Path | None = None):

@@ -148,6 +148,10 @@ def test_the_toys_own_key_its_presets_its_rule_and_its_old_name_come_with_its_pa
     # its old name, with a warning
     with pytest.warns(FutureWarning, match="machine.toy_count is now machine.toy_units"):
         assert scenario_from_dict({"machine": {"type": "toy", "toy_count": 2}}).get("machine", "toy_units") == 2
+    # not resumable (its Run keeps no checkpoint): the checkpoint key is not its
+    with pytest.raises(InputError, match='output.checkpoint_every_seconds = 5.0: applies only when machine.type is '
+                                         '"mesh" or "ipu"'):
+        scenario_from_dict({"machine": {"type": "toy"}, "output": {"checkpoint_every_seconds": 5.0}})
     # and a run on the preset's units
     res = run_scenario(three, tmp_path / "three.h5", progress=False)
     busy = np.array([len(range(0, 1000, i + 1)) for i in range(3)])

@@ -20,6 +20,7 @@ class IpuMachine(Machine):
     params = keys.PARAMS
     presets = keys.PRESETS
     default_preset = keys.DEFAULT_PRESET
+    resumable = True
     aliases = keys.ALIASES
     levers = checks.LEVERS
 

@@ -155,7 +155,6 @@ class IpuRun(Run):
     def write_final(self, writer) -> None:
         writer.write_totals(self.sim.tile_busy())
 
-    resumable = True
 
     def checkpoint(self) -> tuple:
         s = self.sim

@@ -24,6 +24,7 @@ class MeshMachine(Machine):
     params = keys.PARAMS
     presets = keys.PRESETS
     default_preset = keys.DEFAULT_PRESET
+    resumable = True
 
     def compile_scenario(self, scenario):
         from .sim import compile_scenario

@@ -205,7 +205,6 @@ class MeshRun(Run):
             s["trace_events_not_offered"] = sim.unoffered_events(sim.cycle)
         return s
 
-    resumable = True
 
     def checkpoint(self) -> tuple:
         sim, t, ws = self.sim, self.totals, self.window_start
