@@ -49,8 +49,9 @@ _PIPE = ["run.cycles=3000", "run.window_cycles=500"]
 
 # name: (scenario, overrides). A few short runs per machine, chosen to pass through every branch of
 # each machine's step: every migration policy, hysteresis and a slower information delay, routed
-# traffic, the layer pipeline inference and training, with migration and weight streaming, and the
-# rdu's and the ipu's compilers in several modes.
+# traffic, the layer pipeline inference and training, with migration and weight streaming, a trace
+# (tests/data/trace_bursts.toml), and the rdu's and the ipu's compilers in several modes. A scenario
+# is named relative to scenarios/.
 CASES = {
     "mesh-smoke-least_loaded": ("smoke.toml", ["run.cycles=800"]),
     **{f"mesh-hotspot-{p.split('=')[1]}": ("mesh_policies.toml", ["run.cycles=600", "machine.rows=32",
@@ -81,6 +82,8 @@ CASES = {
     "rdu-prefetch": ("rdu_prefetch.toml", []),
     "ipu-4stage": ("ipu_gpt2_4stage.toml", ["run.steps=2"]),
     "ipu-uneven": ("ipu_gpt2_uneven.toml", ["run.steps=2"]),
+    "mesh-trace": ("../tests/data/trace_bursts.toml", []),
+    "mesh-trace-stealing": ("../tests/data/trace_bursts.toml", ["migration.policy=work_stealing"]),
 }
 
 
