@@ -20,7 +20,6 @@ WSE2_PE_FLOPS_PER_CYCLE = 8.0
 #: Systems Approach", 2021, and the CS-2 product brief). Its weights live in the PEs' SRAM, so SRAM
 #: bandwidth is the roof.
 WSE2_PEAK_FLOPS = 7.5e15
-WSE2_PES = 850_000
 WSE2_SRAM_BYTES_PER_SECOND = 20e15
 
 _MESH = ("machine.type", ("mesh",))
