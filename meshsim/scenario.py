@@ -5,12 +5,14 @@ applies) comes from the parameter table in `meshsim.params`. Validation collects
 finds and raises one `InputError`; each problem is one line naming where (the file, or the
 override), the key path, the bad value and what is allowed.
 
-The only filesystem access here is reading the scenario and checking that a trace file exists.
+The only filesystem access here is reading the scenario, its preset file and its model config
+(whether a trace file exists is the mesh's check, meshsim/mesh/checks.py).
 """
 
 from __future__ import annotations
 
 import datetime
+import inspect
 import json
 import math
 import os
@@ -299,7 +301,7 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
     renamed = aliases()
 
     def new_name(key: str, said: str) -> str:
-        # a key's old name: the new one, with a warning (and both at once is a problem below)
+        # a key's old name: the new one, with a warning
         if key in renamed:
             warnings.warn(f"{said}: {key} is now {renamed[key]}; the old name will go", FutureWarning, stacklevel=4)
             return renamed[key]
@@ -315,12 +317,10 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
                 f"written as a [{section}] section"
             )
             continue
+        content = _one_name_each(section, content, renamed, where, problems)
         for key, value in content.items():
             full = new_name(f"{section}.{key}", where)
-            if full in given:
-                old = next(o for o, n in renamed.items() if n == full)
-                problems.append(f"{where}: {old}: is the old name of {full}, and the file sets both; keep {full}")
-            elif full.partition(".")[2] in _keys(section):
+            if full.partition(".")[2] in _keys(section):
                 given[full] = value
                 origin[full] = where
             else:
@@ -396,6 +396,32 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
 
 #: Machine keys a preset file may not set: they choose the machine and its presets.
 _NOT_IN_PRESET_FILE = ("type", "preset", "preset_file")
+
+
+def _one_name_each(section: str, content: dict, renamed: dict, where: str, problems: list) -> dict:
+    """A section's keys with each key that a file sets under its old name and its new one both kept
+    once: the one that is not the key's default (a resolved scenario written before the rename lists
+    every key under both names, one of them at its default), either when they agree; both set to
+    different values is a problem."""
+    out = dict(content)
+    for old, new in renamed.items():
+        o_section, _, o_key = old.partition(".")
+        n_section, _, n_key = new.partition(".")
+        if o_section != section or n_section != section or o_key not in out or n_key not in out:
+            continue
+        try:
+            default = param(n_section, n_key).default_value()
+        except KeyError:
+            continue
+        if out[o_key] == out[n_key] or out[o_key] == default:
+            del out[o_key]
+        elif out[n_key] == default:
+            del out[n_key]
+        else:
+            problems.append(f"{where}: {old} = {toml_repr(out[o_key])}: is the old name of {new}, which the file sets "
+                            f"to {toml_repr(out[n_key])}; keep {new}")
+            del out[o_key]
+    return out
 
 
 def _apply_preset_file(values, valid, given, origin, path) -> list[str]:
@@ -623,7 +649,10 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
     mtype, reps = "machine.type", "workload.replicas"
     machine = machines.get(get(mtype)) if ok(mtype) else None
     if machine is not None:  # what only this machine asks of a scenario
-        machine.check_scenario(ok, get, add, shown, path=path)
+        if "path" in inspect.signature(machine.check_scenario).parameters:
+            machine.check_scenario(ok, get, add, shown, path=path)
+        else:  # a machine from an installed package written before the hook took the path
+            machine.check_scenario(ok, get, add, shown)
     if ok(wtype, reps) and get(wtype) == "layer_pipeline" and get(reps) > 64:
         add(reps, [wtype], "must be an integer in [1, 64] (copies) for a layer_pipeline workload")
     # the layer pipeline's own rules, unless the machine is one that does not run it

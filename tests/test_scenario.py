@@ -658,6 +658,22 @@ def test_a_keys_old_name_is_read_as_its_new_one_with_a_warning_and_both_are_refu
     assert sc.get("workload", "layers_per_stage") == [0, 2, 2]
     for text in (IPU + "microbatches = 2\ngradient_accumulation = 8\n",
                  IPU + "gradient_accumulation = 8\nmicrobatches = 2\n"):
-        with pytest.warns(FutureWarning):
-            assert only_problem(text) == ("s.toml: workload.gradient_accumulation: is the old name of "
-                                          "workload.microbatches, and the file sets both; keep workload.microbatches")
+        assert only_problem(text) == ("s.toml: workload.gradient_accumulation = 8: is the old name of "
+                                      "workload.microbatches, which the file sets to 2; keep workload.microbatches")
+
+
+def test_a_scenario_resolved_before_the_rename_reads_as_it_ran():
+    # A resolved scenario lists every key: written before the rename, it holds both names, one of
+    # them at its default. The rdu's ran on microbatches, the ipu's on gradient_accumulation.
+    rdu = ('[machine]\ntype = "rdu"\n[workload]\ntype = "transformer"\nn_layers = 4\nparallelism = "T1P2D1"\n'
+           "batch = 8\nmicrobatches = 4\nlayers_per_stage = [1, 3]\ngradient_accumulation = 1\nlayers_per_ipu = []\n")
+    sc = load_scenario_text(rdu)
+    assert sc.get("workload", "microbatches") == 4 and sc.get("workload", "layers_per_stage") == [1, 3]
+    with pytest.warns(FutureWarning, match="gradient_accumulation is now workload.microbatches"):
+        sc = load_scenario_text(IPU + "microbatches = 1\nlayers_per_stage = []\ngradient_accumulation = 8\n"
+                                      "layers_per_ipu = [0, 2, 2]\nbatch = 8\n")
+    assert sc.get("workload", "microbatches") == 8 and sc.get("workload", "layers_per_stage") == [0, 2, 2]
+    # and a result written before the rename is read back as it ran
+    mesh = load_scenario_text('[machine]\ntype = "mesh"\n[workload]\nmicrobatches = 1\ngradient_accumulation = 1\n'
+                              "layers_per_stage = []\nlayers_per_ipu = []\n")
+    assert mesh.get("workload", "microbatches") == 1
