@@ -231,9 +231,15 @@ def _start(machine, scenario, threads, per_call) -> tuple:
     inputs = machine.compile_scenario(scenario)
     requested = scenario.get("run", "threads") if threads is None else threads
     timing.threads = set_threads(requested, machine.default_threads(inputs))
+    return timing, inputs, _started(machine, scenario, inputs, per_call)
+
+
+def _started(machine, scenario, inputs, per_call):
+    """The machine's Run, resumable as its machine declares (a Run of a machine from an installed
+    package may also say so itself)."""
     run = machine.start(scenario, inputs, per_call=per_call)
-    run.resumable = machine.resumable  # declared once, by the machine
-    return timing, inputs, run
+    run.resumable = bool(machine.resumable or run.resumable)
+    return run
 
 
 def _open_writer(machine, final: Path, scenario, run, timing: Timing, resuming: Path | None = None):
@@ -316,7 +322,7 @@ def _resume_locked(final: Path, given: Path, threads, progress, max_cycles_per_c
                          "the file was replaced by an older one; run the scenario again")
     stored = int(point.attrs.get("per_call", 0))
     if max_cycles_per_call is None and stored > 0 and stored != run.per_call:
-        run = machine.start(scenario, inputs, per_call=stored)  # the stops the stopped run followed
+        run = _started(machine, scenario, inputs, stored)  # the stops the stopped run followed
     writer = _open_writer(machine, final, scenario, run, timing, resuming=path)
     writer.start_cycle = writer.checkpoint_cycle = point.cycles_done
     try:

@@ -366,6 +366,20 @@ def test_a_run_lost_right_after_it_resumed_keeps_a_readable_file_that_resumes_ag
     assert_same_results(references("hotspot_stealing")[0], out)
 
 
+def test_a_run_resumed_on_the_stops_it_followed_goes_on_checkpointing(tmp_path, references):
+    """Resumed without max_cycles_per_call, a run follows the stops its checkpoint kept (a Run
+    started again): that Run still checkpoints, and a second stop resumes from its newer checkpoint."""
+    out = _stopped(tmp_path, calls=3)
+    with h5py.File(checkpoint_path(out), "r") as f:
+        first = int(f.attrs["cycles_done"])
+    with pytest.raises(RunInterrupted):
+        resume_run(incomplete_path(out), threads=1, progress=False, stop=_stop_after(3))
+    with h5py.File(checkpoint_path(out), "r") as f:
+        assert int(f.attrs["cycles_done"]) > first
+    resume_run(incomplete_path(out), threads=1, progress=False)
+    assert_same_results(references("hotspot_stealing")[0], out)
+
+
 def test_the_python_api_resumes_a_stopped_run(tmp_path, references):
     import meshsim
 
