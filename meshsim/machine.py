@@ -23,6 +23,8 @@ from .errors import InputError, closest
 BUILTIN = {"mesh": "meshsim.mesh.machine", "rdu": "meshsim.rdu.machine", "ipu": "meshsim.ipu.machine"}
 
 _REGISTRY: dict = {}
+# Bumped by every register and unregister: what the composed parameter table is checked against.
+_GENERATION = [0]
 
 
 class Run(ABC):
@@ -267,13 +269,20 @@ def register(machine: Machine) -> Machine:
     if not machine.name:
         raise ValueError("a machine needs a name")
     _REGISTRY[machine.name] = machine
+    _GENERATION[0] += 1
     return machine
 
 
 def registry_key() -> tuple:
     """What the registry holds now, as a value that changes when a machine is registered or
     removed (meshsim.params composes its table again then)."""
-    return tuple((n, id(m)) for n, m in _REGISTRY.items())
+    return _GENERATION[0], tuple(_REGISTRY), names()
+
+
+def unregister(name: str) -> None:
+    """Make the machine called `name` unavailable again (a machine a test defined, say)."""
+    _REGISTRY.pop(name, None)
+    _GENERATION[0] += 1
 
 
 def names() -> tuple:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .errors import InputError
 from .machine import names as machine_names
 
 #: The value types a parameter may have. "regions" is a list of [row0, col0, row1, col1] integer
@@ -239,12 +240,32 @@ def compose(machines) -> tuple[Param, ...]:
     for m in machines:
         for p in m.params:
             if (p.section, p.name) in seen:
-                raise ValueError(f"machine {m.name!r}: {p.path} is already a key of {seen[(p.section, p.name)]}")
+                raise InputError(f"machine {m.name!r}: {p.path} is already a key of {seen[(p.section, p.name)]}")
             if p.section not in SECTIONS:
-                raise ValueError(f"machine {m.name!r}: {p.path}: the sections are {', '.join(SECTIONS)}")
+                raise InputError(f"machine {m.name!r}: {p.path}: the sections are {', '.join(SECTIONS)}")
             seen[(p.section, p.name)] = f"machine {m.name!r}"
             rows.append(p)
     return tuple(sorted(rows, key=lambda p: SECTIONS.index(p.section)))  # stable: in order within a section
+
+
+def _machines() -> tuple:
+    """Every machine of the registry, the built-in ones loaded; a machine an installed package
+    declares that cannot be loaded is left out, with a warning, rather than stopping every command."""
+    import warnings
+
+    from . import machine
+
+    out = []
+    for name in machine.names():
+        if name in machine.BUILTIN:
+            out.append(machine.get(name))
+            continue
+        try:
+            out.append(machine.get(name))
+        except Exception as e:  # an installed package's fault, not this scenario's
+            warnings.warn(f"machine {name!r} could not be loaded ({e}); its keys are left out", RuntimeWarning,
+                          stacklevel=3)
+    return tuple(out)
 
 
 class ParamTable(Sequence):
@@ -254,6 +275,7 @@ class ParamTable(Sequence):
 
     def __init__(self):
         self._key = None
+        self._machines: tuple = ()
         self._rows: tuple = ()
         self._by_path: dict = {}
 
@@ -261,11 +283,16 @@ class ParamTable(Sequence):
         from . import machine
 
         if machine.registry_key() != self._key:
-            ms = tuple(machine.get(n) for n in machine.names())  # (loads the built-in machines)
-            self._rows = compose(ms)
+            self._machines = _machines()
+            self._rows = compose(self._machines)
             self._by_path = {(p.section, p.name): p for p in self._rows}
             self._key = machine.registry_key()
         return self._rows
+
+    def machines(self) -> tuple:
+        """The machines the table was composed from (every one that could be loaded)."""
+        self.rows()
+        return self._machines
 
     def by_path(self) -> dict:
         self.rows()
@@ -286,11 +313,9 @@ PARAMS = ParamTable()
 
 def aliases() -> dict:
     """Old key names every machine keeps for its keys, "section.old" -> "section.new"."""
-    from . import machine
-
     out = {}
-    for n in machine.names():
-        out.update(machine.get(n).aliases)
+    for m in PARAMS.machines():
+        out.update(m.aliases)
     return out
 
 

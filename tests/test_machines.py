@@ -109,7 +109,7 @@ class Toy(Machine):
 def toy():
     register(Toy())  # the one line that makes a machine available
     yield
-    machines._REGISTRY.pop("toy", None)
+    machines.unregister("toy")
 
 
 def toy_file(tmp_path):
@@ -158,12 +158,28 @@ def test_the_toys_own_key_its_presets_its_rule_and_its_old_name_come_with_its_pa
     assert res.summary["n_units"] == 3 and res.summary["li"] == pytest.approx(busy.mean() / busy.max())
 
 
+def test_the_table_follows_the_registry_through_every_register_and_unregister():
+    # (a machine registered again under a name, even one whose object reuses the old one's id, is seen)
+    for units in (3, 5, 7):
+        class Again(Toy):
+            name = "again"
+            params = (Param("machine", "again_units", "int", "units", units, "Units.", (1, 64),
+                            ("machine.type", ("again",))),)
+            presets, aliases = {}, {}
+
+        register(Again())
+        assert param("machine", "again_units").default == units
+        machines.unregister("again")
+        with pytest.raises(KeyError):
+            param("machine", "again_units")
+
+
 def test_a_machine_may_not_declare_a_key_another_has():
     class Clash(Toy):
         name = "clash"
         params = (Param("machine", "rows", "int", "PEs", 1, "Rows again.", (1, 2), ("machine.type", ("clash",))),)
 
-    with pytest.raises(ValueError, match="machine 'clash': machine.rows is already a key of machine 'mesh'"):
+    with pytest.raises(InputError, match="machine 'clash': machine.rows is already a key of machine 'mesh'"):
         compose([machines.get("mesh"), Clash()])
     assert "toy_units" in {p.name for p in PARAMS}
 
@@ -246,6 +262,36 @@ def test_reading_a_scenario_imports_no_kernel():
     assert out.stdout.strip() == "[]"
 
 
+def test_an_installed_package_that_cannot_be_loaded_leaves_the_others_working(monkeypatch):
+    class Broken:
+        name = "broken"
+
+        def load(self):
+            raise ImportError("no module named broken_machine")
+
+    monkeypatch.setattr(machines, "_plugins", lambda: (Broken(),))
+    with pytest.warns(RuntimeWarning, match="machine 'broken' could not be loaded"):
+        assert scenario_from_dict({"machine": {"type": "mesh"}}).get("machine", "type") == "mesh"
+
+
+def test_a_machine_whose_check_does_not_take_the_path_is_still_asked():
+    seen = []
+
+    class OldStyle(Toy):
+        name = "oldstyle"
+        params, presets, aliases = (), {}, {}
+
+        def check_scenario(self, ok, get, add, shown):
+            seen.append(get("machine.type"))
+
+    register(OldStyle())
+    try:
+        scenario_from_dict({"machine": {"type": "oldstyle"}})
+    finally:
+        machines.unregister("oldstyle")
+    assert seen == ["oldstyle"]
+
+
 def test_an_installed_package_declares_its_machine_by_entry_point(monkeypatch):
     class Entry:
         name = "plugged"
@@ -260,4 +306,4 @@ def test_an_installed_package_declares_its_machine_by_entry_point(monkeypatch):
         assert machines.get("plugged").name == "plugged"
         assert scenario_from_dict({"machine": {"type": "plugged"}}).get("machine", "type") == "plugged"
     finally:
-        machines._REGISTRY.pop("plugged", None)
+        machines.unregister("plugged")
