@@ -102,8 +102,8 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     from . import machine
 
     fig = {}
-    for name in machine.names():
-        fig.update(machine.get(name).bench(quick=quick, cycles=cycles, log=log))
+    for m in machine.all_machines():
+        fig.update(m.bench(quick=quick, cycles=cycles, log=log))
     return fig
 
 

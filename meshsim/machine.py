@@ -307,6 +307,24 @@ def _load_plugin(name: str) -> None:
             return
 
 
+def all_machines() -> tuple:
+    """Every machine of the registry, in the order of `names()`, the built-in ones loaded. One an
+    installed package declares that cannot be loaded is left out, with a warning, rather than
+    stopping every command (its own runs and results still say why when asked for by name)."""
+    import warnings
+
+    out = []
+    for name in names():
+        try:
+            out.append(get(name))
+        except Exception as e:
+            if name in BUILTIN:
+                raise
+            warnings.warn(f"machine {name!r} could not be loaded ({e}); its keys are left out", RuntimeWarning,
+                          stacklevel=2)
+    return tuple(out)
+
+
 def get(name: str) -> Machine:
     """The machine called `name`; InputError, suggesting the closest name, if there is none."""
     if name not in _REGISTRY and name in BUILTIN:

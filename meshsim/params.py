@@ -248,26 +248,6 @@ def compose(machines) -> tuple[Param, ...]:
     return tuple(sorted(rows, key=lambda p: SECTIONS.index(p.section)))  # stable: in order within a section
 
 
-def _machines() -> tuple:
-    """Every machine of the registry, the built-in ones loaded; a machine an installed package
-    declares that cannot be loaded is left out, with a warning, rather than stopping every command."""
-    import warnings
-
-    from . import machine
-
-    out = []
-    for name in machine.names():
-        if name in machine.BUILTIN:
-            out.append(machine.get(name))
-            continue
-        try:
-            out.append(machine.get(name))
-        except Exception as e:  # an installed package's fault, not this scenario's
-            warnings.warn(f"machine {name!r} could not be loaded ({e}); its keys are left out", RuntimeWarning,
-                          stacklevel=3)
-    return tuple(out)
-
-
 class ParamTable(Sequence):
     """PARAMS: the table composed from the shared rows and every machine's (meshsim.machine's
     registry: the built-in machines, those registered since and those installed packages declare),
@@ -283,7 +263,7 @@ class ParamTable(Sequence):
         from . import machine
 
         if machine.registry_key() != self._key:
-            self._machines = _machines()
+            self._machines = machine.all_machines()
             self._rows = compose(self._machines)
             self._by_path = {(p.section, p.name): p for p in self._rows}
             self._key = machine.registry_key()
@@ -329,7 +309,7 @@ def param(section: str, name: str) -> Param:
 
 def sections() -> tuple[str, ...]:
     """The section names in table order (docs/design.md, "Scenario files")."""
-    return tuple(dict.fromkeys(p.section for p in PARAMS))
+    return SECTIONS
 
 
 def section_params(section: str) -> tuple[Param, ...]:

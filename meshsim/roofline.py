@@ -66,8 +66,8 @@ def presets() -> dict[str, Platform]:
     """The platform presets, by key: every machine's published chips (Machine.platform_presets),
     in registry order."""
     out = {}
-    for name in machines.names():
-        out.update(machines.get(name).platform_presets())
+    for m in machines.all_machines():
+        out.update(m.platform_presets())
     return out
 
 

@@ -42,8 +42,6 @@ from .params import (
 )
 from .transformer import PRECISION_BYTES
 
-_SECTIONS = SECTIONS
-
 
 def _keys(section: str) -> tuple:
     """The keys of a section, as the table stands (a machine registered since adds its own)."""
@@ -308,7 +306,7 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
         return key
 
     for section, content in raw.items():
-        if section not in _SECTIONS:
+        if section not in SECTIONS:
             problems.append(_unknown_top_level(where, section, content))
             continue
         if not isinstance(content, dict):
@@ -331,7 +329,7 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
     for key, value, shown in override_pairs:
         key = new_name(key, f"override {shown}")
         section, _, name = key.partition(".")
-        if section not in _SECTIONS:
+        if section not in SECTIONS:
             problems.append(f"override {shown}: {key}: {unknown_section(section)}")
         elif name not in _keys(section):
             problems.append(f"override {shown}: {key}: {unknown_key(section, name)}")
@@ -340,7 +338,7 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
             origin[key] = f"override {shown}"
             applied.append((key, value))
 
-    values: dict[str, dict] = {s: {} for s in _SECTIONS}
+    values: dict[str, dict] = {s: {} for s in SECTIONS}
     valid: dict[str, bool] = {}
     for p in PARAMS:
         if p.path in given:
@@ -731,13 +729,13 @@ _VALUE_HINTS = {"workload.precision": _precision_hint}
 def _unknown_top_level(where: str, name: str, content) -> str:
     if isinstance(content, dict):
         return f"{where}: [{name}]: {unknown_section(name, brackets=True)}"
-    owners = [s for s in _SECTIONS if name in _keys(s)]
+    owners = [s for s in SECTIONS if name in _keys(s)]
     if owners:
         return (
             f"{where}: {name} = {toml_repr(content)}: keys belong in a section; "
             f"did you mean {owners[0]}.{name}?"
         )
-    known = ", ".join(f"[{s}]" for s in _SECTIONS)
+    known = ", ".join(f"[{s}]" for s in SECTIONS)
     return (
         f"{where}: {name} = {toml_repr(content)}: unknown key outside any section; "
         f"keys belong in one of the sections {known}"
@@ -746,21 +744,21 @@ def _unknown_top_level(where: str, name: str, content) -> str:
 
 def unknown_section(section: str, brackets: bool = False) -> str:
     wrap = (lambda s: f"[{s}]") if brackets else (lambda s: s)
-    match = _closest(section, _SECTIONS)
+    match = _closest(section, SECTIONS)
     if match:
         return f"unknown section; did you mean {wrap(match)}?"
-    return "unknown section; the sections are " + ", ".join(wrap(s) for s in _SECTIONS)
+    return "unknown section; the sections are " + ", ".join(wrap(s) for s in SECTIONS)
 
 
 def unknown_key(section: str, key: str) -> str:
     # A right key in the wrong section is the likeliest slip, so it is tried before spelling.
-    owners = [s for s in _SECTIONS if key in _keys(s)]
+    owners = [s for s in SECTIONS if key in _keys(s)]
     if owners:
         return f"unknown key; did you mean {owners[0]}.{key}?"
     match = _closest(key, _keys(section))
     if match:
         return f"unknown key; did you mean {section}.{match}?"
-    elsewhere = {f"{s}.{k}": k for s in _SECTIONS if s != section for k in _keys(s)}
+    elsewhere = {f"{s}.{k}": k for s in SECTIONS if s != section for k in _keys(s)}
     match = _closest(key, list(elsewhere.values()), cutoff=0.75)
     if match:
         paths = [p for p, k in elsewhere.items() if k == match]
