@@ -146,6 +146,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from types import SimpleNamespace
 
 # docs/ipu.md "The transformer's operators": bytes per element by precision, and backward FLOPs as a
 # multiple of forward FLOPs by operator kind.
@@ -239,579 +240,624 @@ def _block_operators(layer, T, B, S, H, A, F, K=None, gated=False, bias=True):
     return [("layer%d.%s" % (layer, op), op, kind, fl, w, i, o) for op, kind, fl, w, i, o in table]
 
 
-def simulate(values: dict) -> dict:
-    """Run a whole ipu scenario (its resolved values) and return its observables: `templates`,
-    `supersteps`, `pipeline` (rows as docs/ipu.md "Result file" lists them), `memory` [stage][tile],
-    `tile_busy` [stage][tile], `cycles`, `microbatch_latency` and the cycle `shares`."""
+def _names(values: dict) -> SimpleNamespace:
+    """The names of docs/ipu.md ("Names", "Batches"), from a scenario's resolved values, with the
+    choices where the doc is silent (10, 13, 18, 23, 27)."""
     mach = values["machine"]
     wl = values["workload"]
-    steps = int(values["run"]["steps"])
-
-    # ---- Names of docs/ipu.md.
-    N = int(mach["tiles"])
-    W = int(mach["worker_threads"])
+    nm = SimpleNamespace(steps=int(values["run"]["steps"]))
+    nm.N = int(mach["tiles"])
+    nm.W = int(mach["worker_threads"])
     M = int(mach["macs_per_cycle"])
-    V = int(mach["vector_flops_per_cycle"])
-    X = int(mach["exchange_bytes_per_cycle"])
-    b = int(mach["gemm_block"])
-    f_c = mach["clock_ghz"]
-    sram_bytes = int(mach["tile_sram_kib"]) * 1024
-    code_bytes = int(mach["code_kib_per_tile"]) * 1024
-    sync_cycles = int(mach["sync_cycles"])
-    ipu_sync_cycles = int(mach["ipu_sync_cycles"])
-    exchange_latency = int(mach["exchange_latency_cycles"])
-    ipu_link_gbps = mach["ipu_link_gbps"]
+    nm.V = int(mach["vector_flops_per_cycle"])
+    nm.X = int(mach["exchange_bytes_per_cycle"])
+    nm.b = int(mach["gemm_block"])
+    nm.f_c = mach["clock_ghz"]
+    nm.sram_bytes = int(mach["tile_sram_kib"]) * 1024
+    nm.code_bytes = int(mach["code_kib_per_tile"]) * 1024
+    nm.sync_cycles = int(mach["sync_cycles"])
+    nm.ipu_sync_cycles = int(mach["ipu_sync_cycles"])
+    nm.exchange_latency = int(mach["exchange_latency_cycles"])
+    nm.ipu_link_gbps = mach["ipu_link_gbps"]
     # Choice 23: the topology's keys, with the doc's defaults when missing (older inputs).
-    ipus_per_node = mach.get("ipus_per_node")
-    ipus_per_node = 16 if ipus_per_node is None else int(ipus_per_node)
-    node_link_gbps = mach.get("node_link_gbps")
-    node_link_gbps = 6.25 if node_link_gbps is None else node_link_gbps
-    node_sync_cycles = mach.get("node_sync_cycles")
-    node_sync_cycles = 20000 if node_sync_cycles is None else int(node_sync_cycles)
-    streaming_gbps = mach["streaming_memory_gbps"]
+    per_node = mach.get("ipus_per_node")
+    nm.ipus_per_node = 16 if per_node is None else int(per_node)
+    node_gbps = mach.get("node_link_gbps")
+    nm.node_link_gbps = 6.25 if node_gbps is None else node_gbps
+    node_sync = mach.get("node_sync_cycles")
+    nm.node_sync_cycles = 20000 if node_sync is None else int(node_sync)
+    nm.streaming_gbps = mach["streaming_memory_gbps"]
 
-    H = int(wl["hidden_size"])
-    n_layers = int(wl["n_layers"])
-    A = int(wl["n_heads"])
-    S = int(wl["seq_len"])
+    nm.H = int(wl["hidden_size"])
+    nm.n_layers = int(wl["n_layers"])
+    nm.A = int(wl["n_heads"])
+    nm.S = int(wl["seq_len"])
     batch = int(wl["batch"])
     precision = wl["precision"]
-    e = ELEMENT_BYTES[precision]
+    nm.e = ELEMENT_BYTES[precision]
     # M at the precision (docs/ipu.md, "Names"): macs_per_cycle x fp32_rate at fp32 and tf32, as the
     # exact fraction M_num / M_den with fp32_rate nearest r_n / r_d (r_d <= 10^6); else M.
     if precision in ("fp32", "tf32"):
         # the fraction nearest fp32_rate with a denominator of at most 10^6 (docs/ipu.md, "Names")
         p_q = Fraction(str(mach["fp32_rate"])).limit_denominator(10**6)
-        M_num, M_den = M * p_q.numerator, p_q.denominator
+        nm.M_num, nm.M_den = M * p_q.numerator, p_q.denominator
     else:
-        M_num, M_den = M, 1
-    training = bool(wl["training"])
+        nm.M_num, nm.M_den = M, 1
+    nm.training = bool(wl["training"])
     # Choice 10: recomputation is "training only"; without training it is ignored.
-    recompute = bool(wl["recompute"]) and training
-    r_replicas = int(wl["replicas"])
-    m = int(wl["microbatches"])
-    vocab = int(wl["vocab_size"])
+    nm.recompute = bool(wl["recompute"]) and nm.training
+    nm.r_replicas = int(wl["replicas"])
+    nm.m = int(wl["microbatches"])
+    nm.vocab = int(wl["vocab_size"])
     layers_per_stage = list(wl["layers_per_stage"])
     if len(layers_per_stage) == 0:
-        layers_per_stage = [n_layers]
-    n = len(layers_per_stage)
+        layers_per_stage = [nm.n_layers]
+    nm.layers_per_stage = layers_per_stage
+    nm.n = len(layers_per_stage)
     # Choice 13: the tensor-parallel degree t, 1 when the key is missing.
     tp = wl.get("tensor_parallel")
-    tp = 1 if tp is None else int(tp)
+    nm.tp = 1 if tp is None else int(tp)
     # Choice 18: the optimiser and the master weights, "none" and "same" when the key is missing.
     optimizer = wl.get("optimizer")
-    optimizer = "none" if optimizer is None else str(optimizer)
+    nm.optimizer = "none" if optimizer is None else str(optimizer)
     master_weights = wl.get("master_weights")
-    master_weights = "same" if master_weights is None else str(master_weights)
+    nm.master_weights = "same" if master_weights is None else str(master_weights)
     # Choice 27: the pipeline schedule, "grouped" when the key is missing; it matters only with training.
     schedule = wl.get("pipeline_schedule") or "grouped"
     assert schedule in ("grouped", "interleaved"), schedule
-    interleaved = training and schedule == "interleaved"
+    nm.interleaved = nm.training and schedule == "interleaved"
     # The simulated IPU of a stage holds A' = A / t heads (docs/ipu.md, "Work units").
-    A_ipu = _exact_div(A, tp)
-
-    def bytes_cycles(y, g):
-        # docs/ipu.md: ceil(y x f_c / g), double precision, 0 for 0 bytes.  Choice 12: y x f_c first.
-        if y == 0:
-            return 0
-        return int(math.ceil(float(y) * float(f_c) / float(g)))
+    nm.A_ipu = _exact_div(nm.A, nm.tp)
 
     # ---- Batches.
-    B_m = _exact_div(batch, r_replicas * m)
-    T = B_m * S
+    nm.B_m = _exact_div(batch, nm.r_replicas * nm.m)
+    nm.T = nm.B_m * nm.S
     # F of the operator table: workload.ffn_width, or ffn_multiplier x H when it is 0 (or missing, in
     # older inputs); K = n_kv_heads x H / A (n_kv_heads 0 or missing: A); the MLP and the biases.
-    F_width = int(wl.get("ffn_width") or 0) or int(wl["ffn_multiplier"]) * H
-    K_kv = (int(wl.get("n_kv_heads") or 0) or A) * (H // A)
-    gated = wl.get("mlp", "gelu") == "gated"
-    bias = bool(wl.get("bias", True))
+    nm.F_width = int(wl.get("ffn_width") or 0) or int(wl["ffn_multiplier"]) * nm.H
+    nm.K_kv = (int(wl.get("n_kv_heads") or 0) or nm.A) * (nm.H // nm.A)
+    nm.gated = wl.get("mlp", "gelu") == "gated"
+    nm.bias = bool(wl.get("bias", True))
+    return nm
 
-    # ---- Topology (docs/ipu.md "Topology", Choices 23-26).  IPU (ti, s, ri) is number (ri n + s) t + ti
-    # and sits on node number // ipus_per_node.  A kind of data movement uses the node's link
-    # (ipu_link_gbps, ipu_sync_cycles) when every one of its groups lies in one node, else the link
-    # between nodes (node_link_gbps, node_sync_cycles).
-    def node_of(ti, s, ri, t=tp, per_node=ipus_per_node):
-        # t bound now: the run loop below reuses the name `tp` for a template.
-        return ((ri * n + s) * t + ti) // per_node
 
-    def spans_nodes(group):
-        return len(set(node_of(ti, s, ri) for ti, s, ri in group)) > 1
+def _bytes_cycles(nm, y, g):
+    """docs/ipu.md: ceil(y x f_c / g), double precision, 0 for 0 bytes.  Choice 12: y x f_c first."""
+    if y == 0:
+        return 0
+    return int(math.ceil(float(y) * float(nm.f_c) / float(g)))
+
+
+def _topology(nm) -> SimpleNamespace:
+    """docs/ipu.md "Topology", Choices 23-26: the link each kind of data movement uses, and each
+    stage's tensor-parallel all-reduce.  IPU (ti, s, ri) is number (ri n + s) t + ti and sits on node
+    number // ipus_per_node.  A kind of data movement uses the node's link (ipu_link_gbps,
+    ipu_sync_cycles) when every one of its groups lies in one node, else the link between nodes
+    (node_link_gbps, node_sync_cycles)."""
+    n, tp, r_replicas = nm.n, nm.tp, nm.r_replicas
+
+    def node_of(ti, s, ri):
+        return ((ri * n + s) * tp + ti) // nm.ipus_per_node
 
     def link(groups):
         # (gbps_L, sync_L) for a kind of movement made of these groups of IPUs.
-        if any(spans_nodes(g) for g in groups):
-            return node_link_gbps, node_sync_cycles
-        return ipu_link_gbps, ipu_sync_cycles
+        if any(len(set(node_of(ti, s, ri) for ti, s, ri in g)) > 1 for g in groups):
+            return nm.node_link_gbps, nm.node_sync_cycles
+        return nm.ipu_link_gbps, nm.ipu_sync_cycles
 
+    top = SimpleNamespace()
     # Choice 24: stage s's tensor all-reduces: the groups {(ti, s, ri) : ti}, one per ri.
     tensor_link = [link([[(ti, s, ri) for ti in range(tp)] for ri in range(r_replicas)]) for s in range(n)]
     # Choice 25: the transfer between stages: the pairs {(ti, s, ri), (ti, s + 1, ri)} of every s < n - 1.
-    stage_link = link(
+    top.stage_link = link(
         [[(ti, s, ri), (ti, s + 1, ri)] for ri in range(r_replicas) for s in range(n - 1) for ti in range(tp)]
     )
     # Choice 26: the gradient all-reduce: the groups {(ti, s, ri) : ri}, one per (ti, s).
-    replica_link = link([[(ti, s, ri) for ri in range(r_replicas)] for s in range(n) for ti in range(tp)])
-
+    top.replica_link = link([[(ti, s, ri) for ri in range(r_replicas)] for s in range(n) for ti in range(tp)])
     # docs/ipu.md "Tensor parallelism": with t > 1 the exchange phase of the listed supersteps adds a
     # ring all-reduce of the operator's T H e-byte output over the stage's t IPUs, over the link of the
     # stage's tensor groups (Choice 24); 0 with t = 1.
-    tp_allreduce = []
+    top.tp_allreduce = []
     for s in range(n):
         if tp > 1:
             gbps_L, sync_L = tensor_link[s]
-            tp_allreduce.append(sync_L + bytes_cycles(_ceil_div(2 * (tp - 1) * T * H * e, tp), gbps_L))
+            top.tp_allreduce.append(
+                sync_L + _bytes_cycles(nm, _ceil_div(2 * (tp - 1) * nm.T * nm.H * nm.e, tp), gbps_L))
         else:
-            tp_allreduce.append(0)
+            top.tp_allreduce.append(0)
+    return top
 
-    # ---- Stages: which blocks each IPU holds.
+
+def _stage_layers(nm) -> list:
+    """Stages: which blocks each IPU holds."""
     stage_layers = []
     first = 0
-    for s in range(n):
-        stage_layers.append(list(range(first, first + int(layers_per_stage[s]))))
-        first += int(layers_per_stage[s])
-    has_embedding = vocab > 0
+    for s in range(nm.n):
+        stage_layers.append(list(range(first, first + int(nm.layers_per_stage[s]))))
+        first += int(nm.layers_per_stage[s])
+    return stage_layers
 
-    # ---- Forward operators of each stage, with their units, dealt to tiles.
-    # An "fop" is a dict: name, op (the operator's name inside its block, "embedding" for the
-    # embedding), kind, block (layer index or -1 for the embedding), F, Wb, I, O (the simulated
-    # IPU's values, split by tensor parallelism), backward_name, backward_flops, units (list in
-    # dealing order of dicts: tile, thread, c_f, c_b, u_out, u_in).
-    stage_fops = []
-    for s in range(n):
-        fops = []
-        if s == 0 and has_embedding:
-            fops.append(
-                dict(
-                    name="embedding",
-                    op="embedding",
-                    kind="embedding",
-                    block=-1,
-                    F=T * H,  # one FLOP per gathered element
-                    Wb=vocab * H * e,
-                    I=0,
-                    O=T * H * e,
-                    backward_name="embedding.backward",
-                    backward_flops=T * H,
-                )
-            )
-        for layer in stage_layers[s]:
-            block = _block_operators(layer, T, B_m, S, H, A, F_width, K_kv, gated, bias)
-            for name, op, kind, flops, w_el, i_el, o_el in block:
-                Wb, I_b, O_b = w_el * e, i_el * e, o_el * e
-                if op in TP_SPLIT:
-                    # docs/ipu.md "Tensor parallelism": F(o) / t FLOPs, ceil(Wb(o) / t) weight bytes,
-                    # a split input or output I(o) / t or O(o) / t bytes (exact divisions).  Choice 14:
-                    # on bytes; every use of F, Wb, I, O below is then the per-IPU value.
-                    split_in, split_out = TP_SPLIT[op]
-                    flops = _exact_div(flops, tp)
-                    Wb = _ceil_div(Wb, tp)
-                    if split_in:
-                        I_b = _exact_div(I_b, tp)
-                    if split_out:
-                        O_b = _exact_div(O_b, tp)
-                fops.append(
-                    dict(
-                        name=name,
-                        op=op,
-                        kind=kind,
-                        block=layer,
-                        F=flops,
-                        Wb=Wb,
-                        I=I_b,
-                        O=O_b,
-                        backward_name=name + ".backward",
-                        backward_flops=BACKWARD_FLOPS_FACTOR[kind] * flops,
-                    )
-                )
 
-        # Work units, in their fixed order: (c_forward, c_backward, u_out, u_in) per unit.
-        for fo in fops:
-            units = []
-            kind = fo["kind"]
-            if kind == "gemm":
-                K = _exact_div(fo["I"], T * e)
-                C = _exact_div(fo["O"], T * e)
-                for tb in range(_ceil_div(T, b)):
-                    r = min(b, T - tb * b)
-                    for cb in range(_ceil_div(C, b)):
-                        q = min(b, C - cb * b)
-                        c_f = _ceil_div(r * q * K * M_den, M_num)
-                        F_u = 2 * r * q * K
-                        c_b = _ceil_div(BACKWARD_FLOPS_FACTOR["gemm"] * F_u * M_den, 2 * M_num)
-                        units.append([c_f, c_b, r * q * e, r * K * e])
-            elif kind == "attention":
-                # The IPU's A' = A / t heads: D = B_m A' S.
-                D = B_m * A_ipu * S
-                nblk = _ceil_div(S, b)
-                for _seq in range(B_m):
-                    for _head in range(A_ipu):
-                        for blk in range(nblk):
-                            r = (S - b * (nblk - 1)) if blk == nblk - 1 else b
-                            c_f = _ceil_div(fo["F"] * r * M_den, 2 * M_num * D)
-                            # F_u = F(o) r / D; backward ceil(2 F_u / (2 M)), kept as one exact ratio.
-                            c_b = _ceil_div(BACKWARD_FLOPS_FACTOR["attention"] * fo["F"] * r * M_den, 2 * M_num * D)
-                            units.append([c_f, c_b, _exact_div(fo["O"] * r, D), _exact_div(fo["I"] * r, D)])
-            elif kind in ("elementwise", "norm", "embedding"):
-                if kind == "embedding":
-                    E = T * H
-                    phi = 1
-                else:
-                    E = _exact_div(fo["O"], e)
-                    phi = _exact_div(fo["F"], E)
-                # Choice 1: always N slices, some possibly of 0 elements.
-                for k in range(N):
-                    s_k = E // N + (1 if k < E % N else 0)
-                    c = _ceil_div(s_k * phi, V)
-                    u_in = 0 if kind == "embedding" else _exact_div(fo["I"] * s_k, E)
-                    # backward: a slice costs what it costs forward
-                    units.append([c, c, s_k * e, u_in])
-            else:
-                raise AssertionError(kind)
-            fo["units"] = [dict(tile=-1, thread=-1, c_f=u[0], c_b=u[1], u_out=u[2], u_in=u[3]) for u in units]
-        # Dealing: the j-th unit of the stage (over all its forward operators) goes to tile j mod N;
-        # on its tile, the units of one operator are numbered k = 0, 1, ... and run on thread k mod W.
-        j = 0
-        for fo in fops:
-            count_on_tile = [0] * N
-            for u in fo["units"]:
-                tile = j % N
-                u["tile"] = tile
-                u["thread"] = count_on_tile[tile] % W
-                count_on_tile[tile] += 1
-                j += 1
-        stage_fops.append(fops)
+def _forward_operators(nm, s, layers) -> list:
+    """Stage s's forward operators, each a dict: name, op (the operator's name inside its block,
+    "embedding" for the embedding), kind, block (layer index or -1 for the embedding), F, Wb, I, O
+    (the simulated IPU's values, split by tensor parallelism), backward_name, backward_flops."""
+    T, H, e, tp = nm.T, nm.H, nm.e, nm.tp
+    fops = []
+    if s == 0 and nm.vocab > 0:
+        fops.append(dict(name="embedding", op="embedding", kind="embedding", block=-1,
+                         F=T * H,  # one FLOP per gathered element
+                         Wb=nm.vocab * H * e, I=0, O=T * H * e, backward_name="embedding.backward",
+                         backward_flops=T * H))
+    for layer in layers:
+        block = _block_operators(layer, T, nm.B_m, nm.S, H, nm.A, nm.F_width, nm.K_kv, nm.gated, nm.bias)
+        for name, op, kind, flops, w_el, i_el, o_el in block:
+            Wb, I_b, O_b = w_el * e, i_el * e, o_el * e
+            if op in TP_SPLIT:
+                # docs/ipu.md "Tensor parallelism": F(o) / t FLOPs, ceil(Wb(o) / t) weight bytes, a
+                # split input or output I(o) / t or O(o) / t bytes (exact divisions).  Choice 14: on
+                # bytes; every use of F, Wb, I, O below is then the per-IPU value.
+                split_in, split_out = TP_SPLIT[op]
+                flops = _exact_div(flops, tp)
+                Wb = _ceil_div(Wb, tp)
+                if split_in:
+                    I_b = _exact_div(I_b, tp)
+                if split_out:
+                    O_b = _exact_div(O_b, tp)
+            fops.append(dict(name=name, op=op, kind=kind, block=layer, F=flops, Wb=Wb, I=I_b, O=O_b,
+                             backward_name=name + ".backward",
+                             backward_flops=BACKWARD_FLOPS_FACTOR[kind] * flops))
+    return fops
 
-    # ---- Per-tile quantities of one operator.
-    def tile_busy(fo, cost_key):
-        busy = [0] * N
-        # docs/ipu.md: an attention unit runs on one thread (W x the largest thread sum); a GEMM
-        # block and every slice are split over all the tile's threads (the sum of the costs).
-        if fo["kind"] == "attention":
-            per_thread = [[0] * W for _ in range(N)]
-            for u in fo["units"]:
-                per_thread[u["tile"]][u["thread"]] += u[cost_key]
-            for t in range(N):
-                busy[t] = W * max(per_thread[t])
+
+def _work_units(nm, fo) -> list:
+    """An operator's work units, in their fixed order: [c_forward, c_backward, u_out, u_in] each."""
+    T, e, b, N = nm.T, nm.e, nm.b, nm.N
+    M_num, M_den = nm.M_num, nm.M_den
+    units = []
+    kind = fo["kind"]
+    if kind == "gemm":
+        K = _exact_div(fo["I"], T * e)
+        C = _exact_div(fo["O"], T * e)
+        for tb in range(_ceil_div(T, b)):
+            r = min(b, T - tb * b)
+            for cb in range(_ceil_div(C, b)):
+                q = min(b, C - cb * b)
+                c_f = _ceil_div(r * q * K * M_den, M_num)
+                F_u = 2 * r * q * K
+                c_b = _ceil_div(BACKWARD_FLOPS_FACTOR["gemm"] * F_u * M_den, 2 * M_num)
+                units.append([c_f, c_b, r * q * e, r * K * e])
+    elif kind == "attention":
+        # The IPU's A' = A / t heads: D = B_m A' S.
+        S = nm.S
+        D = nm.B_m * nm.A_ipu * S
+        nblk = _ceil_div(S, b)
+        for _seq in range(nm.B_m):
+            for _head in range(nm.A_ipu):
+                for blk in range(nblk):
+                    r = (S - b * (nblk - 1)) if blk == nblk - 1 else b
+                    c_f = _ceil_div(fo["F"] * r * M_den, 2 * M_num * D)
+                    # F_u = F(o) r / D; backward ceil(2 F_u / (2 M)), kept as one exact ratio.
+                    c_b = _ceil_div(BACKWARD_FLOPS_FACTOR["attention"] * fo["F"] * r * M_den, 2 * M_num * D)
+                    units.append([c_f, c_b, _exact_div(fo["O"] * r, D), _exact_div(fo["I"] * r, D)])
+    elif kind in ("elementwise", "norm", "embedding"):
+        if kind == "embedding":
+            E = T * nm.H
+            phi = 1
         else:
-            for u in fo["units"]:
-                busy[u["tile"]] += u[cost_key]
-        return busy
+            E = _exact_div(fo["O"], e)
+            phi = _exact_div(fo["F"], E)
+        # Choice 1: always N slices, some possibly of 0 elements.
+        for k in range(N):
+            s_k = E // N + (1 if k < E % N else 0)
+            c = _ceil_div(s_k * phi, nm.V)
+            u_in = 0 if kind == "embedding" else _exact_div(fo["I"] * s_k, E)
+            # backward: a slice costs what it costs forward
+            units.append([c, c, s_k * e, u_in])
+    else:
+        raise AssertionError(kind)
+    return units
 
-    def tile_bytes(fo, key):
-        out = [0] * N
+
+def _deal(nm, fops) -> None:
+    """Dealing: the j-th unit of the stage (over all its forward operators) goes to tile j mod N; on
+    its tile, the units of one operator are numbered k = 0, 1, ... and run on thread k mod W."""
+    j = 0
+    for fo in fops:
+        count_on_tile = [0] * nm.N
         for u in fo["units"]:
-            out[u["tile"]] += u[key]
-        return out
+            tile = j % nm.N
+            u["tile"] = tile
+            u["thread"] = count_on_tile[tile] % nm.W
+            count_on_tile[tile] += 1
+            j += 1
 
-    # ---- Memory (checked before anything runs).
+
+def _stage_operators(nm, layers_of_stages) -> list:
+    """Per stage, its forward operators with their units (dicts: tile, thread, c_f, c_b, u_out,
+    u_in), dealt to tiles."""
+    stage_fops = []
+    for s in range(nm.n):
+        fops = _forward_operators(nm, s, layers_of_stages[s])
+        for fo in fops:
+            fo["units"] = [dict(tile=-1, thread=-1, c_f=u[0], c_b=u[1], u_out=u[2], u_in=u[3])
+                           for u in _work_units(nm, fo)]
+        _deal(nm, fops)
+        stage_fops.append(fops)
+    return stage_fops
+
+
+def _tile_busy(nm, fo, cost_key) -> list:
+    """An operator's busy cycles per tile.  docs/ipu.md: an attention unit runs on one thread (W x
+    the largest thread sum); a GEMM block and every slice are split over all the tile's threads (the
+    sum of the costs)."""
+    N, W = nm.N, nm.W
+    busy = [0] * N
+    if fo["kind"] == "attention":
+        per_thread = [[0] * W for _ in range(N)]
+        for u in fo["units"]:
+            per_thread[u["tile"]][u["thread"]] += u[cost_key]
+        for t in range(N):
+            busy[t] = W * max(per_thread[t])
+    else:
+        for u in fo["units"]:
+            busy[u["tile"]] += u[cost_key]
+    return busy
+
+
+def _tile_bytes(nm, fo, key) -> list:
+    out = [0] * nm.N
+    for u in fo["units"]:
+        out[u["tile"]] += u[key]
+    return out
+
+
+def _stage_memory(nm, s, fops) -> list:
+    """docs/ipu.md "Memory": stage s's bytes per tile, as (code, weights, activations)."""
+    N, T, H, e, m = nm.N, nm.T, nm.H, nm.e, nm.m
+    # Choice 28: k_s, the micro-batches in flight on stage s: m grouped, min(m, 2 (n - 1 - s) + 1)
+    # interleaved.
+    k_s = min(m, 2 * (nm.n - 1 - s) + 1) if nm.interleaved else m
+    w_share = 0
+    for fo in fops:
+        w_share += _ceil_div(fo["Wb"], N)
+    if nm.training:
+        w_share *= 2
+    outs = [_tile_bytes(nm, fo, "u_out") for fo in fops]
+    ins = [_tile_bytes(nm, fo, "u_in") for fo in fops]
+    split = []
+    for t in range(N):
+        if not nm.training:
+            act = max([ins[i][t] + outs[i][t] for i in range(len(fops))] + [0])
+        elif not nm.recompute:
+            act = k_s * sum(outs[i][t] for i in range(len(fops))) + max([ins[i][t] for i in range(len(fops))] + [0])
+        else:
+            groups = {}
+            for i, fo in enumerate(fops):
+                groups[fo["block"]] = groups.get(fo["block"], 0) + outs[i][t]
+            # Choice 15: a micro-batch's input T H e is whole on every IPU of the stage.
+            act = (
+                k_s * _ceil_div(T * H * e, N)
+                + max(list(groups.values()) + [0])
+                + max([ins[i][t] for i in range(len(fops))] + [0])
+            )
+        split.append((nm.code_bytes, w_share, act))
+    return split
+
+
+def _memory(nm, stage_fops, layers_of_stages) -> list:
+    """Memory, checked before anything runs: [stage][tile] bytes; ValueError naming, for every stage
+    with a tile over its SRAM, the lowest such tile (Choices 11 and 17)."""
     memory = []
     problems = []
-    for s in range(n):
-        fops = stage_fops[s]
-        # Choice 28: k_s, the micro-batches in flight on stage s: m grouped, min(m, 2 (n - 1 - s) + 1)
-        # interleaved.
-        k_s = min(m, 2 * (n - 1 - s) + 1) if interleaved else m
-        w_share = 0
-        for fo in fops:
-            w_share += _ceil_div(fo["Wb"], N)
-        if training:
-            w_share *= 2
-        outs = [tile_bytes(fo, "u_out") for fo in fops]
-        ins = [tile_bytes(fo, "u_in") for fo in fops]
-        mem = []
-        split = []
-        for t in range(N):
-            if not training:
-                act = max([ins[i][t] + outs[i][t] for i in range(len(fops))] + [0])
-            elif not recompute:
-                act = k_s * sum(outs[i][t] for i in range(len(fops))) + max([ins[i][t] for i in range(len(fops))] + [0])
-            else:
-                groups = {}
-                for i, fo in enumerate(fops):
-                    groups[fo["block"]] = groups.get(fo["block"], 0) + outs[i][t]
-                # Choice 15: a micro-batch's input T H e is whole on every IPU of the stage.
-                act = (
-                    k_s * _ceil_div(T * H * e, N)
-                    + max(list(groups.values()) + [0])
-                    + max([ins[i][t] for i in range(len(fops))] + [0])
-                )
-            mem.append(code_bytes + w_share + act)
-            split.append((code_bytes, w_share, act))
+    for s in range(nm.n):
+        split = _stage_memory(nm, s, stage_fops[s])
+        mem = [code + wsh + act for code, wsh, act in split]
         memory.append(mem)
-        for t in range(N):
-            if mem[t] > sram_bytes:
+        for t in range(nm.N):
+            if mem[t] > nm.sram_bytes:
                 # Choice 11: the lowest tile over its SRAM, one line per stage.  Choice 17: "IPU s" is
                 # the stage (its simulated IPU), whatever t.
-                lay = stage_layers[s]
+                lay = layers_of_stages[s]
                 if len(lay) == 1:
                     held = "layer %d" % lay[0]
                 elif lay:
                     held = "layers %d-%d" % (lay[0], lay[-1])
                 else:
                     held = "no layer"
-                if s == 0 and has_embedding:
+                if s == 0 and nm.vocab > 0:
                     held += " and the embedding"
                 code, wsh, act = split[t]
                 problems.append(
                     "IPU %d tile %d needs %d bytes but has %d (tile_sram_kib = %d): code %d + "
                     "weights %d + activations %d; IPU %d holds %s"
-                    % (s, t, mem[t], sram_bytes, sram_bytes // 1024, code, wsh, act, s, held)
+                    % (s, t, mem[t], nm.sram_bytes, nm.sram_bytes // 1024, code, wsh, act, s, held)
                 )
                 break
     if problems:
         raise ValueError("\n".join(problems))
+    return memory
 
-    # ---- Superstep lists and templates, stage by stage: forward list, then backward list.
-    # A list entry is (fop, direction).
+
+def _superstep_lists(nm, fops, layers) -> tuple:
+    """A stage's forward list and backward list of supersteps, entries (operator, direction)."""
+    fwd_list = [(fo, DIR_FORWARD) for fo in fops]
+    bwd_list = []
+    if nm.training:
+        if not nm.recompute:
+            bwd_list = [(fo, DIR_BACKWARD) for fo in reversed(fops)]
+        else:
+            for layer in reversed(layers):
+                block_ops = [fo for fo in fops if fo["block"] == layer]
+                bwd_list += [(fo, DIR_RECOMPUTE) for fo in block_ops]
+                bwd_list += [(fo, DIR_BACKWARD) for fo in reversed(block_ops)]
+            for fo in fops:
+                if fo["block"] == -1:  # the embedding's backward comes last
+                    bwd_list.append((fo, DIR_BACKWARD))
+    return fwd_list, bwd_list
+
+
+def _template(nm, s, lst, i, tp_allreduce) -> dict:
+    """The template of entry i of a stage's superstep list."""
+    fo, d = lst[i]
+    if d == DIR_BACKWARD:
+        busy = _tile_busy(nm, fo, "c_b")
+        sent = _tile_bytes(nm, fo, "u_in")
+        name = fo["backward_name"]
+        flops = fo["backward_flops"]
+    else:
+        busy = _tile_busy(nm, fo, "c_f")
+        sent = _tile_bytes(nm, fo, "u_out")
+        name = fo["name"] + (".recompute" if d == DIR_RECOMPUTE else "")
+        flops = fo["F"]
+    if i + 1 < len(lst):
+        nfo, nd = lst[i + 1]
+        # Choice 2: keyed on the direction of the next superstep.
+        received = _tile_bytes(nm, nfo, "u_out" if nd == DIR_BACKWARD else "u_in")
+    else:
+        received = [0] * nm.N
+    peak = max(max(sent[t], received[t]) for t in range(nm.N))
+    # Choice 3: the latency is paid even with 0 bytes.
+    exchange = nm.exchange_latency + _ceil_div(peak, nm.X)
+    # docs/ipu.md "Tensor parallelism" (Choice 16): forward out_proj / ffn_down and backward qkv_proj /
+    # ffn_up also all-reduce over the stage's t IPUs; recompute never does.
+    if (d == DIR_FORWARD and fo["op"] in TP_ALLREDUCE_FORWARD) or (
+        d == DIR_BACKWARD and fo["op"] in TP_ALLREDUCE_BACKWARD
+    ):
+        exchange += tp_allreduce[s]
+    return dict(stage=s, name=name, direction=d, kind=KIND_CODE[fo["kind"]], units=len(fo["units"]), flops=flops,
+                busy=busy, compute=max(busy), sync=nm.sync_cycles, exchange=exchange, sent_max=max(sent),
+                received_max=max(received))
+
+
+def _templates(nm, stage_fops, layers_of_stages, tp_allreduce) -> tuple:
+    """Superstep lists and templates, stage by stage: forward list, then backward list.  Returns
+    (templates, per stage the template indices of its forward list, and of its backward list)."""
     templates = []
-    stage_fwd_ids = []  # per stage: template indices of its forward list
-    stage_bwd_ids = []  # per stage: template indices of its backward list
-    for s in range(n):
-        fops = stage_fops[s]
-        fwd_list = [(fo, DIR_FORWARD) for fo in fops]
-        bwd_list = []
-        if training:
-            if not recompute:
-                bwd_list = [(fo, DIR_BACKWARD) for fo in reversed(fops)]
-            else:
-                for layer in reversed(stage_layers[s]):
-                    block_ops = [fo for fo in fops if fo["block"] == layer]
-                    bwd_list += [(fo, DIR_RECOMPUTE) for fo in block_ops]
-                    bwd_list += [(fo, DIR_BACKWARD) for fo in reversed(block_ops)]
-                for fo in fops:
-                    if fo["block"] == -1:  # the embedding's backward comes last
-                        bwd_list.append((fo, DIR_BACKWARD))
+    stage_fwd_ids = []
+    stage_bwd_ids = []
+    for s in range(nm.n):
         ids_per_list = []
-        for lst in (fwd_list, bwd_list):
+        for lst in _superstep_lists(nm, stage_fops[s], layers_of_stages[s]):
             ids = []
-            for i, (fo, d) in enumerate(lst):
-                if d == DIR_BACKWARD:
-                    busy = tile_busy(fo, "c_b")
-                    sent = tile_bytes(fo, "u_in")
-                    name = fo["backward_name"]
-                    flops = fo["backward_flops"]
-                else:
-                    busy = tile_busy(fo, "c_f")
-                    sent = tile_bytes(fo, "u_out")
-                    name = fo["name"] + (".recompute" if d == DIR_RECOMPUTE else "")
-                    flops = fo["F"]
-                if i + 1 < len(lst):
-                    nfo, nd = lst[i + 1]
-                    # Choice 2: keyed on the direction of the next superstep.
-                    received = tile_bytes(nfo, "u_out" if nd == DIR_BACKWARD else "u_in")
-                else:
-                    received = [0] * N
-                compute = max(busy)
-                peak = max(max(sent[t], received[t]) for t in range(N))
-                # Choice 3: the latency is paid even with 0 bytes.
-                exchange = exchange_latency + _ceil_div(peak, X)
-                # docs/ipu.md "Tensor parallelism" (Choice 16): forward out_proj / ffn_down and backward
-                # qkv_proj / ffn_up also all-reduce over the stage's t IPUs; recompute never does.
-                if (d == DIR_FORWARD and fo["op"] in TP_ALLREDUCE_FORWARD) or (
-                    d == DIR_BACKWARD and fo["op"] in TP_ALLREDUCE_BACKWARD
-                ):
-                    exchange += tp_allreduce[s]
+            for i in range(len(lst)):
                 ids.append(len(templates))
-                templates.append(
-                    dict(
-                        stage=s,
-                        name=name,
-                        direction=d,
-                        kind=KIND_CODE[fo["kind"]],
-                        units=len(fo["units"]),
-                        flops=flops,
-                        busy=busy,
-                        compute=compute,
-                        sync=sync_cycles,
-                        exchange=exchange,
-                        sent_max=max(sent),
-                        received_max=max(received),
-                    )
-                )
+                templates.append(_template(nm, s, lst, i, tp_allreduce))
             ids_per_list.append(ids)
         stage_fwd_ids.append(ids_per_list[0])
         stage_bwd_ids.append(ids_per_list[1])
+    return templates, stage_fwd_ids, stage_bwd_ids
 
-    def superstep_length(x):
-        tp = templates[x]
-        return tp["compute"] + tp["sync"] + tp["exchange"]
 
+def _superstep_length(tpl) -> int:
+    return tpl["compute"] + tpl["sync"] + tpl["exchange"]
+
+
+def _step_costs(nm, top, stage_fops) -> SimpleNamespace:
+    """What every training step pays besides its supersteps: the token ids' streaming, the transfer
+    between stages, and the end row (the gradient all-reduce and the optimiser update)."""
+    n, e = nm.n, nm.e
+    costs = SimpleNamespace()
     # Choice 5: the token ids are streamed on IPU 0 in every forward pass.
-    stream_cycles = bytes_cycles(4 * T, streaming_gbps)
-    # Stage time per micro-batch per direction.
-    stage_time = [[0, 0] for _ in range(n)]
-    for s in range(n):
-        stage_time[s][0] = sum(superstep_length(x) for x in stage_fwd_ids[s])
-        if s == 0:
-            stage_time[s][0] += stream_cycles
-        stage_time[s][1] = sum(superstep_length(x) for x in stage_bwd_ids[s])
-
+    costs.stream_cycles = _bytes_cycles(nm, 4 * nm.T, nm.streaming_gbps)
     # Choice 4: every pipeline step has the transfer when n > 1.  Choice 15: T H e, not split.  Choice
     # 25: over the stages' link L, one for every pipeline step.
     if n > 1:
-        gbps_L, sync_L = stage_link
-        link_transfer = sync_L + bytes_cycles(T * H * e, gbps_L)
+        gbps_L, sync_L = top.stage_link
+        costs.link_transfer = sync_L + _bytes_cycles(nm, nm.T * nm.H * e, gbps_L)
     else:
-        link_transfer = 0
+        costs.link_transfer = 0
     # W_s: the sum of Wb(o) over stage s's forward operators, the embedding table included.  With
     # tensor parallelism these are the simulated IPU's per-IPU (split) Wb(o) (docs/ipu.md "The
     # pipeline": Wst is the simulated IPU's share; Choice 19: W_s of the update likewise).
     stage_weight_bytes = [sum(fo["Wb"] for fo in stage_fops[s]) for s in range(n)]
     allreduce = None
-    if r_replicas > 1 and training:
+    if nm.r_replicas > 1 and nm.training:
         # Choice 8: Wst is the largest W_s, not doubled for training and not rounded per tile.
         wst = max(stage_weight_bytes)
         # Choice 26: over the replicas' link L.
-        gbps_L, sync_L = replica_link
-        allreduce = sync_L + bytes_cycles(_ceil_div(2 * (r_replicas - 1) * wst, r_replicas), gbps_L)
+        gbps_L, sync_L = top.replica_link
+        allreduce = sync_L + _bytes_cycles(nm, _ceil_div(2 * (nm.r_replicas - 1) * wst, nm.r_replicas), gbps_L)
     # docs/ipu.md "The pipeline": with training and an optimiser other than "none", the optimiser
     # update: stage s streams (read + written) P_s bytes while its tiles do phi P_s FLOPs, overlapped;
     # U is the slowest stage's (every stage updates at once).  Choices 18-20.
     update = 0
-    if training:
-        read, written, phi = _update_cost(optimizer, master_weights, e)
+    if nm.training:
+        read, written, phi = _update_cost(nm.optimizer, nm.master_weights, e)
         for s in range(n):
             P_s = _ceil_div(stage_weight_bytes[s], e)
-            U_s = max(bytes_cycles((read + written) * P_s, streaming_gbps), _ceil_div(phi * P_s, N * V))
+            U_s = max(_bytes_cycles(nm, (read + written) * P_s, nm.streaming_gbps), _ceil_div(phi * P_s, nm.N * nm.V))
             update = max(update, U_s)
     # Choice 21: the step's end row, when there is an all-reduce or an update: it lasts both, and its
     # transfer_cycles are the all-reduce's alone.
-    end_row = None
-    if training and (allreduce is not None or update > 0):
+    costs.end_row = None
+    if nm.training and (allreduce is not None or update > 0):
         allreduce_cycles = 0 if allreduce is None else allreduce
-        end_row = (allreduce_cycles + update, allreduce_cycles)
+        costs.end_row = (allreduce_cycles + update, allreduce_cycles)
+    return costs
 
-    # ---- Run: steps, pipeline steps, stages, supersteps.
-    supersteps = []
-    pipeline = []
-    tile_busy_total = [[0] * N for _ in range(n)]
-    latency = []
-    shares = dict(compute=0, sync=0, exchange=0, transfer=0)
 
-    def run_interleaved(step, cycle, mb_start, mb_end):
-        """docs/ipu.md "The pipeline", interleaved: the m + 2n - 2 pipeline steps of one training step,
-        from `cycle`; returns where the last one ends.  Choices 29-33."""
-        for p in range(m + 2 * n - 2):
-            p_start = cycle
-            slowest = -1
-            slowest_time = -1
-            slowest_parts = []
-            for s in range(n):
-                f = p - s
-                b_mb = p - (2 * n - 2 - s)
-                # the parts the stage runs, in order: (micro-batch, its list, forward or not)
-                parts = []
-                if 0 <= f < m:
-                    parts.append((f, stage_fwd_ids[s], True))
-                if 0 <= b_mb < m:
-                    parts.append((b_mb, stage_bwd_ids[s], False))
-                if not parts:
-                    continue  # idle: a bubble
-                t0 = p_start
-                for mb, ids, is_fwd in parts:
-                    if is_fwd and s == 0:
-                        # Choice 29: the token ids stream before IPU 0's forward, and only then.
-                        mb_start[mb] = p_start
-                        t0 += stream_cycles
-                    for x in ids:
-                        tp = templates[x]
-                        # Choice 30: the row's direction is its pipeline step's (3).
-                        supersteps.append(
-                            (step, DIR_INTERLEAVED, p, s, mb, x, t0, tp["compute"], tp["sync"], tp["exchange"])
-                        )
-                        for t in range(N):
-                            tile_busy_total[s][t] += tp["busy"][t]
-                        t0 += superstep_length(x)
-                    if not is_fwd and s == 0:
-                        # Choice 33: the micro-batch ends where IPU 0's backward of it ends.
-                        mb_end[mb] = t0
-                # The stage's time in the step: the sum of the parts it runs (with the token ids on IPU 0).
-                time_s = t0 - p_start
-                # Choice 31: the slowest among the stages that run something; ties the lowest.
-                if time_s > slowest_time:
-                    slowest_time = time_s
-                    slowest = s
-                    slowest_parts = parts
-            assert slowest >= 0
-            # Choice 31: the transfer once per pipeline step (n > 1), the row's transfer_cycles.
-            length = slowest_time + link_transfer
-            pipeline.append((step, DIR_INTERLEAVED, p, p_start, length, slowest, link_transfer))
-            # Choice 32: the slowest stage's parts into compute / sync / exchange; the transfer and its
-            # token ids (stage 0 with a forward) into transfer.
-            for _mb, ids, is_fwd in slowest_parts:
-                for x in ids:
-                    shares["compute"] += templates[x]["compute"]
-                    shares["sync"] += templates[x]["sync"]
-                    shares["exchange"] += templates[x]["exchange"]
-                if is_fwd and slowest == 0:
-                    shares["transfer"] += stream_cycles
-            shares["transfer"] += link_transfer
-            cycle = p_start + length
-        return cycle
-    # The grouped schedule (and inference) runs the directions one after the other; the interleaved one
-    # (training only, Choice 27) runs its m + 2n - 2 pipeline steps of direction 3 instead.
-    if interleaved:
+def _run_part(nm, run, step, d, p, s, mb, ids, t0) -> int:
+    """Stage s runs the supersteps `ids` of micro-batch mb from cycle t0, in pipeline step p of
+    direction d (its rows' direction); returns where the last one ends."""
+    for x in ids:
+        tpl = run.templates[x]
+        run.supersteps.append((step, d, p, s, mb, x, t0, tpl["compute"], tpl["sync"], tpl["exchange"]))
+        for t in range(nm.N):
+            run.tile_busy[s][t] += tpl["busy"][t]
+        t0 += _superstep_length(tpl)
+    return t0
+
+
+def _count_shares(run, ids) -> None:
+    """The slowest stage's supersteps into the compute, sync and exchange shares."""
+    for x in ids:
+        run.shares["compute"] += run.templates[x]["compute"]
+        run.shares["sync"] += run.templates[x]["sync"]
+        run.shares["exchange"] += run.templates[x]["exchange"]
+
+
+def _run_interleaved(nm, run, step, cycle, mb_start, mb_end) -> int:
+    """docs/ipu.md "The pipeline", interleaved: the m + 2n - 2 pipeline steps of one training step,
+    from `cycle`; returns where the last one ends.  Choices 29-33."""
+    n, m = nm.n, nm.m
+    for p in range(m + 2 * n - 2):
+        p_start = cycle
+        slowest = -1
+        slowest_time = -1
+        slowest_parts = []
+        for s in range(n):
+            f = p - s
+            b_mb = p - (2 * n - 2 - s)
+            # the parts the stage runs, in order: (micro-batch, its list, forward or not)
+            parts = []
+            if 0 <= f < m:
+                parts.append((f, run.fwd_ids[s], True))
+            if 0 <= b_mb < m:
+                parts.append((b_mb, run.bwd_ids[s], False))
+            if not parts:
+                continue  # idle: a bubble
+            t0 = p_start
+            for mb, ids, is_fwd in parts:
+                if is_fwd and s == 0:
+                    # Choice 29: the token ids stream before IPU 0's forward, and only then.
+                    mb_start[mb] = p_start
+                    t0 += run.costs.stream_cycles
+                # Choice 30: the row's direction is its pipeline step's (3).
+                t0 = _run_part(nm, run, step, DIR_INTERLEAVED, p, s, mb, ids, t0)
+                if not is_fwd and s == 0:
+                    # Choice 33: the micro-batch ends where IPU 0's backward of it ends.
+                    mb_end[mb] = t0
+            # The stage's time in the step: the sum of the parts it runs (with the token ids on IPU 0).
+            time_s = t0 - p_start
+            # Choice 31: the slowest among the stages that run something; ties the lowest.
+            if time_s > slowest_time:
+                slowest_time = time_s
+                slowest = s
+                slowest_parts = parts
+        assert slowest >= 0
+        # Choice 31: the transfer once per pipeline step (n > 1), the row's transfer_cycles.
+        link_transfer = run.costs.link_transfer
+        length = slowest_time + link_transfer
+        run.pipeline.append((step, DIR_INTERLEAVED, p, p_start, length, slowest, link_transfer))
+        # Choice 32: the slowest stage's parts into compute / sync / exchange; the transfer and its
+        # token ids (stage 0 with a forward) into transfer.
+        for _mb, ids, is_fwd in slowest_parts:
+            _count_shares(run, ids)
+            if is_fwd and slowest == 0:
+                run.shares["transfer"] += run.costs.stream_cycles
+        run.shares["transfer"] += link_transfer
+        cycle = p_start + length
+    return cycle
+
+
+def _run_grouped(nm, run, step, d, cycle, mb_start, mb_end) -> int:
+    """docs/ipu.md "The pipeline", grouped: the m + n - 1 pipeline steps of direction d of one step,
+    from `cycle`; returns where the last one ends."""
+    n, m = nm.n, nm.m
+    for p in range(m + n - 1):
+        p_start = cycle
+        slowest = -1
+        slowest_time = -1
+        for s in range(n):
+            mb = p - s if d == DIR_FORWARD else p - (n - 1 - s)
+            if not (0 <= mb < m):
+                continue  # idle: a bubble
+            t0 = p_start
+            ids = run.fwd_ids[s] if d == DIR_FORWARD else run.bwd_ids[s]
+            if d == DIR_FORWARD and s == 0:
+                t0 += run.costs.stream_cycles
+            t0 = _run_part(nm, run, step, d, p, s, mb, ids, t0)
+            if d == DIR_FORWARD and s == 0:
+                mb_start[mb] = p_start
+            if nm.training and d == DIR_BACKWARD and s == 0:
+                mb_end[mb] = t0
+            if not nm.training and d == DIR_FORWARD and s == n - 1:
+                mb_end[mb] = t0
+            # Choice 6: the slowest among the stages with a micro-batch; ties the lowest.
+            if run.stage_time[s][d] > slowest_time:
+                slowest_time = run.stage_time[s][d]
+                slowest = s
+        link_transfer = run.costs.link_transfer
+        length = slowest_time + link_transfer
+        # Choice 7: the row's transfer_cycles is the IPU-Link transfer only.
+        run.pipeline.append((step, d, p, p_start, length, slowest, link_transfer))
+        _count_shares(run, run.fwd_ids[slowest] if d == DIR_FORWARD else run.bwd_ids[slowest])
+        if d == DIR_FORWARD and slowest == 0:
+            run.shares["transfer"] += run.costs.stream_cycles
+        run.shares["transfer"] += link_transfer
+        cycle = p_start + length
+    return cycle
+
+
+def simulate(values: dict) -> dict:
+    """Run a whole ipu scenario (its resolved values) and return its observables: `templates`,
+    `supersteps`, `pipeline` (rows as docs/ipu.md "Result file" lists them), `memory` [stage][tile],
+    `tile_busy` [stage][tile], `cycles`, `microbatch_latency` and the cycle `shares`."""
+    nm = _names(values)
+    n, m = nm.n, nm.m
+    top = _topology(nm)
+    layers_of_stages = _stage_layers(nm)
+    stage_fops = _stage_operators(nm, layers_of_stages)
+    memory = _memory(nm, stage_fops, layers_of_stages)
+    templates, fwd_ids, bwd_ids = _templates(nm, stage_fops, layers_of_stages, top.tp_allreduce)
+    costs = _step_costs(nm, top, stage_fops)
+    # Stage time per micro-batch per direction.
+    stage_time = [[0, 0] for _ in range(n)]
+    for s in range(n):
+        stage_time[s][0] = sum(_superstep_length(templates[x]) for x in fwd_ids[s])
+        if s == 0:
+            stage_time[s][0] += costs.stream_cycles
+        stage_time[s][1] = sum(_superstep_length(templates[x]) for x in bwd_ids[s])
+    run = SimpleNamespace(templates=templates, fwd_ids=fwd_ids, bwd_ids=bwd_ids, costs=costs, stage_time=stage_time,
+                          supersteps=[], pipeline=[], tile_busy=[[0] * nm.N for _ in range(n)],
+                          shares=dict(compute=0, sync=0, exchange=0, transfer=0))
+    # ---- Run: steps, pipeline steps, stages, supersteps.  The grouped schedule (and inference) runs
+    # the directions one after the other; the interleaved one (training only, Choice 27) runs its
+    # m + 2n - 2 pipeline steps of direction 3 instead.
+    if nm.interleaved:
         directions = [DIR_INTERLEAVED]
-    elif training:
+    elif nm.training:
         directions = [DIR_FORWARD, DIR_BACKWARD]
     else:
         directions = [DIR_FORWARD]
-    n_psteps = m + n - 1
+    latency = []
     cycle = 0
-    for step in range(steps):
+    for step in range(nm.steps):
         step_start = cycle
         # per micro-batch: start of the forward pipeline step in which IPU 0 starts it, and end
         mb_start = [None] * m
         mb_end = [None] * m
         for d in directions:
             if d == DIR_INTERLEAVED:
-                cycle = run_interleaved(step, cycle, mb_start, mb_end)
-                continue
-            for p in range(n_psteps):
-                p_start = cycle
-                slowest = -1
-                slowest_time = -1
-                for s in range(n):
-                    mb = p - s if d == DIR_FORWARD else p - (n - 1 - s)
-                    if not (0 <= mb < m):
-                        continue  # idle: a bubble
-                    t0 = p_start
-                    ids = stage_fwd_ids[s] if d == DIR_FORWARD else stage_bwd_ids[s]
-                    if d == DIR_FORWARD and s == 0:
-                        t0 += stream_cycles
-                    for x in ids:
-                        tp = templates[x]
-                        supersteps.append((step, d, p, s, mb, x, t0, tp["compute"], tp["sync"], tp["exchange"]))
-                        for t in range(N):
-                            tile_busy_total[s][t] += tp["busy"][t]
-                        t0 += superstep_length(x)
-                    if d == DIR_FORWARD and s == 0:
-                        mb_start[mb] = p_start
-                    if training and d == DIR_BACKWARD and s == 0:
-                        mb_end[mb] = t0
-                    if not training and d == DIR_FORWARD and s == n - 1:
-                        mb_end[mb] = t0
-                    # Choice 6: the slowest among the stages with a micro-batch; ties the lowest.
-                    if stage_time[s][d] > slowest_time:
-                        slowest_time = stage_time[s][d]
-                        slowest = s
-                length = slowest_time + link_transfer
-                # Choice 7: the row's transfer_cycles is the IPU-Link transfer only.
-                pipeline.append((step, d, p, p_start, length, slowest, link_transfer))
-                ids = stage_fwd_ids[slowest] if d == DIR_FORWARD else stage_bwd_ids[slowest]
-                for x in ids:
-                    shares["compute"] += templates[x]["compute"]
-                    shares["sync"] += templates[x]["sync"]
-                    shares["exchange"] += templates[x]["exchange"]
-                if d == DIR_FORWARD and slowest == 0:
-                    shares["transfer"] += stream_cycles
-                shares["transfer"] += link_transfer
-                cycle = p_start + length
-        if end_row is not None:
+                cycle = _run_interleaved(nm, run, step, cycle, mb_start, mb_end)
+            else:
+                cycle = _run_grouped(nm, run, step, d, cycle, mb_start, mb_end)
+        if costs.end_row is not None:
             # Choice 21: the end row (the all-reduce and the optimiser update) is transfer, whole.
-            end_cycles, end_transfer = end_row
-            pipeline.append((step, DIR_END, 0, cycle, end_cycles, -1, end_transfer))
-            shares["transfer"] += end_cycles
+            end_cycles, end_transfer = costs.end_row
+            run.pipeline.append((step, DIR_END, 0, cycle, end_cycles, -1, end_transfer))
+            run.shares["transfer"] += end_cycles
             cycle += end_cycles
         for mb in range(m):
             latency.append(mb_end[mb] - mb_start[mb])
@@ -819,11 +865,11 @@ def simulate(values: dict) -> dict:
 
     return dict(
         templates=templates,
-        supersteps=supersteps,
-        pipeline=pipeline,
+        supersteps=run.supersteps,
+        pipeline=run.pipeline,
         memory=memory,
-        tile_busy=tile_busy_total,
+        tile_busy=run.tile_busy,
         cycles=cycle,
         microbatch_latency=latency,
-        shares=shares,
+        shares=run.shares,
     )

@@ -1158,11 +1158,19 @@ class MeshReference:
         sent_now[d] += 1
 
     def _step_pe(self, t, u, obs):
-        pe = self.pes[u]
-        r, c = divmod(u, self.cols)
+        """One cycle of PE u, the steps of docs/mesh.md "One cycle" in order."""
         sent_now = [0, 0, 0, 0]     # messages of every kind sent on each output this cycle
+        self._receive(t, u, obs)                # 1. Receive and route
+        self._inject(t, u, obs)                 # 2. Inject
+        self._send_stage(t, u, sent_now, obs)   # Send
+        self._start(u)                          # 3. Start
+        self._migrate(t, u, sent_now, obs)      # 4. Migrate
+        self._work(t, u, obs)                   # 5. Work
 
-        # 1. Receive and route, rotating port priority.
+    def _receive(self, t, u, obs):
+        """Step 1: receive and route, rotating port priority; a port stops at its first message that
+        cannot move."""
+        pe = self.pes[u]
         for k in range(4):
             d = (t + k) % 4
             n = self.neighbour(u, d)
@@ -1178,68 +1186,85 @@ class MeshReference:
             while taken < self.B and link and link[0][0] <= t - self.L:
                 message = link[0][1]
                 if message[0] in CONTROL_KINDS:
-                    # A control message (work_stealing) always moves and is gone: a request marks
-                    # this port owed, a refusal ends the outstanding request (choice 52).
-                    link.popleft()
-                    if message == REQUEST:
-                        assert not pe.owed[d], (
-                            "PE %d: a second request from direction %d while one is owed" % (u, d))
-                        pe.owed[d] = True
-                    else:
-                        assert pe.asked == d, (
-                            "PE %d: a refusal from direction %d, but its request is towards %r"
-                            % (u, d, pe.asked))
-                        pe.asked = None
-                    obs["control_received"] += 1
-                    self.cum_control_received += 1
+                    self._take_control(u, d, message, obs)
                 elif message[0] != "p":
-                    # A task: to the queue's tail, unchanged (hops were counted when sent).
-                    if len(pe.queue) >= self.Q:
+                    if not self._take_task(u, d, message, obs):
                         break
-                    link.popleft()
-                    pe.queue.append(message)
-                    pe.migrated_in += 1
-                    obs["received"] += 1
-                    if pe.asked == d:
-                        pe.asked = None     # the answer to this PE's request (work_stealing)
-                else:
-                    # A packet: to the tail of its output queue (ejection if it is for this PE,
-                    # else its XY direction) if that queue holds fewer than Qo packets.
-                    packet = message[1:]    # (dest_row, dest_col, birth)
-                    o = self.output_queue(u, packet[0], packet[1])
-                    queue = pe.router[o]
-                    if len(queue) >= self.Qo:
-                        break
-                    # Multicast (pipeline mode, choice 36): a packet for this PE also sends a
-                    # copy to the next PE, and moves only if the copy's queue has room too.
-                    copy_queue = copy = None
-                    if o == EJECT and self.pipeline_mode:
-                        g = self.region_of[u]
-                        assert g is not None and not self.regions[g]["first"], (
-                            "a packet for PE %d, which is idle or in a first region" % u)
-                        if self.next_pe[u] is not None:
-                            next_row, next_col = divmod(self.next_pe[u], self.cols)
-                            copy = (next_row, next_col, packet[2])
-                            copy_queue = pe.router[self.xy_output(u, next_row, next_col)]
-                            if len(copy_queue) >= self.Qo:
-                                break
-                    link.popleft()
-                    queue.append(packet)
-                    if copy is not None:
-                        # The copy enters the network here: offered and injected, measured,
-                        # with no wait and one hop.
-                        copy_queue.append(copy)
-                        pe.packets_offered += 1
-                        pe.packets_injected += 1
-                        self.cum_packets_offered += 1
-                        obs["packets_offered"] += 1
-                        obs["packets_injected"] += 1
-                        obs["measured_injected"] += 1
-                        obs["measured_hops_sum"] += 1
+                elif not self._take_packet(u, message, obs):
+                    break
+                link.popleft()
                 pe.received_total[d] += 1
                 taken += 1
 
-        # 2. Inject.
+    def _take_control(self, u, d, message, obs):
+        """A control message (work_stealing) always moves and is gone: a request marks port d owed,
+        a refusal ends the outstanding request (choice 52)."""
+        pe = self.pes[u]
+        if message == REQUEST:
+            assert not pe.owed[d], "PE %d: a second request from direction %d while one is owed" % (u, d)
+            pe.owed[d] = True
+        else:
+            assert pe.asked == d, (
+                "PE %d: a refusal from direction %d, but its request is towards %r" % (u, d, pe.asked))
+            pe.asked = None
+        obs["control_received"] += 1
+        self.cum_control_received += 1
+
+    def _take_task(self, u, d, message, obs):
+        """A task to the queue's tail, unchanged (hops were counted when sent), if the queue has
+        room; whether it moved."""
+        pe = self.pes[u]
+        if len(pe.queue) >= self.Q:
+            return False
+        pe.queue.append(message)
+        pe.migrated_in += 1
+        obs["received"] += 1
+        if pe.asked == d:
+            pe.asked = None     # the answer to this PE's request (work_stealing)
+        return True
+
+    def _take_packet(self, u, message, obs):
+        """A packet to the tail of its output queue (ejection if it is for this PE, else its XY
+        direction) if that queue holds fewer than Qo packets; whether it moved."""
+        pe = self.pes[u]
+        packet = message[1:]    # (dest_row, dest_col, birth)
+        o = self.output_queue(u, packet[0], packet[1])
+        queue = pe.router[o]
+        if len(queue) >= self.Qo:
+            return False
+        # Multicast (pipeline mode, choice 36): a packet for this PE also sends a copy to the next PE,
+        # and moves only if the copy's queue has room too.
+        copy_queue = copy = None
+        if o == EJECT and self.pipeline_mode:
+            g = self.region_of[u]
+            assert g is not None and not self.regions[g]["first"], (
+                "a packet for PE %d, which is idle or in a first region" % u)
+            if self.next_pe[u] is not None:
+                next_row, next_col = divmod(self.next_pe[u], self.cols)
+                copy = (next_row, next_col, packet[2])
+                copy_queue = pe.router[self.xy_output(u, next_row, next_col)]
+                if len(copy_queue) >= self.Qo:
+                    return False
+        queue.append(packet)
+        if copy is not None:
+            # The copy enters the network here: offered and injected, measured, with no wait and
+            # one hop.
+            copy_queue.append(copy)
+            pe.packets_offered += 1
+            pe.packets_injected += 1
+            self.cum_packets_offered += 1
+            obs["packets_offered"] += 1
+            obs["packets_injected"] += 1
+            obs["measured_injected"] += 1
+            obs["measured_hops_sum"] += 1
+        return True
+
+    def _inject(self, t, u, obs):
+        """Step 2: the workload's offers (tasks, or packets to the source queue), then up to B
+        packets from the source queue (in pipeline mode: the output stage, in the order of
+        increasing input index) to their XY output queue."""
+        pe = self.pes[u]
+        r, c = divmod(u, self.cols)
         if self.pipeline_mode:
             self._inject_pipeline_tasks(t, u, obs)
         for work in self._offers(t, u):
@@ -1257,8 +1282,6 @@ class MeshReference:
             pe.packets_offered += 1
             obs["packets_offered"] += 1
             self.cum_packets_offered += 1
-        # Up to B packets leave the source queue (in pipeline mode: the output stage, in the
-        # order of increasing input index) for their XY output queue.
         left = 0
         while left < self.B and pe.source:
             dest_row, dest_col, birth = pe.source[0]
@@ -1273,8 +1296,11 @@ class MeshReference:
                 obs["measured_injected"] += 1
                 obs["measured_source_wait_sum"] += t - birth
                 obs["measured_hops_sum"] += abs(dest_row - r) + abs(dest_col - c)
-        # Send: each output queue onto its link while the link has room; the ejection queue
-        # delivers up to B.
+
+    def _send_stage(self, t, u, sent_now, obs):
+        """Send: each output queue onto its link while the link has room; the ejection queue
+        delivers up to B."""
+        pe = self.pes[u]
         for o in range(4):
             queue = pe.router[o]
             while queue and self._has_room(t, u, o, sent_now):
@@ -1284,9 +1310,9 @@ class MeshReference:
         while delivered_now < self.B and ejection:
             birth = ejection[0][2]
             if self.pipeline_mode:
-                # Each packet is one wavelet of the current chunk (choice 37).  A wavelet that is
-                # not the chunk's last just leaves; the last leaves only if the task queue has
-                # room, and makes the chunk's task.
+                # Each packet is one wavelet of the current chunk (choice 37).  A wavelet that is not
+                # the chunk's last just leaves; the last leaves only if the task queue has room, and
+                # makes the chunk's task.
                 region = self.regions[self.region_of[u]]
                 if pe.got + 1 < region["wavelets"]:
                     pe.got += 1
@@ -1310,36 +1336,48 @@ class MeshReference:
                 obs["measured_latency_sq_sum"] += latency * latency
                 obs["measured_latency_max"] = max(obs["measured_latency_max"], latency)
 
-        # 3. Start (in pipeline mode also only with an empty output stage).
+    def _start(self, u):
+        """Step 3: start (in pipeline mode also only with an empty output stage)."""
+        pe = self.pes[u]
         if pe.server is None and pe.queue and not (self.pipeline_mode and pe.source):
             pe.server = list(pe.queue.popleft())    # [remaining, birth, hops]
 
-        # 4. Migrate.  sent_now (packets of step 2, tasks and control messages of step 4) limits B
-        # and is already in sent_total; tasks_now (tasks sent here only) is what the known depth
-        # adds.
-        if self.policy != "none":
-            depth = len(pe.queue)
-            if depth > self.T:
-                pe.shedding = True
-            elif depth <= self.S:
-                pe.shedding = False
-            limit = self.S if pe.shedding else self.T
-            if self.policy == "work_stealing":
-                self._work_stealing(t, u, limit, sent_now, obs)
-            else:
-                self._migrate_loop(t, u, limit, sent_now, obs)
-            pe.shedding = pe.shedding and len(pe.queue) > self.S
-
-        # 5. Work.
-        self._work(t, u, obs)
-
-    def _migrate_loop(self, t, u, limit, sent_now, obs):
-        """Step 4's loop for least_loaded, random_lower, diffusion and gradient."""
+    def _migrate(self, t, u, sent_now, obs):
+        """Step 4: the shedding flag, then the policy's rule (MIGRATION_RULES).  sent_now (packets
+        of step 2, tasks and control messages of step 4) limits B and is already in sent_total."""
+        if self.policy == "none":
+            return
         pe = self.pes[u]
-        tasks_now = [0, 0, 0, 0]
-        # diffusion: each neighbour's quota for this cycle, from the depths as step 4 starts
+        depth = len(pe.queue)
+        if depth > self.T:
+            pe.shedding = True
+        elif depth <= self.S:
+            pe.shedding = False
+        limit = self.S if pe.shedding else self.T
+        MIGRATION_RULES[self.policy](self, t, u, limit, sent_now, obs)
+        pe.shedding = pe.shedding and len(pe.queue) > self.S
+
+    # ---- The policies' rules for step 4, one each (MIGRATION_RULES).  The push policies share the
+    # loop `_push`: a quota per direction, which directions are downhill, and the pick among the
+    # eligible.
+
+    def _least_loaded(self, t, u, limit, sent_now, obs):
+        """least_loaded: the eligible direction with the smallest known depth, ties to the smallest d."""
+        self._push(t, u, limit, sent_now, obs, _fewer_after_one, _least_known)
+
+    def _random_lower(self, t, u, limit, sent_now, obs):
+        """random_lower: one of the eligible directions at random (draw PICK_DRAW + k)."""
+        def pick(eligible, k):
+            h = draw(self.seed, STREAM_MIGRATION, t, u, PICK_DRAW + k)
+            return eligible[((h >> 32) * len(eligible)) >> 32][0]
+        self._push(t, u, limit, sent_now, obs, _fewer_after_one, pick)
+
+    def _diffusion(self, t, u, limit, sent_now, obs):
+        """diffusion: least_loaded's pick within each direction's quota for the cycle, from the
+        depths as step 4 starts (draw QUOTA_DRAW + d)."""
+        pe = self.pes[u]
         quota = [None, None, None, None]
-        if self.policy == "diffusion" and len(pe.queue) > limit:
+        if len(pe.queue) > limit:
             depth0 = len(pe.queue)
             for d in range(4):
                 n = self.mig_nbr[u][d]
@@ -1348,14 +1386,28 @@ class MeshReference:
                 diff = max(0, depth0 - self._depth_at(n, t - self.D))
                 h = draw(self.seed, STREAM_MIGRATION, t, u, QUOTA_DRAW + d)
                 quota[d] = (self.A * diff + (h >> 48)) >> 16
-        # gradient: the neighbours' pressures as known, and their least (255: no light PE known)
+        self._push(t, u, limit, sent_now, obs, _fewer_after_one, _least_known, quota)
+
+    def _gradient(self, t, u, limit, sent_now, obs):
+        """gradient: towards the neighbours known to have the least pressure, if a light PE is
+        known (pressure below 255); least_loaded's pick among them."""
         pressure = [None, None, None, None]
-        if self.policy == "gradient":
-            for d in range(4):
-                n = self.mig_nbr[u][d]
-                if n is not None:
-                    pressure[d] = self._pressure_at(n, t - self.D)
+        for d in range(4):
+            n = self.mig_nbr[u][d]
+            if n is not None:
+                pressure[d] = self._pressure_at(n, t - self.D)
         pmin = min((p for p in pressure if p is not None), default=255)
+
+        def downhill(d, kd, depth):
+            return pressure[d] == pmin and pmin < 255
+        self._push(t, u, limit, sent_now, obs, downhill, _least_known)
+
+    def _push(self, t, u, limit, sent_now, obs, downhill, pick, quota=(None, None, None, None)):
+        """Step 4's loop for the push policies: at most M tasks from the tail, each to a direction
+        picked among the eligible (a migration neighbour within its quota, downhill, whose link has
+        room)."""
+        pe = self.pes[u]
+        tasks_now = [0, 0, 0, 0]    # tasks sent here only: what the known depth adds
         for k in range(self.M):
             depth = len(pe.queue)
             if depth <= limit:
@@ -1368,24 +1420,11 @@ class MeshReference:
                 kd = self._depth_at(n, t - self.D) + tasks_now[d]
                 if quota[d] is not None and tasks_now[d] >= quota[d]:
                     continue
-                if self.policy == "gradient":
-                    downhill = pressure[d] == pmin and pmin < 255
-                else:
-                    downhill = kd + 1 < depth
-                if downhill and self._has_room(t, u, d, sent_now):
+                if downhill(d, kd, depth) and self._has_room(t, u, d, sent_now):
                     eligible.append((d, kd))
             if not eligible:
                 break
-            if self.policy in ("least_loaded", "diffusion", "gradient"):
-                best_d, best_kd = eligible[0]
-                for (d, kd) in eligible[1:]:
-                    if kd < best_kd:        # strict: ties keep the smaller d
-                        best_d, best_kd = d, kd
-                d_pick = best_d
-            else:
-                h = draw(self.seed, STREAM_MIGRATION, t, u, PICK_DRAW + k)
-                idx = ((h >> 32) * len(eligible)) >> 32
-                d_pick = eligible[idx][0]
+            d_pick = pick(eligible, k)
             self._send_tail(t, u, d_pick, sent_now, obs)
             tasks_now[d_pick] += 1
 
@@ -1768,6 +1807,31 @@ class MeshReference:
                 },
             },
         }
+
+
+def _fewer_after_one(d, kd, depth):
+    """least_loaded, random_lower, diffusion: moving one task strictly reduces the difference."""
+    return kd + 1 < depth
+
+
+def _least_known(eligible, k):
+    """The eligible direction with the smallest known depth, ties going to the smallest d."""
+    best_d, best_kd = eligible[0]
+    for (d, kd) in eligible[1:]:
+        if kd < best_kd:        # strict: ties keep the smaller d
+            best_d, best_kd = d, kd
+    return best_d
+
+
+#: Step 4's rule of each migration policy (docs/mesh.md, step 4), by its name; "none" has none.
+MIGRATION_RULES = {
+    "least_loaded": MeshReference._least_loaded,
+    "random_lower": MeshReference._random_lower,
+    "diffusion": MeshReference._diffusion,
+    "gradient": MeshReference._gradient,
+    "work_stealing": MeshReference._work_stealing,
+}
+assert set(MIGRATION_RULES) | {"none"} == set(POLICIES)
 
 
 def simulate(cycles, **params):
