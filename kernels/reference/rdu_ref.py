@@ -70,6 +70,8 @@ Choices made where docs/rdu.md is ambiguous or silent:
 14. DDR burst time is ``ceil(b * 1024 / ddr_bytes_per_kcycle)`` in exact integer arithmetic.
 """
 
+from types import SimpleNamespace
+
 import numpy as np
 
 # The table layout of docs/rdu.md ("The program tables" and "Observables"), numbered there; a test
@@ -188,6 +190,204 @@ class _Chip:
         self.tile_start = {}  # tile index -> first-burst cycle, for the current instance
 
 
+def _ddr_issue(run, c, ch, k, tp, t):
+    """Step B: with the channel idle, the first stream in round-robin order that has bytes to move
+    issues one burst."""
+    insts, B = run.insts, run.B
+    for off in range(3):
+        s = (ch.rr + off) % 3
+        remaining = 0
+        for_inst = -1
+        if s == STREAM_WEIGHTS:
+            if ch.wc < tp.R and (ch.phase == PH_RUN or (run.prefetch and ch.phase in (PH_SWITCH, PH_WAIT))):
+                remaining = tp.R - ch.wc
+                for_inst = k
+            elif run.prefetch and ch.phase == PH_RUN and ch.wc == tp.R and k + 1 < run.n_inst[c]:
+                nxt = insts[c][k + 1]["template"]
+                pf = min(nxt.R, tp.prefetch_cap)
+                if ch.wn < pf:
+                    remaining = pf - ch.wn
+                    for_inst = k + 1
+        elif s == STREAM_LOADS:
+            if ch.phase == PH_RUN and tp.ld > 0 and ch.loaded < tp.M and ch.loaded - ch.done[0] < B:
+                remaining = tp.ld - ch.ldb
+                if ch.ldb == 0:
+                    ch.tile_start[ch.loaded] = t
+        else:  # STREAM_STORES
+            if ch.phase == PH_RUN and tp.sd > 0 and ch.stored < ch.done[tp.n - 1]:
+                remaining = tp.sd - ch.sdb
+        if remaining > 0:
+            b = min(run.burst_bytes, remaining)
+            ch.ddr_left = _ceil_div(b * 1024, run.kbw)
+            ch.ddr_stream = s
+            ch.ddr_bytes_burst = b
+            ch.ddr_inst = for_inst
+            ch.rr = (s + 1) % 3
+            break
+
+
+def _stage_starts(run, ch, tp):
+    """Step C: every idle stage with an input and room downstream starts its next tile (the
+    decisions on the counts as the step starts)."""
+    B = run.B
+    n = tp.n
+    loaded = ch.loaded
+    stored = ch.stored
+    started = list(ch.started)
+    done = list(ch.done)
+    left = list(ch.left)
+    for j in range(n):
+        if left[j] != 0 or started[j] >= tp.M:
+            continue
+        if j == 0:
+            has_input = loaded > started[0]
+        else:
+            has_input = done[j - 1] > started[j]
+        if j < n - 1:
+            has_room = started[j] - done[j + 1] < B
+        else:
+            has_room = started[n - 1] - stored < B
+        if has_input and has_room:
+            ch.started[j] += 1
+            ch.left[j] = tp.stages[j]["dur"]
+
+
+def _stages_work(run, c, ch, k, tp, obs, slot_busy):
+    """Step D2: every stage with a tile works a cycle; returns how many compute stages did."""
+    n_compute_busy = 0
+    for j in range(tp.n):
+        if ch.left[j] > 0:
+            st = tp.stages[j]
+            if st["kind"] == 0:
+                n_compute_busy += 1
+            else:
+                obs[SR_COLLECTIVE] += 1
+            e = st["dur"] - ch.left[j]
+            pcus = 0
+            if e < st["c_hi"]:
+                pcus += st["n_hi"]
+                run.busy[c][k][j][0] += 1
+            if e < st["c_lo"]:
+                pcus += st["n_lo"]
+                run.busy[c][k][j][1] += 1
+            slot_busy[j] = pcus
+            obs[SR_BUSY_PCUS] += pcus
+            ch.left[j] -= 1
+            if ch.left[j] == 0:
+                ch.done[j] += 1
+    return n_compute_busy
+
+
+def _ddr_works(run, c, ch, k, tp, obs, t):
+    """Step D3: the DDR channel works a cycle; a burst that ends delivers its bytes."""
+    obs[SR_DDR_BUSY] = 1
+    ch.ddr_left -= 1
+    if ch.ddr_left != 0:
+        return
+    b = ch.ddr_bytes_burst
+    ch.ddr_total += b
+    if ch.ddr_stream == STREAM_WEIGHTS:
+        if ch.ddr_inst == ch.k:
+            ch.wc += b
+        elif ch.ddr_inst == ch.k + 1:
+            ch.wn += b
+    elif ch.ddr_stream == STREAM_LOADS:
+        ch.ldb += b
+        if ch.ldb == tp.ld:
+            ch.loaded += 1
+            ch.ldb = 0
+    else:  # STREAM_STORES
+        ch.sdb += b
+        if ch.sdb == tp.sd:
+            run.latencies[c][k].append(t - ch.tile_start[ch.stored])
+            ch.stored += 1
+            ch.sdb = 0
+    ch.ddr_stream = -1
+    ch.ddr_bytes_burst = 0
+    ch.ddr_inst = -1
+
+
+def _tiles_without_ddr(run, c, ch, k, tp, t):
+    """Step D5: tiles that need no DDR load or store arrive, and leave, at once."""
+    if tp.ld == 0:
+        target = min(tp.M, ch.done[0] + run.B)
+        if target > ch.loaded:
+            for i in range(ch.loaded, target):
+                ch.tile_start[i] = t
+            ch.loaded = target
+    if tp.sd == 0:
+        while ch.done[tp.n - 1] > ch.stored:
+            run.latencies[c][k].append(t - ch.tile_start[ch.stored])
+            ch.stored += 1
+
+
+def _instance_end(run, c, ch, k, t):
+    """Step D6: the instance's last tile stored, the chip moves to its next instance (or is done)."""
+    run.finish[c][k] = t
+    ch.k = k + 1
+    if ch.k >= run.n_inst[c]:
+        ch.phase = PH_DONE
+        ch.reset_counters(0)
+    else:
+        ch.phase = PH_SWITCH if run.X > 0 else PH_WAIT
+        ch.switch_left = run.X
+        ch.wc = ch.wn
+        ch.wn = 0
+        ch.reset_counters(run.insts[c][ch.k]["template"].n)
+
+
+def _chip_cycle(run, c, t):
+    """Cycle t of chip c, steps A-D6 of docs/rdu.md "One cycle"; returns its observables and its
+    stages' busy PCUs."""
+    ch = run.chips[c]
+    k = ch.k
+    cur = run.insts[c][k] if ch.phase != PH_DONE else None
+    tp = cur["template"] if cur is not None else None
+
+    # ---- A. Control.
+    if ch.phase == PH_WAIT:
+        dc, di = cur["dep_chip"], cur["dep_inst"]
+        if dc < 0 or di < 0:
+            ch.phase = PH_RUN
+        else:
+            f = run.finish[dc][di]
+            if f >= 0 and f + cur["delay"] < t:
+                ch.phase = PH_RUN
+    # ---- B. DDR issue.
+    if ch.ddr_left == 0 and ch.phase != PH_DONE:
+        _ddr_issue(run, c, ch, k, tp, t)
+    # ---- C. Stage starts.
+    if ch.phase == PH_RUN and ch.wc == tp.R:
+        _stage_starts(run, ch, tp)
+    # ---- D1. Observables (phase, k, PMUs as now; the rest filled in D2/D3).
+    obs = [0] * N_SR
+    obs[SR_PHASE] = ch.phase
+    obs[SR_INSTANCE] = k
+    obs[SR_PMUS] = tp.pmus if ch.phase == PH_RUN else 0
+    slot_busy = [0] * run.max_stages
+    phase_d1 = ch.phase
+    # ---- D2. Stages work.
+    n_compute_busy = _stages_work(run, c, ch, k, tp, obs, slot_busy) if tp is not None else 0
+    obs[SR_BUSY_STAGES] = n_compute_busy
+    # ---- D3. DDR channel works.
+    if ch.ddr_left > 0:
+        _ddr_works(run, c, ch, k, tp, obs, t)
+    if phase_d1 == PH_RUN and n_compute_busy == 0 and obs[SR_DDR_BUSY] == 1:
+        obs[SR_DDR_WAIT] = 1
+    # ---- D4. Switch.
+    if ch.phase == PH_SWITCH:
+        ch.switch_left -= 1
+        if ch.switch_left == 0:
+            ch.phase = PH_WAIT
+    # ---- D5. Tiles that need no DDR.
+    if ch.phase == PH_RUN:
+        _tiles_without_ddr(run, c, ch, k, tp, t)
+    # ---- D6. Instance end.
+    if ch.phase == PH_RUN and ch.stored == tp.M:
+        _instance_end(run, c, ch, k, t)
+    return obs, slot_busy
+
+
 def simulate(prog, max_cycles=10_000_000):
     """Run a whole program, every cycle of every chip, and return: `cycles`; `series` [cycle, chip,
     N_SR]; `stage_busy` [cycle, chip, stage slot] busy PCUs; `finish` [chip, instance]; `busy` [chip,
@@ -197,12 +397,7 @@ def simulate(prog, max_cycles=10_000_000):
     n_inst = [int(v) for v in np.asarray(prog.n_instances)]
     n_chips = int(instance.shape[0])
     max_inst = int(instance.shape[1])
-    B = int(prog.buffer_tiles)
     X = int(prog.switch_cycles)
-    prefetch = int(prog.prefetch) != 0
-    burst_bytes = int(prog.burst_bytes)
-    kbw = int(prog.ddr_bytes_per_kcycle)
-
     n_templates = int(np.asarray(prog.section).shape[0])
     templates = [_Template(prog, x) for x in range(n_templates)]
     max_stages = max([1] + [tp.n for tp in templates])
@@ -216,21 +411,21 @@ def simulate(prog, max_cycles=10_000_000):
             "delay": r[IN_DELAY],
         }
 
-    insts = [[inst_row(c, i) for i in range(n_inst[c])] for c in range(n_chips)]
-
-    chips = [_Chip(n_inst[c], X) for c in range(n_chips)]
+    run = SimpleNamespace(
+        n_inst=n_inst, B=int(prog.buffer_tiles), X=X, prefetch=int(prog.prefetch) != 0,
+        burst_bytes=int(prog.burst_bytes), kbw=int(prog.ddr_bytes_per_kcycle), max_stages=max_stages,
+        insts=[[inst_row(c, i) for i in range(n_inst[c])] for c in range(n_chips)],
+        chips=[_Chip(n_inst[c], X) for c in range(n_chips)],
+        finish=[[-1] * max_inst for _ in range(n_chips)],
+        busy=[[[[0, 0] for _ in range(max_stages)] for _ in range(max_inst)] for _ in range(n_chips)],
+        latencies=[[[] for _ in range(max_inst)] for _ in range(n_chips)],
+    )
+    chips = run.chips
     for c in range(n_chips):
         if n_inst[c] > 0:
-            chips[c].reset_counters(insts[c][0]["template"].n)
-
-    finish = [[-1] * max_inst for _ in range(n_chips)]
-    busy = [[[[0, 0] for _ in range(max_stages)] for _ in range(max_inst)] for _ in range(n_chips)]
-    latencies = [[[] for _ in range(max_inst)] for _ in range(n_chips)]
+            chips[c].reset_counters(run.insts[c][0]["template"].n)
     series = []  # per cycle: list over chips of N_SR ints
     stage_busy = []  # per cycle: list over chips of max_stages ints
-
-    def burst_cycles(b):
-        return _ceil_div(b * 1024, kbw)
 
     t = 0
     if all(ch.phase == PH_DONE for ch in chips):
@@ -240,193 +435,9 @@ def simulate(prog, max_cycles=10_000_000):
     while n_cycles is None:
         if t >= max_cycles:
             raise RuntimeError("rdu reference: run exceeds max_cycles=%d (deadlock?)" % max_cycles)
-        cyc_series = []
-        cyc_stage = []
-        for c in range(n_chips):
-            ch = chips[c]
-            k = ch.k
-            cur = insts[c][k] if ch.phase != PH_DONE else None
-            tp = cur["template"] if cur is not None else None
-
-            # ---- A. Control.
-            if ch.phase == PH_WAIT:
-                dc, di = cur["dep_chip"], cur["dep_inst"]
-                if dc < 0 or di < 0:
-                    ch.phase = PH_RUN
-                else:
-                    f = finish[dc][di]
-                    if f >= 0 and f + cur["delay"] < t:
-                        ch.phase = PH_RUN
-
-            # ---- B. DDR issue.
-            if ch.ddr_left == 0 and ch.phase != PH_DONE:
-                for off in range(3):
-                    s = (ch.rr + off) % 3
-                    remaining = 0
-                    for_inst = -1
-                    if s == STREAM_WEIGHTS:
-                        if ch.wc < tp.R and (
-                            ch.phase == PH_RUN
-                            or (prefetch and ch.phase in (PH_SWITCH, PH_WAIT))
-                        ):
-                            remaining = tp.R - ch.wc
-                            for_inst = k
-                        elif (
-                            prefetch
-                            and ch.phase == PH_RUN
-                            and ch.wc == tp.R
-                            and k + 1 < n_inst[c]
-                        ):
-                            nxt = insts[c][k + 1]["template"]
-                            pf = min(nxt.R, tp.prefetch_cap)
-                            if ch.wn < pf:
-                                remaining = pf - ch.wn
-                                for_inst = k + 1
-                    elif s == STREAM_LOADS:
-                        if (
-                            ch.phase == PH_RUN
-                            and tp.ld > 0
-                            and ch.loaded < tp.M
-                            and ch.loaded - ch.done[0] < B
-                        ):
-                            remaining = tp.ld - ch.ldb
-                            if ch.ldb == 0:
-                                ch.tile_start[ch.loaded] = t
-                    else:  # STREAM_STORES
-                        if ch.phase == PH_RUN and tp.sd > 0 and ch.stored < ch.done[tp.n - 1]:
-                            remaining = tp.sd - ch.sdb
-                    if remaining > 0:
-                        b = min(burst_bytes, remaining)
-                        ch.ddr_left = burst_cycles(b)
-                        ch.ddr_stream = s
-                        ch.ddr_bytes_burst = b
-                        ch.ddr_inst = for_inst
-                        ch.rr = (s + 1) % 3
-                        break
-
-            # ---- C. Stage starts.
-            if ch.phase == PH_RUN and ch.wc == tp.R:
-                n = tp.n
-                loaded = ch.loaded
-                stored = ch.stored
-                started = list(ch.started)
-                done = list(ch.done)
-                left = list(ch.left)
-                for j in range(n):
-                    if left[j] != 0 or started[j] >= tp.M:
-                        continue
-                    if j == 0:
-                        has_input = loaded > started[0]
-                    else:
-                        has_input = done[j - 1] > started[j]
-                    if j < n - 1:
-                        has_room = started[j] - done[j + 1] < B
-                    else:
-                        has_room = started[n - 1] - stored < B
-                    if has_input and has_room:
-                        ch.started[j] += 1
-                        ch.left[j] = tp.stages[j]["dur"]
-
-            # ---- D1. Observables (phase, k, PMUs as now; the rest filled in D2/D3).
-            obs = [0] * N_SR
-            obs[SR_PHASE] = ch.phase
-            obs[SR_INSTANCE] = k
-            obs[SR_PMUS] = tp.pmus if ch.phase == PH_RUN else 0
-            slot_busy = [0] * max_stages
-            phase_d1 = ch.phase
-
-            # ---- D2. Stages work.
-            n_compute_busy = 0
-            if tp is not None:
-                for j in range(tp.n):
-                    if ch.left[j] > 0:
-                        st = tp.stages[j]
-                        if st["kind"] == 0:
-                            n_compute_busy += 1
-                        else:
-                            obs[SR_COLLECTIVE] += 1
-                        e = st["dur"] - ch.left[j]
-                        pcus = 0
-                        if e < st["c_hi"]:
-                            pcus += st["n_hi"]
-                            busy[c][k][j][0] += 1
-                        if e < st["c_lo"]:
-                            pcus += st["n_lo"]
-                            busy[c][k][j][1] += 1
-                        slot_busy[j] = pcus
-                        obs[SR_BUSY_PCUS] += pcus
-                        ch.left[j] -= 1
-                        if ch.left[j] == 0:
-                            ch.done[j] += 1
-            obs[SR_BUSY_STAGES] = n_compute_busy
-
-            # ---- D3. DDR channel works.
-            if ch.ddr_left > 0:
-                obs[SR_DDR_BUSY] = 1
-                ch.ddr_left -= 1
-                if ch.ddr_left == 0:
-                    b = ch.ddr_bytes_burst
-                    ch.ddr_total += b
-                    if ch.ddr_stream == STREAM_WEIGHTS:
-                        if ch.ddr_inst == ch.k:
-                            ch.wc += b
-                        elif ch.ddr_inst == ch.k + 1:
-                            ch.wn += b
-                    elif ch.ddr_stream == STREAM_LOADS:
-                        ch.ldb += b
-                        if ch.ldb == tp.ld:
-                            ch.loaded += 1
-                            ch.ldb = 0
-                    else:  # STREAM_STORES
-                        ch.sdb += b
-                        if ch.sdb == tp.sd:
-                            latencies[c][k].append(t - ch.tile_start[ch.stored])
-                            ch.stored += 1
-                            ch.sdb = 0
-                    ch.ddr_stream = -1
-                    ch.ddr_bytes_burst = 0
-                    ch.ddr_inst = -1
-            if phase_d1 == PH_RUN and n_compute_busy == 0 and obs[SR_DDR_BUSY] == 1:
-                obs[SR_DDR_WAIT] = 1
-
-            # ---- D4. Switch.
-            if ch.phase == PH_SWITCH:
-                ch.switch_left -= 1
-                if ch.switch_left == 0:
-                    ch.phase = PH_WAIT
-
-            # ---- D5. Tiles that need no DDR.
-            if ch.phase == PH_RUN:
-                if tp.ld == 0:
-                    target = min(tp.M, ch.done[0] + B)
-                    if target > ch.loaded:
-                        for i in range(ch.loaded, target):
-                            ch.tile_start[i] = t
-                        ch.loaded = target
-                if tp.sd == 0:
-                    while ch.done[tp.n - 1] > ch.stored:
-                        latencies[c][k].append(t - ch.tile_start[ch.stored])
-                        ch.stored += 1
-
-            # ---- D6. Instance end.
-            if ch.phase == PH_RUN and ch.stored == tp.M:
-                finish[c][k] = t
-                ch.k = k + 1
-                if ch.k >= n_inst[c]:
-                    ch.phase = PH_DONE
-                    ch.reset_counters(0)
-                else:
-                    ch.phase = PH_SWITCH if X > 0 else PH_WAIT
-                    ch.switch_left = X
-                    ch.wc = ch.wn
-                    ch.wn = 0
-                    ch.reset_counters(insts[c][ch.k]["template"].n)
-
-            cyc_series.append(obs)
-            cyc_stage.append(slot_busy)
-
-        series.append(cyc_series)
-        stage_busy.append(cyc_stage)
+        cyc = [_chip_cycle(run, c, t) for c in range(n_chips)]
+        series.append([obs for obs, _ in cyc])
+        stage_busy.append([slots for _, slots in cyc])
         if all(ch.phase == PH_DONE for ch in chips):
             n_cycles = t + 1
         t += 1
@@ -434,14 +445,14 @@ def simulate(prog, max_cycles=10_000_000):
     tile_latency = []
     for c in range(n_chips):
         for i in range(n_inst[c]):
-            tile_latency.extend(latencies[c][i])
+            tile_latency.extend(run.latencies[c][i])
 
     return {
         "cycles": int(n_cycles),
         "series": np.array(series, dtype=np.int64).reshape(n_cycles, n_chips, N_SR),
         "stage_busy": np.array(stage_busy, dtype=np.int64).reshape(n_cycles, n_chips, max_stages),
-        "finish": np.array(finish, dtype=np.int64).reshape(n_chips, max_inst),
-        "busy": np.array(busy, dtype=np.int64).reshape(n_chips, max_inst, max_stages, 2),
+        "finish": np.array(run.finish, dtype=np.int64).reshape(n_chips, max_inst),
+        "busy": np.array(run.busy, dtype=np.int64).reshape(n_chips, max_inst, max_stages, 2),
         "ddr_bytes": np.array([ch.ddr_total for ch in chips], dtype=np.int64),
         "tile_latency": np.array(tile_latency, dtype=np.int64),
     }
