@@ -585,6 +585,7 @@ def _offered_packet(seed, tb, u, r, c, thr_u, rows, cols, pattern, hot_thr, hot_
 # Without Numba's reference counting (kernels/config.py): the function allocates nothing, and with it
 # on, every array handed to an inlined helper was counted in and out at each call, fourteen calls for
 # each wavelet the layer pipeline multicasts. (Its arrays belong to its caller, which keeps them alive.)
+# BEGIN SPLICED _step_rows: python -m kernels.splice writes it from its steps; edit those, not this.
 @njit(**JIT_NO_REFCOUNT)
 def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_unit, ev_work, ev_lo, ev_hi, acc,
                dhist, lhist, scratch, arrivals, flags, done_ev, took):
@@ -1513,8 +1514,10 @@ def _step_rows(r0, r1, t, st, cfg, seed, key_inject, key_migrate, key_dest, ev_u
     acc[S_MEAS_LATENCY_MAX] = meas_lat_max
     acc[S_CONTROL_SENT] += ctl_sent
     acc[S_CONTROL_RECEIVED] += ctl_received
+# END SPLICED _step_rows
 
 
+# BEGIN SPLICED run_cycles: python -m kernels.splice writes it from its steps; edit those, not this.
 @njit(**JIT_PARALLEL)
 def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block_rows, series, depth_series,
                lat_hist_blocks, cum):
@@ -1620,7 +1623,7 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
         lo = ev_cycle_lo[i]
         hi = ev_cycle_lo[i + 1]
         for k in prange(n_blocks):
-            b = (k * stride) % n_blocks  # (see `stride` above)
+            b = (k * stride) % n_blocks  # (see `stride`, _run_setup)
             r0 = block_rows[b]
             r1 = block_rows[b + 1]
             # This block's slice of the cycle's trace events (sorted by unit).
@@ -1677,6 +1680,7 @@ def run_cycles(st, cfg, seed, t0, n_cycles, ev_cycle_lo, ev_unit, ev_work, block
             return t
         i += 1
     return -1
+# END SPLICED run_cycles
 
 
 @njit(**JIT_PARALLEL)

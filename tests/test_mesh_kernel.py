@@ -9,10 +9,12 @@ from kernels import mesh as K
 from kernels.reference.mesh_ref import draw as ref_draw
 from kernels.reference.mesh_ref import rate_map
 from kernels.rng import draw
+from meshsim.mesh import policies
 from meshsim.mesh.sim import MeshSim, build_inputs, injection_rates
 
 GRIDS = [(1, 1), (1, 5), (2, 2), (3, 5), (4, 6)]
-POLICIES = ["none", "least_loaded", "random_lower", "diffusion", "gradient", "work_stealing"]
+#: Every policy of the table (meshsim/mesh/policies.py): a policy added there is tested here.
+POLICIES = list(policies.names())
 
 
 def test_counter_based_draws_match_the_reference():

@@ -8,6 +8,7 @@ from mesh_compare import compare_cycle_by_cycle
 
 from kernels import mesh as K
 from meshsim.errors import InputError
+from meshsim.mesh import policies
 from meshsim.mesh.pipeline import BOUNDS, build, model_of
 from meshsim.mesh.sim import MeshSim, build_inputs
 from meshsim.scenario import scenario_from_dict
@@ -95,7 +96,7 @@ def test_kernel_equals_reference_cycle_by_cycle(case):
         assert totals["quiet_segments"] > 0
 
 
-MIGRATION_POLICIES = ["least_loaded", "random_lower", "diffusion", "gradient", "work_stealing"]
+MIGRATION_POLICIES = [p for p in policies.names() if p != "none"]  # (every policy of the table)
 
 
 @pytest.mark.parametrize("policy", MIGRATION_POLICIES)
