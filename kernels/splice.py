@@ -181,7 +181,7 @@ def _body_lines(f: _Function, body: list, steps: dict, depth: int) -> list:
         line = f.lines[stmt.lineno - 1]
         tail = f.lines[stmt.end_lineno - 1][stmt.end_col_offset:].strip()
         if line[:stmt.col_offset].strip() or (tail and not tail.startswith("#")):
-            raise SpliceError(f"{where}: a step's call has a line of its own")
+            raise SpliceError(f"{where}: a step's call must have its lines to itself")
         callee = steps[call.func.id]
         inner = _body_lines(callee, _check_step(callee, call, targets, where), steps, depth + 1)
         pad = " " * stmt.col_offset
@@ -202,7 +202,7 @@ def splice(spec: Spliced) -> str:
         raise SpliceError(f"{spec.entry} is in none of {', '.join(spec.sources)}")
     entry = steps.pop(spec.entry)
     for other in SPLICED:  # (another entry in the same sources is called, not spliced)
-        if other.root == spec.root and other.sources == spec.sources:
+        if other.sources == spec.sources:
             steps.pop(other.entry, None)
     node = entry.node
     body = node.body

@@ -111,6 +111,8 @@ def test_a_spliced_function_does_what_its_steps_do_as_functions(tmp_path):
      "rebinds its parameter(s) x without returning them"),
     ("    y = helper(x * SCALE)", "    y = helper(x * SCALES)", "does not define: SCALES"),
     ("def scaled(x):", "def scaled(x, k=1):", "plain positional parameters"),
+    ("total, count = add(x, n, total, count)", "total, count = add(x, n, total, count); n += 0",
+     "its lines to itself"),
 ])
 def test_a_step_that_would_not_do_what_its_call_does_is_refused_by_name(tmp_path, old, new, message):
     assert old in STEPS
