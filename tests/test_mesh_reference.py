@@ -1806,3 +1806,10 @@ def test_work_stealing_runs_with_a_pipeline():
                pipeline={"regions": [region], "chunks_in_flight": 1})
     obs = ref.run(10)
     assert all(o["control_sent"] == 0 and o["chunks_finished"] == 1 for o in obs)
+
+
+def test_the_oracle_has_a_rule_for_every_policy_of_the_table():
+    from kernels.reference.mesh_ref import MIGRATION_RULES
+    from meshsim.mesh import policies
+
+    assert {"none", *MIGRATION_RULES} == set(policies.names())
