@@ -57,12 +57,17 @@ def _cmd_run(args) -> int:
 
 def _cmd_validate(args) -> int:
     from .machine import get
+    from .report import model_lines
     from .scenario import load_scenario
+    from .transformer import describe_model, scenario_model
 
     sc = load_scenario(args.scenario, args.overrides)
     machine = get(sc.get("machine", "type"))
     inputs = machine.validate(sc)  # what a run would refuse (a trace, a placement, memory)
     print(machine.describe(str(args.scenario), sc, inputs))
+    found = scenario_model(sc.values)
+    if found is not None:
+        print("\n".join(model_lines(describe_model(*found), "\n".join(sc.model_notes))))
     if args.resolved:
         print(sc.resolved_toml(), end="")
     return 0

@@ -131,7 +131,25 @@ def open_result(path: Path, scenario, machine: str, threads: int, cycles_request
     a["complete"] = False
     a["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     a["run_id"] = uuid.uuid4().hex  # kept when the run resumes; its checkpoint carries it too
+    write_model_attrs(a, scenario)
     return f
+
+
+def write_model_attrs(a, scenario) -> None:
+    """The model a transformer workload simulates, as root attributes (docs/design.md, "Result files"):
+    model (one line: parameters and shape), model_parameters and model_parameters_without_embeddings,
+    and model_notes (what the config gave unasked and what an override changed, one line each)."""
+    from .transformer import describe_model, model_parameters, scenario_model
+
+    found = scenario_model(scenario.values)
+    if found is None:
+        return
+    model, vocab = found
+    counts = model_parameters(model, vocab)
+    a["model"] = describe_model(model, vocab)
+    a["model_parameters"] = np.int64(counts["total"])
+    a["model_parameters_without_embeddings"] = np.int64(counts["without_embeddings"])
+    a["model_notes"] = "\n".join(getattr(scenario, "model_notes", ()))
 
 
 class RunLock:

@@ -142,10 +142,36 @@ SHARED: tuple[Param, ...] = (
           "Heads of keys and values: fewer than n_heads is grouped-query attention (n_heads / n_kv_heads "
           "query heads share each); 0 means n_heads. Must divide n_heads.", (0, 1024), _MODEL),
     Param("workload", "mlp", "str", "", "gelu",
-          "The feed-forward block: gelu (up, GeLU, down: GPT-2) or gated (gate and up projections, "
-          "SiLU(gate) x up, down: Llama's SwiGLU).", ("gelu", "gated"), _MODEL),
+          "The feed-forward block: gelu (up, GeLU, down: GPT-2, Falcon, GPT-NeoX), relu (the same with ReLU: "
+          "OPT), gated (gate and up projections, SiLU(gate) x up, down: the SwiGLU of Llama, Mistral, Qwen2, "
+          "Phi-3) or geglu (GeLU(gate) x up: Gemma).", ("gelu", "relu", "gated", "geglu"), _MODEL),
     Param("workload", "bias", "bool", "", True,
-          "The projections carry biases (GPT-2: true; Llama and Mistral: false).", None, _MODEL),
+          "Every projection carries biases (GPT-2, OPT, GPT-NeoX: true; Llama, Mistral, Qwen2, Phi-3, Gemma, "
+          "Falcon: false).", None, _MODEL),
+    Param("workload", "qkv_bias", "bool", "", False,
+          "The query, key and value projections carry biases, the others not (Qwen2); bias = true gives "
+          "every projection biases whatever this says.", None, _MODEL),
+    Param("workload", "head_dim", "int", "elements", 0,
+          "Elements of an attention head; 0 means hidden_size / n_heads (then hidden_size must be a multiple "
+          "of n_heads). Gemma 7B: 16 heads of 256 over a hidden size of 3,072.", (0, 65536), _MODEL),
+    Param("workload", "norm", "str", "", "layernorm",
+          "The norms: layernorm (a scale and a shift, 2 x hidden_size parameters, 8 FLOPs an element: GPT-2, "
+          "OPT, Falcon, GPT-NeoX) or rmsnorm (a scale, 4 FLOPs an element: Llama, Mistral, Qwen2, Phi-3, "
+          "Gemma).", ("layernorm", "rmsnorm"), _MODEL),
+    Param("workload", "shared_norm", "bool", "", False,
+          "One norm a block, read by attention and the MLP side by side (Falcon's parallel attention); "
+          "false: two.", None, _MODEL),
+    Param("workload", "positions", "str", "", "learned",
+          "Position encoding: learned (a table of max_positions rows added to the token's row: GPT-2, OPT), "
+          "rotary (Llama and most others) or alibi; only a learned table has parameters.",
+          ("learned", "rotary", "alibi"), _MODEL),
+    Param("workload", "max_positions", "int", "tokens", 0,
+          "Rows of the learned position table (GPT-2's n_positions; OPT's max_position_embeddings + 2); 0 "
+          "means seq_len.", (0, 1_048_576), _MODEL),
+    Param("workload", "tied_head", "bool", "", True,
+          "The output head is the token table itself (GPT-2, OPT, Falcon, Gemma, small Qwen2); false: a table "
+          "of its own, vocab_size x hidden_size more parameters (Llama, Mistral, Phi-3, GPT-NeoX).", None,
+          _MODEL),
     Param("workload", "model_config", "str", "", "",
           "Path of a Hugging Face config.json (relative to the scenario file) that fills the model's "
           "shape: the keys of the model that the scenario does not set (docs/design.md, \"Models from a "

@@ -83,10 +83,19 @@ def format_summary(summary: dict, root: dict | None = None, path=None, regions: 
         name = root.get("machine")
     if path is not None:
         lines.append(f"result        {path}")
+    lines += model_lines(root.get("model", ""), root.get("model_notes", "")) if root is not None else []
     if name is None:
         return "\n".join(lines + generic_lines(summary))
     own = machines.get(name).summary_lines(summary, regions)
     return "\n".join(lines + (generic_lines(summary) if own is None else own))
+
+
+def model_lines(model: str, notes: str = "") -> list:
+    """The model a run simulates, and what its config gave unasked or an override changed (the root
+    attributes model and model_notes); none for a run without a transformer."""
+    if not model:
+        return []
+    return [f"model         {model}"] + [f"              {line}" for line in str(notes).splitlines() if line]
 
 
 def generic_lines(s: dict) -> list:
@@ -131,7 +140,8 @@ def to_json(data) -> str:
 def summary_json(summary: dict, root: dict, regions: dict | None = None) -> str:
     """The summary as JSON (NaN written as null), with the file's provenance and any regions."""
     keep = ("schema_version", "meshsim_version", "machine", "scenario_name", "seed", "threads", "cycles_requested",
-            "cycles_done", "complete")
+            "cycles_done", "complete", "model", "model_parameters", "model_parameters_without_embeddings",
+            "model_notes")
     out = {"file": {k: root[k] for k in keep if k in root}, "summary": summary}
     if regions is not None:
         names = regions["name"]

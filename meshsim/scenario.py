@@ -60,12 +60,16 @@ class Scenario:
     values: section -> key -> value, every key of the parameter table, defaults filled in, in
         table order; floats are floats and regions are lists of 4-int lists.
     overrides: the ("section.key", value) pairs applied on top of the file, in order.
+    model_notes: what workload.model_config's config.json gave that the scenario did not choose (its
+        seq_len, read from the model's longest sequence) and what a command-line override changed of
+        the model it describes, one line each (docs/design.md, "Models from a config.json").
     """
 
     path: str | None
     source_text: str
     values: dict
     overrides: list = field(default_factory=list)
+    model_notes: tuple = ()
 
     def get(self, section: str, key: str):
         """The resolved value of `section.key`; KeyError if the key is not in the table."""
@@ -371,7 +375,8 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
                             f"{format_choices(presets)}")
 
     problems.extend(_apply_preset_file(values, valid, given, origin, path))
-    problems.extend(_apply_model_config(values, valid, given, origin, path))
+    model_notes: list[str] = []
+    problems.extend(_apply_model_config(values, valid, given, origin, path, model_notes))
 
     for p in PARAMS:
         # A key left at its default changes nothing where it does not apply; accepting it lets
@@ -389,7 +394,8 @@ def _build(raw: dict, path: str | None, source_text: str, overrides) -> Scenario
 
     if problems:
         raise InputError(problems)
-    return Scenario(path=path, source_text=source_text, values=values, overrides=applied)
+    return Scenario(path=path, source_text=source_text, values=values, overrides=applied,
+                    model_notes=tuple(model_notes))
 
 
 #: Machine keys a preset file may not set: they choose the machine and its presets.
@@ -460,19 +466,19 @@ def _apply_preset_file(values, valid, given, origin, path) -> list[str]:
     return problems
 
 
-def _apply_model_config(values, valid, given, origin, path) -> list[str]:
-    """Fill the model keys the scenario leaves out from workload.model_config's config.json (docs/design.md,
-    "Models from a config.json"); the problems found, one line each. Keys that do not apply to the machine
-    are left alone, and so is ffn_width when the scenario sets ffn_multiplier. A
-    config of which the scenario sets every key (as a result file's resolved scenario does) is not read."""
+def _apply_model_config(values, valid, given, origin, path, notes: list) -> list[str]:
+    """Take the model from workload.model_config's config.json (docs/design.md, "Models from a
+    config.json"): it gives every key of the model's shape, and a scenario file that sets one of them to
+    another value is refused; a command-line override wins and is said in `notes`, as is a seq_len taken
+    from the config. seq_len and precision are the run's: the scenario's win. Keys that do not apply to
+    the machine are left alone. A scenario that sets every key the config gives (as a result file's
+    resolved scenario does) does not read it. Returns the problems found, one line each."""
     key = "workload.model_config"
     file = values["workload"]["model_config"]
     if not valid[key] or not file or _unmet_condition(param("workload", "model_config"), values, valid):
         return []
-    wanted = [k for k in modelconfig.KEYS if f"workload.{k}" not in given
-              and not (k == "ffn_width" and "workload.ffn_multiplier" in given)]
-    wanted = [k for k in wanted if _unmet_condition(param("workload", k), values, valid) is None]
-    if not wanted:
+    applicable = [k for k in modelconfig.KEYS if _unmet_condition(param("workload", k), values, valid) is None]
+    if all(f"workload.{k}" in given for k in applicable):
         return []
     shown = f"{origin[key]}: {key} = {toml_repr(file)}"
     try:
@@ -481,18 +487,56 @@ def _apply_model_config(values, valid, given, origin, path) -> list[str]:
         valid[key] = False
         return list(e.problems)
     problems = []
-    for k in wanted:
-        if k not in filled:
-            continue
+    for k in applicable:
         p = param("workload", k)
-        wrong = _check_value(p, filled[k])
-        if wrong is not None:
-            valid[p.path] = False
-            problems.append(f"{shown}: its {fields.get(k, k)} gives {p.path} = {toml_repr(filled[k])}: {wrong}")
+        wrong = _check_value(p, filled[k]) if k in filled else None
+        if k not in filled or wrong is not None:
+            if wrong is not None:
+                valid[p.path] = False
+                problems.append(f"{shown}: its {fields.get(k, k)} gives {p.path} = {toml_repr(filled[k])}: {wrong}")
             continue
-        values["workload"][k] = _normalise(p, filled[k])
+        theirs = _normalise(p, filled[k])
+        if p.path in given or (k == "ffn_width" and "workload.ffn_multiplier" in given):
+            problems.extend(_against_the_config(k, theirs, fields[k], values, valid, given, origin, shown, notes))
+            continue
+        values["workload"][k] = theirs
         origin[p.path] = shown
+        if k == "seq_len":
+            notes.append(f"workload.seq_len = {theirs:,}: from the config's {fields[k]}, the longest sequence the "
+                         "model takes (set workload.seq_len for shorter ones)")
     return problems
+
+
+def _against_the_config(k, theirs, field, values, valid, given, origin, shown, notes) -> list[str]:
+    """A model key the scenario sets that the config gives too: the run's own choice (seq_len,
+    precision), the same value, an override from the command line (kept, and said in `notes`), or a
+    contradiction (the problem). ffn_multiplier stands for ffn_width when only it is set."""
+    if k not in modelconfig.SHAPE_KEYS:
+        return []
+    w = values["workload"]
+    mine_key = f"workload.{k}" if f"workload.{k}" in given else "workload.ffn_multiplier"
+    if not valid.get(mine_key, True) or not valid.get("workload.hidden_size", True):
+        return []
+    mine, theirs_shown = w[mine_key.split(".")[1]], toml_repr(theirs)
+    if mine_key == "workload.ffn_multiplier":
+        same = mine * w["hidden_size"] == theirs
+        theirs_shown = f"{theirs_shown} (a multiplier of {theirs / w['hidden_size']:.4g})"
+    elif k == "head_dim" and valid.get("workload.n_heads", True):
+        width = w["hidden_size"] // w["n_heads"]
+        same = (mine or width) == (theirs or width)
+    else:
+        same = mine == theirs
+    if same:
+        if mine_key == "workload.ffn_multiplier":
+            w["ffn_width"] = theirs
+        return []
+    if origin[mine_key].startswith("override "):
+        notes.append(f"{mine_key} = {toml_repr(mine)}: overridden on the command line; the config's {field} gives "
+                     f"{theirs_shown}, so the model simulated is not the config's")
+        return []
+    return [f"{origin[mine_key]}: {mine_key} = {toml_repr(mine)}: contradicts {shown}, whose {field} gives "
+            f"{theirs_shown}; the config is the model: leave {mine_key} out of the scenario, or give it on the "
+            f"command line ({mine_key}={toml_repr(mine)}) to simulate another model on purpose"]
 
 
 def _check_value(p: Param, value) -> str | None:
@@ -674,8 +718,8 @@ def _check_layer_pipeline(ok, get, add, shown) -> None:
     if ok(seq, tpc) and get(seq) % get(tpc) != 0:
         add(tpc, [seq], f"must divide {seq} = {shown(seq)}")
     hs, nh = "workload.hidden_size", "workload.n_heads"
-    if ok(hs, nh) and get(hs) % get(nh) != 0:
-        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}")
+    if ok(hs, nh, "workload.head_dim") and not get("workload.head_dim") and get(hs) % get(nh) != 0:
+        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}, or workload.head_dim set to the width of a head")
     ws, reps, tr = "workload.weight_streaming", "workload.replicas", "workload.training"
     if ok(ws, reps) and get(ws) and get(reps) != 1:
         add(reps, [ws], "must be 1 with weight streaming (the whole wafer holds one layer)")

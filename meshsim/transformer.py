@@ -7,8 +7,8 @@ pipeline stage (docs/ipu.md, "Mapping"). Arithmetic intensity is the roofline's 
 (docs/design.md, "Metrics").
 
 All counts are exact Python integers: FLOPs count a multiply and an add as two, bytes are elements
-times the element size of the model's precision. Embeddings, the final LayerNorm and the output
-head are outside the transformer blocks and are not counted.
+times the element size of the model's precision. The embedding, the final norm and the output head
+are outside the transformer blocks: `edge_operators` and `edge_parameter_count` count them.
 """
 
 from __future__ import annotations
@@ -32,6 +32,15 @@ PHASES = ("forward", "backward")
 # FLOPs per element of LayerNorm over mean, variance, normalise, scale and shift: a round count of 8,
 # not an instruction count, so the machines agree on one figure.
 NORM_FLOPS_PER_ELEMENT = 8
+# FLOPs per element of RMSNorm x / sqrt(mean(x^2) + eps) x scale: square, sum, normalise, scale.
+RMSNORM_FLOPS_PER_ELEMENT = 4
+#: The norms: "layernorm" (a scale and a shift, 2H parameters: GPT-2, OPT, Falcon, GPT-NeoX) or
+#: "rmsnorm" (a scale, H parameters: Llama, Mistral, Qwen2, Phi-3, Gemma), by (FLOPs per element,
+#: parameters per element of the hidden size).
+NORMS = {"layernorm": (NORM_FLOPS_PER_ELEMENT, 2), "rmsnorm": (RMSNORM_FLOPS_PER_ELEMENT, 1)}
+#: Position encodings: "learned" adds a row of a table of max_positions rows (GPT-2, OPT); "rotary"
+#: (Llama and the others) and "alibi" have no table (their few FLOPs an element are not counted).
+POSITIONS = ("learned", "rotary", "alibi")
 # FLOPs per element of GeLU in its tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))):
 # cube, multiply, add, multiply, tanh, add, multiply, multiply.
 GELU_FLOPS_PER_ELEMENT = 8
@@ -40,10 +49,21 @@ SOFTMAX_FLOPS_PER_SCORE = 5
 # FLOPs per element of a gated MLP's activation SiLU(gate) x up = gate / (1 + exp(-gate)) x up: negate,
 # exp, add, divide, multiply.
 GATED_FLOPS_PER_ELEMENT = 5
+# FLOPs per element of ReLU, max(x, 0): one comparison.
+RELU_FLOPS_PER_ELEMENT = 1
+# FLOPs per element of GeGLU, GeLU(gate) x up: GeLU's 8 and the multiply.
+GEGLU_FLOPS_PER_ELEMENT = GELU_FLOPS_PER_ELEMENT + 1
 
-#: The feed-forward blocks: "gelu", up, GeLU, down (GPT-2); "gated", gate and up projections side by side,
-#: SiLU(gate) x up, down (Llama's and Mistral's SwiGLU).
-MLP_KINDS = ("gelu", "gated")
+#: The feed-forward blocks: "gelu", up, GeLU, down (GPT-2, Falcon, GPT-NeoX); "relu", up, ReLU, down
+#: (OPT); "gated", gate and up projections side by side, SiLU(gate) x up, down (the SwiGLU of Llama,
+#: Mistral, Qwen2, Phi-3); "geglu", the same with GeLU(gate) x up (Gemma).
+MLP_KINDS = ("gelu", "relu", "gated", "geglu")
+#: The name of the MLP's activation operator, by MLP kind: the activation the model really computes
+#: ("layer<i>.swiglu" for Llama's SiLU(gate) x up). LAYER_OPERATORS names its slot "gelu".
+ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gated": "swiglu", "geglu": "geglu"}
+#: Per MLP kind: (projections side by side in the up GEMM, FLOPs per element of its activation).
+MLP_SHAPES = {"gelu": (1, GELU_FLOPS_PER_ELEMENT), "relu": (1, RELU_FLOPS_PER_ELEMENT),
+              "gated": (2, GATED_FLOPS_PER_ELEMENT), "geglu": (2, GEGLU_FLOPS_PER_ELEMENT)}
 
 # Backward FLOPs as a multiple of forward FLOPs, by operator kind (see `operators`).
 BACKWARD_FLOPS_FACTOR = {"gemm": 2, "attention": 2, "elementwise": 1, "norm": 1}
@@ -68,14 +88,19 @@ LAYER_OPERATORS = (
 class Model:
     """The shape of a decoder-only transformer (docs/design.md, "Purpose": the same model on all machines).
 
-    hidden_size: H, elements per token; n_layers: transformer blocks; n_heads: A, attention heads
-    (H must be a multiple of A); seq_len: S, tokens per sequence; batch: B, sequences per step;
-    ffn_multiplier: F / H, the feed-forward width as a multiple of H; precision: a key of
-    PRECISION_BYTES, the element type of activations and weights; n_kv_heads: heads of keys and
-    values (grouped-query attention: A / n_kv_heads query heads share each; 0 means A, multi-head
-    attention); ffn_width: F in elements when it is not a multiple of H (0 means ffn_multiplier x H);
-    mlp: one of MLP_KINDS; bias: whether the projections carry biases. Checked on construction: a bad
-    model raises InputError listing every problem.
+    hidden_size: H, elements per token; n_layers: transformer blocks; n_heads: A, attention heads;
+    seq_len: S, tokens per sequence; batch: B, sequences per step; ffn_multiplier: F / H, the
+    feed-forward width as a multiple of H; precision: a key of PRECISION_BYTES, the element type of
+    activations and weights; n_kv_heads: heads of keys and values (grouped-query attention: A /
+    n_kv_heads query heads share each; 0 means A, multi-head attention); ffn_width: F in elements when
+    it is not a multiple of H (0 means ffn_multiplier x H); mlp: one of MLP_KINDS; bias: whether every
+    projection carries biases; head_dim: elements of a head (0 means H / A, which H must then be a
+    multiple of; Gemma 7B's 16 heads of 256 make 4,096 against H = 3,072); norm: a key of NORMS;
+    qkv_bias: biases on the query, key and value projections alone (Qwen2); shared_norm: one norm a
+    block, read by attention and the MLP side by side (Falcon's parallel attention), else two;
+    positions: one of POSITIONS; max_positions: rows of a learned position table (0 means seq_len);
+    tied_head: the output head is the token table itself (GPT-2, OPT, Falcon, Gemma), else a table of
+    its own. Checked on construction: a bad model raises InputError listing every problem.
     """
 
     hidden_size: int
@@ -89,6 +114,13 @@ class Model:
     ffn_width: int = 0
     mlp: str = "gelu"
     bias: bool = True
+    head_dim: int = 0
+    norm: str = "layernorm"
+    qkv_bias: bool = False
+    shared_norm: bool = False
+    positions: str = "learned"
+    max_positions: int = 0
+    tied_head: bool = True
 
     def __post_init__(self):
         self.validate()
@@ -97,10 +129,10 @@ class Model:
         """Raise InputError with one line per problem (field, value, what is allowed); else return None."""
         problems = []
         for f in fields(self):
-            if f.name in ("precision", "mlp", "bias"):
+            if f.name in ("precision", "mlp", "norm", "positions") or f.name in _SWITCHES:
                 continue
             value = getattr(self, f.name)
-            least = 0 if f.name in ("n_kv_heads", "ffn_width") else 1
+            least = 0 if f.name in ("n_kv_heads", "ffn_width", "head_dim", "max_positions") else 1
             # bool is an int subclass, but True as a hidden size is a mistake, not a 1.
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 problems.append(f"model.{f.name} = {value!r}: must be an integer >= {least}")
@@ -109,14 +141,19 @@ class Model:
             problems.append(f"model.precision = {self.precision!r}: must be one of {allowed}")
         if not isinstance(self.mlp, str) or self.mlp not in MLP_KINDS:
             problems.append(f"model.mlp = {self.mlp!r}: must be one of {', '.join(MLP_KINDS)}")
-        if not isinstance(self.bias, bool):
-            problems.append(f"model.bias = {self.bias!r}: must be true or false")
+        if not isinstance(self.norm, str) or self.norm not in NORMS:
+            problems.append(f"model.norm = {self.norm!r}: must be one of {', '.join(NORMS)}")
+        if not isinstance(self.positions, str) or self.positions not in POSITIONS:
+            problems.append(f"model.positions = {self.positions!r}: must be one of {', '.join(POSITIONS)}")
+        for name in _SWITCHES:
+            if not isinstance(getattr(self, name), bool):
+                problems.append(f"model.{name} = {getattr(self, name)!r}: must be true or false")
         h, a, kv = self.hidden_size, self.n_heads, self.n_kv_heads
 
         def whole(v, least=1):  # the relations below are judged only between valid fields
             return isinstance(v, int) and not isinstance(v, bool) and v >= least
 
-        if whole(h) and whole(a) and h % a != 0:
+        if whole(h) and whole(a) and self.head_dim == 0 and h % a != 0:
             problems.append(
                 f"model.hidden_size = {h}: must be a multiple of model.n_heads = {a} "
                 f"(head_dim = hidden_size / n_heads must be a whole number)"
@@ -128,9 +165,15 @@ class Model:
             raise InputError(problems)
 
     @property
-    def head_dim(self) -> int:
-        """Elements per head per token: hidden_size / n_heads."""
-        return self.hidden_size // self.n_heads
+    def head_size(self) -> int:
+        """Elements per head per token: head_dim, or hidden_size / n_heads."""
+        return self.head_dim or self.hidden_size // self.n_heads
+
+    @property
+    def attention_size(self) -> int:
+        """D, elements of the queries (and of attention's output) per token: n_heads x head_size (H
+        unless head_dim says otherwise)."""
+        return self.n_heads * self.head_size
 
     @property
     def ffn_size(self) -> int:
@@ -144,8 +187,8 @@ class Model:
 
     @property
     def kv_size(self) -> int:
-        """H_kv, elements of keys (and of values) per token: kv_heads x head_dim (H without grouping)."""
-        return self.kv_heads * self.head_dim
+        """K, elements of keys (and of values) per token: kv_heads x head_size (H without grouping)."""
+        return self.kv_heads * self.head_size
 
     @property
     def tokens(self) -> int:
@@ -156,6 +199,10 @@ class Model:
     def element_bytes(self) -> int:
         """e, bytes per element of activations and weights at this precision."""
         return PRECISION_BYTES[self.precision]
+
+
+#: The Model's true-or-false fields.
+_SWITCHES = ("bias", "qkv_bias", "shared_norm", "tied_head")
 
 
 @dataclass(frozen=True)
@@ -194,28 +241,30 @@ class Operator:
 def _layer_elements(model: Model) -> dict[str, tuple[str, int, int, int, int]]:
     """Per operator of one block: (kind, flops, weight elements, input elements, output elements).
 
-    The one place the per-layer formulas live; `operators` and `parameter_count` both read it.
+    The one place the per-layer formulas live; `operators` and `parameter_count` both read it. A block
+    with a shared norm (Falcon's parallel attention) has no "ln2".
     """
     t, h, a, s, b, f = model.tokens, model.hidden_size, model.n_heads, model.seq_len, model.batch, model.ffn_size
-    kv = model.kv_size
+    d, kv = model.attention_size, model.kv_size
     beta = 1 if model.bias else 0  # biases: one per output column of a projection
-    ln = ("norm", NORM_FLOPS_PER_ELEMENT * t * h, 2 * h, t * h, t * h)
+    qkv_beta = 1 if model.bias or model.qkv_bias else 0
+    norm_flops, norm_params = NORMS[model.norm]
+    ln = ("norm", norm_flops * t * h, norm_params * h, t * h, t * h)
     residual = ("elementwise", t * h, 0, 2 * t * h, t * h)
-    qkv = h + 2 * kv  # Q, K and V columns
-    g = 2 if model.mlp == "gated" else 1  # the gated MLP's up projection is the gate and the up side by side
-    act_flops = GATED_FLOPS_PER_ELEMENT if model.mlp == "gated" else GELU_FLOPS_PER_ELEMENT
-    return {
+    qkv = d + 2 * kv  # Q, K and V columns
+    g, act_flops = MLP_SHAPES[model.mlp]  # a gated MLP's up projection is the gate and the up side by side
+    out = {
         "ln1": ln,
-        "qkv_proj": ("gemm", 2 * t * h * qkv, h * qkv + beta * qkv, t * h, t * qkv),
+        "qkv_proj": ("gemm", 2 * t * h * qkv, h * qkv + qkv_beta * qkv, t * h, t * qkv),
         "attn_scores_softmax": (
             "attention",
-            2 * b * s * s * h + SOFTMAX_FLOPS_PER_SCORE * b * a * s * s,
+            2 * b * s * s * d + SOFTMAX_FLOPS_PER_SCORE * b * a * s * s,
             0,
-            t * h + t * kv,
+            t * d + t * kv,
             b * a * s * s,
         ),
-        "attn_v": ("attention", 2 * b * s * s * h, 0, b * a * s * s + t * kv, t * h),
-        "out_proj": ("gemm", 2 * t * h * h, h * h + beta * h, t * h, t * h),
+        "attn_v": ("attention", 2 * b * s * s * d, 0, b * a * s * s + t * kv, t * d),
+        "out_proj": ("gemm", 2 * t * d * h, d * h + beta * h, t * d, t * h),
         "residual1": residual,
         "ln2": ln,
         "ffn_up": ("gemm", 2 * t * h * g * f, h * g * f + beta * g * f, t * h, g * t * f),
@@ -223,11 +272,15 @@ def _layer_elements(model: Model) -> dict[str, tuple[str, int, int, int, int]]:
         "ffn_down": ("gemm", 2 * t * f * h, f * h + beta * h, t * f, t * h),
         "residual2": residual,
     }
+    if model.shared_norm:
+        del out["ln2"]
+    return out
 
 
 #: The workload keys a Model is built from (docs/design.md, "Scenario files").
 MODEL_KEYS = ("hidden_size", "n_layers", "n_heads", "seq_len", "batch", "ffn_multiplier", "precision", "n_kv_heads",
-              "ffn_width", "mlp", "bias")
+              "ffn_width", "mlp", "bias", "head_dim", "norm", "qkv_bias", "shared_norm", "positions", "max_positions",
+              "tied_head")
 
 
 def model_from_workload(workload: dict, batch: int | None = None) -> Model:
@@ -269,26 +322,33 @@ def operators(model: Model, training: bool = False) -> list[Operator]:
     """The operators of the transformer blocks in execution order (docs/mesh.md, docs/rdu.md, docs/ipu.md).
 
     With T = batch x seq_len tokens, H hidden size, A heads, S seq_len, B batch, F the feed-forward
-    width (ffn_size), K = kv_size the elements of keys (and of values) per token (H without
-    grouped-query attention), Q = H + 2K, g = 2 for a gated MLP and 1 for GeLU, a = 5 for a gated MLP
-    and 8 for GeLU, and beta = 1 with biases and 0 without, each layer i runs, as "layer<i>.<op>"
+    width (ffn_size), D = attention_size the elements of the queries per token (H unless head_dim
+    says otherwise), K = kv_size the elements of keys (and of values) per token (D without
+    grouped-query attention), Q = D + 2K, g = 2 for a gated MLP (gated, geglu) and 1 otherwise, a the
+    activation's FLOPs an element (MLP_SHAPES: gelu 8, relu 1, gated 5, geglu 9), n and m the norm's
+    FLOPs and parameters an element (NORMS: layernorm 8 and 2, rmsnorm 4 and 1), beta = 1 with biases
+    and 0 without, and beta_q = 1 with biases or qkv_bias, each layer i runs, as "layer<i>.<op>"
     (elements; bytes = elements x e, e = element bytes):
 
         op                   kind         flops                       weights        in             out
-        ln1                  norm         8 T H                       2H             T H            T H
-        qkv_proj             gemm         2 T H Q                     H Q + beta Q   T H            T Q
-        attn_scores_softmax  attention    2 B S S H + 5 B A S S       0              T H + T K      B A S S
-        attn_v               attention    2 B S S H                   0              B A S S + T K  T H
-        out_proj             gemm         2 T H H                     H H + beta H   T H            T H
+        ln1                  norm         n T H                       m H            T H            T H
+        qkv_proj             gemm         2 T H Q                     H Q + beta_q Q T H            T Q
+        attn_scores_softmax  attention    2 B S S D + 5 B A S S       0              T D + T K      B A S S
+        attn_v               attention    2 B S S D                   0              B A S S + T K  T D
+        out_proj             gemm         2 T D H                     D H + beta H   T D            T H
         residual1            elementwise  T H                         0              2 T H          T H
-        ln2                  norm         8 T H                       2H             T H            T H
+        ln2                  norm         n T H                       m H            T H            T H
         ffn_up               gemm         2 T H g F                   g (H F + beta F) T H          g T F
         gelu                 elementwise  a T F                       0              g T F          T F
         ffn_down             gemm         2 T F H                     F H + beta H   T F            T H
         residual2            elementwise  T H                         0              2 T H          T H
 
     The gated MLP's ffn_up is its gate and up projections as one GEMM, and its "gelu" operator is
-    SiLU(gate) x up.
+    SiLU(gate) x up (GeLU(gate) x up for geglu, ReLU for relu), named for what it computes
+    (ACTIVATIONS: "layer<i>.swiglu", "layer<i>.geglu", "layer<i>.relu"). With shared_norm the block has no ln2:
+    attention and the MLP both read ln1's output (Falcon's parallel attention; the two residual adds
+    are the same count of adds as x + attention + MLP). GPT-NeoX's parallel residual, two norms read
+    side by side, has the FLOPs and bytes of the sequential block and is counted as one.
     Counting conventions: a multiply-add is 2 FLOPs; GEMM FLOPs leave out the bias add; LayerNorm
     counts 8 FLOPs per element (mean, variance, normalise, scale, shift); GeLU counts 8 per element
     (tanh approximation); softmax counts 5 per score (scale, max, exp, sum, divide); Q K^T and
@@ -313,10 +373,12 @@ def operators(model: Model, training: bool = False) -> list[Operator]:
     e = model.element_bytes
     per_layer = _layer_elements(model)
     forward = []
+    act = ACTIVATIONS[model.mlp]
     for layer in range(model.n_layers):
-        for op_name in LAYER_OPERATORS:
+        for op_name in (n for n in LAYER_OPERATORS if n in per_layer):
             kind, flops, w, i, o = per_layer[op_name]
-            forward.append(Operator(f"layer{layer}.{op_name}", layer, kind, "forward", flops, w * e, i * e, o * e))
+            name = act if op_name == "gelu" else op_name
+            forward.append(Operator(f"layer{layer}.{name}", layer, kind, "forward", flops, w * e, i * e, o * e))
     if not training:
         return forward
     return forward + [backward_of(op) for op in reversed(forward)]
@@ -328,47 +390,57 @@ EMBEDDING, FINAL_NORM, HEAD, LOSS = "embedding.lookup", "head.final_norm", "head
 ID_BYTES = 4
 
 
+def position_rows(model: Model) -> int:
+    """Rows of the learned position table: max_positions, or seq_len; 0 for rotary and ALiBi positions."""
+    if model.positions != "learned":
+        return 0
+    return model.max_positions or model.seq_len
+
+
 def edge_operators(model: Model, vocab_size: int) -> tuple[list[Operator], list[Operator]]:
     """The operators of a step outside the transformer blocks, forward (docs/design.md, "The whole
-    step"): (before block 0, after the last block). With T tokens, H hidden size, S seq_len, V
-    vocab_size and e element bytes (token ids 4 bytes each):
+    step"): (before block 0, after the last block). With T tokens, H hidden size, P rows of the learned
+    position table (position_rows: max_positions or S; 0 for rotary positions), V vocab_size, n and m
+    the norm's FLOPs and parameters an element (NORMS) and e element bytes (token ids 4 bytes each):
 
         op                kind         flops    weights        in           out
-        embedding.lookup  elementwise  T H      (V + S) H      4T           T H
-        head.final_norm   norm         8 T H    2H             T H          T H
+        embedding.lookup  elementwise  T H      (V + P) H      4T           T H
+        head.final_norm   norm         n T H    m H            T H          T H
         head.logits       gemm         2 T H V  V H            T H          T V
         head.loss         elementwise  5 T V    0              T V + 4T     T V
 
-    The embedding looks up each token's row of the token table and adds its position's row; the head
-    projects onto the vocabulary with the token table itself (GPT-2 ties the two, so its weights are
-    counted once in edge_parameter_count); the loss is softmax cross-entropy against the next token
-    (5 FLOPs per logit, as softmax), and its output is the softmax it keeps for its backward pass (as
-    Megatron's cross-entropy does; the T losses are negligible beside it), so it works across the
-    vocabulary's V columns. Backward (backward_of): the logits GEMM 2x, the others 1x; the loss's reads
-    the softmax and the targets and writes the logits' gradient; the embedding's writes the gradient of
-    the rows it read. vocab_size = 0: none.
-
-    These follow GPT-2: learned positions and a head tied to the token table. A model with rotary
-    positions and an untied head (Llama, Mistral) is counted the same way: its position table is
-    counted (S H, small beside V H) and its head's own V H weights are not counted apart."""
+    The embedding looks up each token's row of the token table (and with learned positions adds its
+    position's row); the head projects onto the vocabulary with the token table itself (tied_head:
+    GPT-2, OPT, Falcon, Gemma) or with a V x H table of its own (Llama, Mistral, Qwen2, Phi-3,
+    GPT-NeoX), V H weight bytes read either way (edge_parameter_count counts a tied table once); the
+    loss is softmax cross-entropy against the next token (5 FLOPs per logit, as softmax), and its
+    output is the softmax it keeps for its backward pass (as Megatron's cross-entropy does; the T
+    losses are negligible beside it), so it works across the vocabulary's V columns. Backward
+    (backward_of): the logits GEMM 2x, the others 1x; the loss's reads the softmax and the targets and
+    writes the logits' gradient; the embedding's writes the gradient of the rows it read. vocab_size =
+    0: none."""
     if not vocab_size:
         return [], []
     e, t, h, v = model.element_bytes, model.tokens, model.hidden_size, vocab_size
+    norm_flops, norm_params = NORMS[model.norm]
     end = model.n_layers
-    first = [Operator(EMBEDDING, -1, "elementwise", "forward", t * h, (v + model.seq_len) * h * e, ID_BYTES * t,
-                      t * h * e)]
-    last = [Operator(FINAL_NORM, end, "norm", "forward", 8 * t * h, 2 * h * e, t * h * e, t * h * e),
+    first = [Operator(EMBEDDING, -1, "elementwise", "forward", t * h, (v + position_rows(model)) * h * e,
+                      ID_BYTES * t, t * h * e)]
+    last = [Operator(FINAL_NORM, end, "norm", "forward", norm_flops * t * h, norm_params * h * e, t * h * e,
+                     t * h * e),
             Operator(HEAD, end, "gemm", "forward", 2 * t * h * v, v * h * e, t * h * e, t * v * e),
             Operator(LOSS, end, "elementwise", "forward", 5 * t * v, 0, t * v * e + ID_BYTES * t, t * v * e)]
     return first, last
 
 
 def edge_parameter_count(model: Model, vocab_size: int) -> int:
-    """Parameters outside the blocks: the token and position tables ((V + S) H, the head tied to the
-    token table) and the final norm (2H); 0 without a vocabulary."""
+    """Parameters outside the blocks: the token table (V H), the learned position table (P H), the final
+    norm (m H) and an untied head's own table (V H); 0 without a vocabulary."""
     if not vocab_size:
         return 0
-    return (vocab_size + model.seq_len) * model.hidden_size + 2 * model.hidden_size
+    h = model.hidden_size
+    head = 0 if model.tied_head else vocab_size * h
+    return (vocab_size + position_rows(model)) * h + NORMS[model.norm][1] * h + head
 
 
 def parameter_count(model: Model) -> int:
@@ -376,10 +448,59 @@ def parameter_count(model: Model) -> int:
 
     Per layer 12 H^2 + 13 H with the default F = 4H (GPT-2): qkv 3H^2 + 3H, out H^2 + H, ffn_up H F + F,
     ffn_down F H + H, two LayerNorms 2H each; in general, with the names of `operators`,
-    H Q + H H + (g + 1) H F + 4H + beta (Q + H + g F + H).
+    H Q + D H + (g + 1) H F + (norms) m H + beta (Q + H + g F + H) (+ Q with qkv_bias alone).
     """
     per_layer = sum(w for _, _, w, _, _ in _layer_elements(model).values())
     return model.n_layers * per_layer
+
+
+def model_parameters(model: Model, vocab_size: int) -> dict:
+    """The model's parameters as its published counts give them: "total", every weight and bias (the
+    blocks and edge_parameter_count); "without_embeddings", the total less the token table, the
+    position table and an untied head (the blocks and the final norm, as Kaplan et al. and the Pythia
+    suite count non-embedding parameters)."""
+    total = parameter_count(model) + edge_parameter_count(model, vocab_size)
+    tables = 0
+    if vocab_size:
+        tables = (vocab_size + position_rows(model)) * model.hidden_size
+        tables += 0 if model.tied_head else vocab_size * model.hidden_size
+    return dict(total=total, without_embeddings=total - tables)
+
+
+def describe_model(model: Model, vocab_size: int) -> str:
+    """The model simulated on one line: its parameters (with and without the embeddings) and its shape."""
+    p = model_parameters(model, vocab_size)
+    heads = f"{model.n_heads} heads of {model.head_size}"
+    if model.kv_heads != model.n_heads:
+        heads += f" ({model.kv_heads} key-value)"
+    bias = "biases" if model.bias else ("QKV biases" if model.qkv_bias else "no biases")
+    if vocab_size:
+        positions = (f"learned positions ({position_rows(model):,})" if model.positions == "learned"
+                     else f"{model.positions} positions")
+        edges = f"{positions}, vocabulary {vocab_size:,}, {'tied' if model.tied_head else 'untied'} head"
+    else:
+        edges = "the blocks alone (vocab_size 0: no embedding or head)"
+    return (f"{_count(p['total'])} parameters ({_count(p['without_embeddings'])} without embeddings): "
+            f"{model.n_layers} layers, H {model.hidden_size:,}, {heads}, {model.mlp} MLP {model.ffn_size:,}, "
+            f"{model.norm}{', shared norm' if model.shared_norm else ''}, {bias}, {edges}; {model.precision}, "
+            f"seq_len {model.seq_len:,}, batch {model.batch:,}")
+
+
+def scenario_model(values: dict) -> tuple[Model, int] | None:
+    """(the Model, vocab_size) of a resolved scenario whose workload is a transformer (layer_pipeline or
+    transformer), else None."""
+    wl = values.get("workload", {})
+    if wl.get("type") not in ("layer_pipeline", "transformer"):
+        return None
+    return model_from_workload(wl), int(wl.get("vocab_size", 0))
+
+
+def _count(n: int) -> str:
+    """A parameter count as people quote it, with the exact figure: 6.74 B (6,738,415,616)."""
+    for scale, unit in ((10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit} ({n:,})"
+    return f"{n:,}"
 
 
 def weight_bytes(model: Model) -> int:
@@ -443,7 +564,8 @@ def mesh_weight_fit(model: Model, n_pes: int, sram_kib: int) -> tuple[bool, str]
 #: ffn_down row-parallel (split input, whole output of partial sums), the others work on split heads
 #: or columns. LayerNorms, residual adds and the embedding are replicated.
 TP_SPLIT = {"qkv_proj": (False, True), "attn_scores_softmax": (True, True), "attn_v": (True, True),
-            "out_proj": (True, False), "ffn_up": (False, True), "gelu": (True, True), "ffn_down": (True, False)}
+            "out_proj": (True, False), "ffn_up": (False, True), "ffn_down": (True, False),
+            **{name: (True, True) for name in ACTIVATIONS.values()}}
 
 #: (operator, phase) whose output is all-reduced over the tensor group: the row-parallel projections
 #: forward, the input gradient of the column-parallel ones backward.

@@ -42,7 +42,7 @@ TINY_LAYER = [
 
 def test_tiny_model_properties():
     m = tiny_model()
-    assert (m.head_dim, m.ffn_size, m.tokens, m.element_bytes) == (2, 16, 6, 4)
+    assert (m.head_size, m.ffn_size, m.tokens, m.element_bytes) == (2, 16, 6, 4)
 
 
 def test_tiny_model_every_operator_matches_the_hand_count():

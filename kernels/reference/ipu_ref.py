@@ -177,6 +177,9 @@ TP_SPLIT = {
     "out_proj": (True, False),
     "ffn_up": (False, True),
     "gelu": (True, True),
+    "relu": (True, True),
+    "swiglu": (True, True),
+    "geglu": (True, True),
     "ffn_down": (True, False),
 }
 # The supersteps whose exchange phase also all-reduces a T H e-byte output over the t IPUs (t > 1):
@@ -212,32 +215,50 @@ def _update_cost(optimizer, master_weights, e):
     return read, written, phi
 
 
-def _block_operators(layer, T, B, S, H, A, F, K=None, gated=False, bias=True):
+def _block_operators(layer, T, B, S, H, A, F, K=None, gated=False, bias=True, shape=None):
     """The forward operators of transformer block `layer`, in execution order, as the table of
     docs/ipu.md "The transformer's operators" gives them: (name, op, kind, FLOPs, weight elements,
     input elements, output elements), `op` being the name without its "layer<i>." prefix, for T
     tokens of B sequences of S tokens, hidden size H, A heads (all of them: the tensor-parallel split
     is applied by the caller), feed-forward width F, K key (and value) elements a token (None: H),
-    a gated MLP or GeLU, and biases or none."""
+    a gated MLP or GeLU, and biases or none.  `shape` (a dict, None: the defaults) gives the rest of
+    the table's names: D (query elements a token, H by default), g and a (the MLP's projections side
+    by side and its activation's FLOPs an element; from `gated` by default), act (the activation
+    operator's name, "gelu" by default), n and m (the norm's FLOPs
+    and parameters an element, 8 and 2), beta_q (biases of Q, K and V; `bias` by default) and
+    shared (one norm a block: no ln2)."""
     K = H if K is None else K
-    Q = H + 2 * K
-    g = 2 if gated else 1
-    a = 5 if gated else 8
+    shape = shape or {}
+    D = shape.get("D", H)
+    Q = D + 2 * K
+    g = shape.get("g", 2 if gated else 1)
+    a = shape.get("a", 5 if gated else 8)
+    n, m = shape.get("n", 8), shape.get("m", 2)
     beta = 1 if bias else 0
+    beta_q = shape.get("beta_q", beta)
     table = [
-        ("ln1", "norm", 8 * T * H, 2 * H, T * H, T * H),
-        ("qkv_proj", "gemm", 2 * T * H * Q, H * Q + beta * Q, T * H, T * Q),
-        ("attn_scores_softmax", "attention", 2 * B * S * S * H + 5 * B * A * S * S, 0, T * H + T * K, B * A * S * S),
-        ("attn_v", "attention", 2 * B * S * S * H, 0, B * A * S * S + T * K, T * H),
-        ("out_proj", "gemm", 2 * T * H * H, H * H + beta * H, T * H, T * H),
+        ("ln1", "norm", n * T * H, m * H, T * H, T * H),
+        ("qkv_proj", "gemm", 2 * T * H * Q, H * Q + beta_q * Q, T * H, T * Q),
+        ("attn_scores_softmax", "attention", 2 * B * S * S * D + 5 * B * A * S * S, 0, T * D + T * K, B * A * S * S),
+        ("attn_v", "attention", 2 * B * S * S * D, 0, B * A * S * S + T * K, T * D),
+        ("out_proj", "gemm", 2 * T * D * H, D * H + beta * H, T * D, T * H),
         ("residual1", "elementwise", T * H, 0, 2 * T * H, T * H),
-        ("ln2", "norm", 8 * T * H, 2 * H, T * H, T * H),
+        ("ln2", "norm", n * T * H, m * H, T * H, T * H),
         ("ffn_up", "gemm", 2 * T * H * g * F, g * H * F + beta * g * F, T * H, g * T * F),
-        ("gelu", "elementwise", a * T * F, 0, g * T * F, T * F),
+        (shape.get("act", "gelu"), "elementwise", a * T * F, 0, g * T * F, T * F),
         ("ffn_down", "gemm", 2 * T * F * H, F * H + beta * H, T * F, T * H),
         ("residual2", "elementwise", T * H, 0, 2 * T * H, T * H),
     ]
+    if shape.get("shared"):
+        table = [row for row in table if row[0] != "ln2"]
     return [("layer%d.%s" % (layer, op), op, kind, fl, w, i, o) for op, kind, fl, w, i, o in table]
+
+
+# docs/ipu.md "The transformer's operators": per workload.mlp, (g, a); per workload.norm, (n, m).
+MLP_G_A = {"gelu": (1, 8), "relu": (1, 1), "gated": (2, 5), "geglu": (2, 9)}
+# docs/ipu.md "The transformer's operators": the activation's operator is named for what it computes.
+ACT_NAME = {"gelu": "gelu", "relu": "relu", "gated": "swiglu", "geglu": "geglu"}
+NORM_N_M = {"layernorm": (8, 2), "rmsnorm": (4, 1)}
 
 
 def _names(values: dict) -> SimpleNamespace:
@@ -315,9 +336,16 @@ def _names(values: dict) -> SimpleNamespace:
     # F of the operator table: workload.ffn_width, or ffn_multiplier x H when it is 0 (or missing, in
     # older inputs); K = n_kv_heads x H / A (n_kv_heads 0 or missing: A); the MLP and the biases.
     nm.F_width = int(wl.get("ffn_width") or 0) or int(wl["ffn_multiplier"]) * nm.H
-    nm.K_kv = (int(wl.get("n_kv_heads") or 0) or nm.A) * (nm.H // nm.A)
-    nm.gated = wl.get("mlp", "gelu") == "gated"
+    # The head's width: workload.head_dim, or H / A when it is 0 (or missing); D = A x that.
+    head = int(wl.get("head_dim") or 0) or nm.H // nm.A
+    nm.K_kv = (int(wl.get("n_kv_heads") or 0) or nm.A) * head
+    nm.gated = wl.get("mlp", "gelu") in ("gated", "geglu")
     nm.bias = bool(wl.get("bias", True))
+    g, a = MLP_G_A[wl.get("mlp", "gelu")]
+    n, m = NORM_N_M[wl.get("norm", "layernorm")]
+    nm.shape = dict(D=nm.A * head, g=g, a=a, n=n, m=m, act=ACT_NAME[wl.get("mlp", "gelu")],
+                    beta_q=int(nm.bias or bool(wl.get("qkv_bias", False))),
+                    shared=bool(wl.get("shared_norm", False)))
     return nm
 
 
@@ -390,7 +418,7 @@ def _forward_operators(nm, s, layers) -> list:
                          Wb=nm.vocab * H * e, I=0, O=T * H * e, backward_name="embedding.backward",
                          backward_flops=T * H))
     for layer in layers:
-        block = _block_operators(layer, T, nm.B_m, nm.S, H, nm.A, nm.F_width, nm.K_kv, nm.gated, nm.bias)
+        block = _block_operators(layer, T, nm.B_m, nm.S, H, nm.A, nm.F_width, nm.K_kv, nm.gated, nm.bias, nm.shape)
         for name, op, kind, flops, w_el, i_el, o_el in block:
             Wb, I_b, O_b = w_el * e, i_el * e, o_el * e
             if op in TP_SPLIT:

@@ -22,8 +22,8 @@ def _check_transformer(ok, get, add, shown) -> None:
     hs, nh, layers, lpi = "workload.hidden_size", "workload.n_heads", "workload.n_layers", "workload.layers_per_stage"
     batch, reps, ga = "workload.batch", "workload.replicas", "workload.microbatches"
     tr, rc = "workload.training", "workload.recompute"
-    if ok(hs, nh) and get(hs) % get(nh) != 0:
-        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}")
+    if ok(hs, nh, "workload.head_dim") and not get("workload.head_dim") and get(hs) % get(nh) != 0:
+        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}, or workload.head_dim set to the width of a head")
     if ok(lpi, layers) and get(lpi):
         split = get(lpi)
         zero = [i for i, x in enumerate(split) if x == 0 and i > 0]
@@ -46,9 +46,11 @@ def _check_transformer(ok, get, add, shown) -> None:
                                f"{get(reps) * get(ga)} (each micro-batch holds whole sequences)")
     tp = "workload.tensor_parallel"
     kv = "workload.n_kv_heads"
-    if ok(hs, nh, kv) and get(kv) and get(hs) % get(nh) == 0 and get(nh) % get(kv) == 0 \
-            and (get(hs) // get(nh)) % (get(nh) // get(kv)):
-        add(kv, [nh, hs], f"the head size {hs} / {nh} = {get(hs) // get(nh)} must be a multiple of {nh} / {kv} = "
+    hd = "workload.head_dim"
+    if ok(hs, nh, kv, hd) and get(kv) and (get(hd) or get(hs) % get(nh) == 0) and get(nh) % get(kv) == 0 \
+            and (get(hd) or get(hs) // get(nh)) % (get(nh) // get(kv)):
+        size = f"{hd} = {get(hd)}" if get(hd) else f"{hs} / {nh} = {get(hs) // get(nh)}"
+        add(kv, [nh, hd if get(hd) else hs], f"the head size {size} must be a multiple of {nh} / {kv} = "
                           f"{get(nh) // get(kv)} on the ipu, whose attention work units each hold a whole number of "
                           "elements of their head's keys and values (docs/ipu.md)")
     if ok(tp, nh) and get(nh) % get(tp) != 0:

@@ -61,7 +61,8 @@ from .placement import place, weight_overflows
 # joins (a LayerNorm feeds the projection after it; GeLU and residual adds follow the one before).
 # The loss joins the output head's projection (so a token's logits never cross a link); the final norm
 # keeps a region of its own, the first of the head's band (docs/mesh.md, "The whole step").
-FUSE_INTO = {"ln1": "qkv_proj", "residual1": "out_proj", "ln2": "ffn_up", "gelu": "ffn_up", "residual2": "ffn_down",
+FUSE_INTO = {"ln1": "qkv_proj", "residual1": "out_proj", "ln2": "ffn_up", "gelu": "ffn_up", "relu": "ffn_up",
+             "swiglu": "ffn_up", "geglu": "ffn_up", "residual2": "ffn_down",
              "loss": "logits"}
 # With fuse_attention, attention x V joins the scores and softmax: the scores stay in the region's
 # PEs, which hold the sequence's keys and values, and never cross a link.

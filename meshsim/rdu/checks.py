@@ -52,8 +52,8 @@ def _check_transformer(ok, get, add, shown) -> None:
     reported through `add`."""
     par, mb, batch, seq = "workload.parallelism", "workload.microbatches", "workload.batch", "workload.seq_len"
     tile, layers, hs, nh = "workload.tile_tokens", "workload.n_layers", "workload.hidden_size", "workload.n_heads"
-    if ok(hs, nh) and get(hs) % get(nh) != 0:
-        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}")
+    if ok(hs, nh, "workload.head_dim") and not get("workload.head_dim") and get(hs) % get(nh) != 0:
+        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}, or workload.head_dim set to the width of a head")
     if not ok(par):
         return
     try:
