@@ -4,7 +4,18 @@
 format that ui.perfetto.dev and chrome://tracing open: an object with `traceEvents` (complete
 events "X" for what has a start and a length, counter events "C" for values over time, metadata
 events "M" naming every process and thread) and `otherData` (what the trace is of, and how it was
-sampled). Timestamps are microseconds of simulated time: cycles / machine.clock_ghz / 1,000.
+sampled).
+
+Timestamps (`ts`, `dur`) are microseconds of simulated time on a grid of whole nanoseconds:
+round(cycles / machine.clock_ghz) / 1,000, written with at most three decimals. A clock's cycle is
+not a whole number of nanoseconds (1.1 GHz: 0.909 ns), and Perfetto keeps time in integer
+nanoseconds (it rounds a JSON timestamp to the nearest), so exact times would put some samples a
+cycle apart at the same time, with no order between them. On the grid, what a viewer shows is what
+the file says: a slice starts and ends on grid points (its end rounded as its start is, so slices
+that nest still nest and slices that follow each other still touch), and a counter track has at
+most one sample per nanosecond: of the samples that round to the same nanosecond, the last is
+kept (the value in effect as that nanosecond ends; `otherData.notes` says how many were merged).
+A time is off by at most half a nanosecond; the data are exact in the result file.
 
 Each machine says what its timeline holds (its registry entry's `trace_events`, built from the
 helpers here); this module writes the file, written once for every machine. A file stays bounded
@@ -38,8 +49,8 @@ DEFAULT_SLICES = 200_000
 class Timeline:
     """The events of a trace as a machine builds them, and the notes on what was sampled or left out.
 
-    clock_ghz turns cycles into microseconds; processes and threads are named once each (`process`,
-    `thread`) and given in that order in the file."""
+    clock_ghz turns cycles into whole nanoseconds (`ns`) and microseconds on that grid (`us`); processes
+    and threads are named once each (`process`, `thread`) and given in that order in the file."""
 
     clock_ghz: float
     points: int = DEFAULT_POINTS
@@ -48,10 +59,21 @@ class Timeline:
     notes: list = field(default_factory=list)
     _names: list = field(default_factory=list)
     _slices_used: int = 0
+    _merged: int = 0
+
+    def ns(self, cycles) -> int:
+        """Simulated time at `cycles` in whole nanoseconds: round(cycles / clock_ghz)."""
+        return round(float(cycles) / self.clock_ghz)  # (to even at a half, as np.rint in `counter`)
 
     def us(self, cycles) -> float:
-        """Microseconds of simulated time at `cycles`."""
-        return float(cycles) / (self.clock_ghz * 1000.0)
+        """Microseconds of simulated time at `cycles` on the whole-nanosecond grid: `ns` / 1,000 (exact
+        in three decimals, which JSON writes as they are)."""
+        return self.ns(cycles) / 1000.0
+
+    @property
+    def merged(self) -> int:
+        """Counter samples left out because a later one of their track fell in the same nanosecond."""
+        return self._merged
 
     def process(self, pid: int, name: str) -> None:
         self._names.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}})
@@ -68,8 +90,10 @@ class Timeline:
         return self.slices - self._slices_used
 
     def slice(self, pid: int, tid: int, name: str, start, cycles, cat: str = "", args: dict | None = None) -> None:
-        """A complete event of `cycles` cycles from cycle `start` (callers keep within `slices_left`)."""
-        ev = {"name": name, "ph": "X", "ts": self.us(start), "dur": self.us(cycles), "pid": pid, "tid": tid}
+        """A complete event of `cycles` cycles from cycle `start` (callers keep within `slices_left`), its
+        start and end on the nanosecond grid."""
+        begin, end = self.ns(start), self.ns(float(start) + float(cycles))
+        ev = {"name": name, "ph": "X", "ts": begin / 1000.0, "dur": (end - begin) / 1000.0, "pid": pid, "tid": tid}
         if cat:
             ev["cat"] = cat
         if args:
@@ -79,13 +103,16 @@ class Timeline:
 
     def counter(self, pid: int, name: str, starts, values, ends) -> None:
         """A counter track: `values[i]` from cycle `starts[i]` to `ends[i]`. More than `points` values are
-        averaged over equal runs of cycles (`bucket`); NaN values are left out."""
+        averaged over equal runs of cycles (`bucket`); NaN values are left out; then each sample's time is
+        rounded to whole nanoseconds, and of the samples in one nanosecond the last is kept (module doc)."""
         starts, values = bucket(np.asarray(starts, dtype=np.float64), np.asarray(ends, dtype=np.float64),
                                 np.asarray(values, dtype=np.float64), self.points)
-        for t, v in zip(starts.tolist(), values.tolist(), strict=True):
-            if not math.isnan(v):
-                self.events.append({"name": name, "ph": "C", "ts": self.us(t), "pid": pid, "tid": 0,
-                                    "args": {"value": v}})
+        known = ~np.isnan(values)
+        at, values = np.rint(starts[known] / self.clock_ghz).astype(np.int64), values[known]
+        last = np.append(at[1:] != at[:-1], True)  # the last sample of each nanosecond
+        self._merged += int(np.count_nonzero(~last))
+        for t, v in zip(at[last].tolist(), values[last].tolist(), strict=True):
+            self.events.append({"name": name, "ph": "C", "ts": t / 1000.0, "pid": pid, "tid": 0, "args": {"value": v}})
 
     def trace(self) -> list:
         """The names, then every track's events in time order (a slice before the slices it holds)."""
@@ -165,6 +192,9 @@ def export(path, fmt: str = "perfetto", out=None, *, points: int = DEFAULT_POINT
     with open_result_file(path) as f:
         m.trace_events(f, values, tl)
     _host_slices(tl, root, summary)
+    if tl.merged:
+        tl.notes.append(f"counters: {tl.merged:,} samples left out, each followed within the same nanosecond by a "
+                        "later sample of its track, which is kept (timestamps are whole nanoseconds)")
     doc = {
         "traceEvents": tl.trace(),
         "displayTimeUnit": "ns",
@@ -172,7 +202,7 @@ def export(path, fmt: str = "perfetto", out=None, *, points: int = DEFAULT_POINT
             "generator": f"meshsim {__version__}", "result": Path(path).name, "machine": m.name,
             "scenario": root.get("scenario_name", ""), "complete": bool(root.get("complete")),
             "cycles": int(root.get("cycles_done", 0)), "clock_ghz": tl.clock_ghz,
-            "time": "microseconds of simulated time: cycles / clock_ghz / 1000",
+            "time": "microseconds of simulated time in whole nanoseconds: round(cycles / clock_ghz) / 1000",
             "points_per_counter": points, "slices_at_most": slices, "notes": tl.notes,
             "li": summary.get("li"), "chip_seconds": summary.get("chip_seconds"),
             "host_seconds": summary.get("host_seconds"),

@@ -3,9 +3,15 @@
 Every function takes a result path and an output folder, writes its figure(s) there and returns the
 paths written. Figures are matplotlib `Figure` objects drawn without pyplot, so nothing depends on a
 display or changes the caller's backend. Colour maps are viridis and cividis (readable with colour
-blindness); every axis says its unit; every title names the scenario. Long series are reduced to at
-most `MAX_POINTS` points by exact cycle-weighted means, and animations to at most `MAX_FRAMES`
-frames, so a full-wafer, 10,000-cycle run draws in seconds.
+blindness), discrete (one colour per integer, ticks on integers) for integer data such as queue
+depths; every title names the scenario. Every axis label, colour bars' included, ends with its unit
+in parentheses (meshsim.labels: a unit of measure, the things counted, "(index)", "(fraction)",
+"(dimensionless)" or "(name)"); a sweep's columns are named in words with their units. No two
+labels collide and no legend covers data: legends sit outside the axes, and every figure is drawn
+once through meshsim.plotlayout.tidy before it is saved, which thins or turns tick labels that run
+into each other and wraps labels longer than their room. Long series are reduced to at most
+`MAX_POINTS` points by exact cycle-weighted means, and animations to at most `MAX_FRAMES` frames, so
+a full-wafer, 10,000-cycle run draws in seconds.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from matplotlib.figure import Figure
 
 from . import metrics
 from .errors import InputError
+from .labels import column_label
 from .output import open_result_file
+from .plotlayout import integer_colour_bar, integer_colours, legend_below, legend_beside, place_labels, tidy
 from .report import read_summary
 
 MAX_POINTS = 4000
@@ -56,7 +64,9 @@ def _folder(out) -> Path:
 
 def _save(fig: Figure, out: Path, name: str, fmt: str) -> Path:
     """The figure as `out/name.fmt`: drawn into a new file beside it, then renamed over a regular
-    file or nothing (meshsim.files: never into a device, a FIFO or through a link)."""
+    file or nothing (meshsim.files: never into a device, a FIFO or through a link). The figure is tidied
+    first (meshsim.plotlayout.tidy): no label runs into another."""
+    tidy(fig)
     return _saved(_folder(out) / f"{name}.{fmt}", lambda fh: fig.savefig(fh, dpi=110, format=fmt))
 
 
@@ -105,10 +115,11 @@ def heatmap(path, out, cycle: int | None = None, fmt: str = "png") -> list[Path]
         title = _title(f)
     fig = _figure(9, 6.5)
     ax = fig.add_subplot()
-    im = ax.imshow(depth, cmap="viridis", interpolation="nearest", aspect="auto", vmin=0)
+    cmap, norm = integer_colours("viridis", 0, max(1, int(depth.max(initial=0))))
+    im = ax.imshow(depth, cmap=cmap, norm=norm, interpolation="nearest", aspect="auto")
     if labels is not None:
         ax.contour(labels, levels=np.unique(labels)[:-1] + 0.5, colors="white", linewidths=0.6)
-    fig.colorbar(im, ax=ax, label="queue depth (tasks)")
+    integer_colour_bar(fig, im, "queue depth (tasks)", ax=ax)
     ax.set_xlabel("column (PE)")
     ax.set_ylabel("row (PE)")
     ax.set_title(f"{title}: queue depth at the end of cycle {int(at[i]):,}")
@@ -133,13 +144,15 @@ def animation(path, out, fmt: str = "png") -> list[Path]:
         title = _title(f)
     fig = _figure(8, 6)
     ax = fig.add_subplot()
-    im = ax.imshow(data[0], cmap="viridis", interpolation="nearest", aspect="auto", vmin=0, vmax=max(1, q))
+    cmap, norm = integer_colours("viridis", 0, max(1, q))
+    im = ax.imshow(data[0], cmap=cmap, norm=norm, interpolation="nearest", aspect="auto")
     if labels is not None:
         ax.contour(labels, levels=np.unique(labels)[:-1] + 0.5, colors="white", linewidths=0.6)
-    fig.colorbar(im, ax=ax, label="queue depth (tasks)")
+    integer_colour_bar(fig, im, "queue depth (tasks)", ax=ax)
     ax.set_xlabel("column (PE)")
     ax.set_ylabel("row (PE)")
-    head = ax.set_title("")
+    head = ax.set_title(f"{title}: queue depth, cycle {int(at[-1]):,}")  # the longest title, laid out once
+    tidy(fig)
 
     def draw(k):
         im.set_data(data[k])
@@ -183,21 +196,25 @@ def timeline(path, out, fmt: str = "png") -> list[Path]:
     fig = _figure(9, 7)
     a1, a2, a3 = fig.subplots(3, 1, sharex=True)
     mid = (w_start + w_end) / 2
-    a1.plot(mid, w_li, marker="o", ms=3, color="#0072B2")
-    a1.axhline(0.9, color="0.5", ls="--", lw=0.8, label="0.9: a notable imbalance below")
-    a1.set_ylabel("LI (mean/max busy)")
+    a1.plot(mid, w_li, marker="o", ms=3, color="#0072B2", label="LI of a window")
+    a1.axhline(0.9, color="0.5", ls="--", lw=0.8, label="0.9: a notable\nimbalance below")
+    a1.set_ylabel("LI, mean / max\nbusy (fraction)")
     a1.set_ylim(0, 1.05)
-    a1.legend(loc="lower right", fontsize=8)
+    legend_beside(a1)
     t, u = _binned(busy / n)
     a2.plot(t, u, color="#009E73")
-    a2.set_ylabel("utilisation (busy PEs / PEs)")
+    a2.set_ylabel("utilisation, busy\nPEs / PEs (fraction)")
     a2.set_ylim(0, 1.05)
     t, qd = _binned(queued)
     a3.plot(t, qd, color="#D55E00")
-    a3.set_ylabel("queued tasks")
-    a3.set_xlabel("cycle")
+    a3.set_ylabel("queued (tasks)")
+    a3.set_xlabel(_TIME)
     fig.suptitle(f"{title}: load balance over time")
     return [_save(fig, out, "timeline", fmt)]
+
+
+#: The label of a time axis in cycles.
+_TIME = "simulated time (cycles)"
 
 
 def _traffic_timeline(f, out, fmt, title, n) -> list[Path]:
@@ -210,15 +227,15 @@ def _traffic_timeline(f, out, fmt, title, n) -> list[Path]:
     for name, label in (("packets_offered", "offered"), ("packets_delivered", "delivered")):
         t, v = _binned(f[f"series/{name}"][()] / n)
         a1.plot(t, v, label=label)
-    a1.set_ylabel("packets / PE / cycle")
-    a1.legend(fontsize=8)
+    a1.set_ylabel("traffic (packets / PE / cycle)")
+    legend_beside(a1)
     t, v = _binned(f["series/packets_in_source"][()] + f["series/packets_in_router"][()])
     a2.plot(t, v, color="#D55E00")
-    a2.set_ylabel("packets waiting (source and router queues)")
+    a2.set_ylabel("waiting in source and router queues (packets)")
     t, v = _binned(f["series/link_sent"][()] / max(links, 1))
     a3.plot(t, v, color="#009E73")
     a3.set_ylabel("link use (messages / link / cycle)")
-    a3.set_xlabel("cycle")
+    a3.set_xlabel(_TIME)
     fig.suptitle(f"{title}: routed traffic over time")
     return [_save(fig, out, "timeline", fmt)]
 
@@ -270,15 +287,17 @@ def _ipu_timeline(f, out, fmt, title) -> list[Path]:
         labelled.add(d)
     a1.set_yticks(range(stages), [f"IPU {s}" for s in range(stages)])
     a1.invert_yaxis()
-    a1.set_ylabel("stage")
+    a1.set_ylabel("pipeline stage (IPU)")
     if labelled:
-        a1.legend(loc="upper right", fontsize=8)
+        legend_below(fig)
     mb0 = ss["microbatch"] == 0
-    a2.scatter(ss["start_cycle"][mb0], li[ss["template"][mb0]], s=4, c=ss["stage"][mb0], cmap="viridis")
+    cmap, norm = integer_colours("viridis", 0, max(stages - 1, 0))
+    dots = a2.scatter(ss["start_cycle"][mb0], li[ss["template"][mb0]], s=4, c=ss["stage"][mb0], cmap=cmap, norm=norm)
+    integer_colour_bar(fig, dots, "stage (IPU)", ax=a2)
     a2.axhline(0.9, color="0.5", ls="--", lw=0.8)
     a2.set_ylim(0, 1.05)
-    a2.set_ylabel("superstep LI across tiles\n(micro-batch 0)")
-    a2.set_xlabel("cycle (step 0)")
+    a2.set_ylabel("LI of a superstep across tiles,\nmicro-batch 0 (fraction)")
+    a2.set_xlabel("simulated time in step 0 (cycles)")
     fig.suptitle(f"{title}: pipeline stages and superstep balance")
     return [_save(fig, out, "timeline", fmt)]
 
@@ -286,15 +305,15 @@ def _ipu_timeline(f, out, fmt, title) -> list[Path]:
 def _rdu_use(axes, f, ic) -> None:
     """Busy PCUs (as a share), PMUs in use and DDR busy of every chip over time, on three axes."""
     pcus = f["pcu"].size
-    for ax, name, scale, label in ((axes[0], "busy_pcus", pcus, "busy PCUs / PCUs"),
-                                   (axes[1], "pmus_in_use", 1, "PMUs in use"),
+    for ax, name, scale, label in ((axes[0], "busy_pcus", pcus, "busy PCUs (fraction)"),
+                                   (axes[1], "pmus_in_use", 1, "in use (PMUs)"),
                                    (axes[2], "ddr_busy", 1, "DDR busy (fraction)")):
         series = f[f"series/{name}"][()]
         for c in range(series.shape[1]):
             t, v = _binned(series[:, c], ic)
             ax.plot(t, v / scale, lw=0.8, label=f"chip {c}")
         ax.set_ylabel(label, fontsize=8)
-    axes[2].set_xlabel("cycle")
+    axes[2].set_xlabel(_TIME)
 
 
 def _rdu_timeline(f, out, fmt, title) -> list[Path]:
@@ -302,7 +321,7 @@ def _rdu_timeline(f, out, fmt, title) -> list[Path]:
     axes = fig.subplots(3, 1, sharex=True)
     _rdu_use(axes, f, f["series/interval_cycles"][()])
     if f["chip"].size > 1:
-        axes[0].legend(fontsize=8, ncol=min(f["chip"].size, 4))
+        legend_beside(axes[0], ncols=math.ceil(f["chip"].size / 8))
     fig.suptitle(f"{title}: PCU, PMU and DDR use over time")
     return [_save(fig, out, "timeline", fmt)]
 
@@ -340,13 +359,13 @@ def latency(path, out, fmt: str = "png") -> list[Path]:
     a1.bar(values, counts, width=widths, align="edge", color="#0072B2")
     a2.plot(cdf_x, np.cumsum(counts) / counts.sum(), color="#0072B2", drawstyle="steps-post")
     for ax in (a1, a2):
-        ax.axvline(stats["mean"], color="#D55E00", label=f"mean {stats['mean']:.4g}")
-        ax.axvline(stats["p99"], color="#CC79A7", ls="--", label=f"p99 {stats['p99']:.4g}")
+        ax.axvline(stats["mean"], color="#D55E00", label=f"mean {stats['mean']:.4g} cycles")
+        ax.axvline(stats["p99"], color="#CC79A7", ls="--", label=f"p99 {stats['p99']:.4g} cycles")
         ax.set_xlabel("latency (cycles)")
-    a1.set_ylabel(what)
-    a2.set_ylabel("fraction at or below")
+    a1.set_ylabel(f"count ({what})")
+    a2.set_ylabel("share at or below (fraction)")
     a2.set_ylim(0, 1.02)
-    a1.legend(title=f"variance {stats['var']:.4g} cycles²", fontsize=8)
+    legend_beside(a2, title=f"variance {stats['var']:.4g} cycles²")
     fig.suptitle(f"{title}: latency of {what}")
     return [_save(fig, out, "latency", fmt)]
 
@@ -365,9 +384,9 @@ def busy(path, out, fmt: str = "png") -> list[Path]:
     fig = _figure(10, 4.5)
     a1, a2 = fig.subplots(1, 2, width_ratios=(3, 2))
     im = a1.imshow(b, cmap="cividis", interpolation="nearest", aspect="auto")
-    fig.colorbar(im, ax=a1, label="busy cycles")
-    a1.set_xlabel(unit if rdu else "column (PE)")
-    a1.set_ylabel(group)
+    fig.colorbar(im, ax=a1, label="busy time (cycles)")
+    a1.set_xlabel(f"{unit} (index)" if rdu else "column (PE)")
+    a1.set_ylabel(f"{group} (index)" if rdu else group)
     if rdu:
         a1.set_yticks(range(b.shape[0]))
     lb = metrics.load_balance(b)
@@ -375,9 +394,9 @@ def busy(path, out, fmt: str = "png") -> list[Path]:
     a2.hist(b.ravel(), bins=60, color="#009E73")
     a2.axvline(lb["mean"], color="#D55E00", label=f"mean {lb['mean']:.4g}")
     a2.axvline(lb["max"], color="#CC79A7", ls="--", label=f"max {lb['max']:,}")
-    a2.set_xlabel(f"busy cycles (of {cycles:,})")
-    a2.set_ylabel(f"{unit}s")
-    a2.legend(title=f"LI {lb['li']:.3g}, spread {spread:.3g}", fontsize=8)
+    a2.set_xlabel(f"busy time, of {cycles:,} (cycles)")
+    a2.set_ylabel(f"count ({unit}s)")
+    legend_beside(a2, title=f"LI {lb['li']:.3g}\nspread {spread:.3g}")
     fig.suptitle(f"{title}: busy time per {unit}")
     return [_save(fig, out, "busy", fmt)]
 
@@ -404,7 +423,7 @@ def links(path, out, fmt: str = "png") -> list[Path]:
         ax.set_title(f"{name}ward links", fontsize=9)
         ax.set_xlabel("column (PE)")
         ax.set_ylabel("row (PE)")
-    fig.colorbar(im, ax=axes, label="utilisation (messages / capacity)")
+    fig.colorbar(im, ax=axes, label="utilisation, messages / capacity (fraction)")
     fig.suptitle(f"{title}: link utilisation over the run")
     return [_save(fig, out, "links", fmt)]
 
@@ -445,8 +464,9 @@ def gantt(path, out, fmt: str = "png") -> list[Path]:
             axes[0].broken_barh(spans, (c - 0.4, 0.8), facecolors=colours["switching or waiting"], linewidth=0)
     axes[0].set_yticks(range(chips), [f"chip {c}" for c in range(chips)])
     axes[0].invert_yaxis()
+    axes[0].set_ylabel("simulated chip (index)", fontsize=8)
     handles = [axes[0].barh([0], [0], color=v, label=k) for k, v in colours.items()]
-    axes[0].legend(handles=handles, fontsize=8, loc="upper right")
+    legend_beside(axes[0], handles=handles)
     fig.suptitle(f"{title}: sections over time ({len(names)} instances)")
     return [_save(fig, out, "gantt", fmt)]
 
@@ -482,24 +502,39 @@ def roofline(path, out, fmt: str = "png") -> list[Path]:
         ax.plot(ai, [p.attainable(x) / 1e12 for x in ai], ls="-" if mine else styles[k % 4],
                 lw=2.2 if mine else 1.2, color="black" if mine else greys[k % 4],
                 label=f"{p.name} (ridge {p.ridge:.3g} FLOP/B)")
-    for r in rows:
-        if not math.isfinite(r["intensity"]):  # a section that moves nothing over DDR has no place on it
-            continue
+    names = {}  # (x, y) -> the names of the kernels there or within 7% of it, labelled once
+    # a section that moves nothing over DDR (an infinite intensity) has no place on it
+    for r in sorted((r for r in rows if math.isfinite(r["intensity"])), key=lambda r: r["intensity"]):
         y = r["attainable_flops"] / 1e12
         colour = BOUND_COLOURS.get(r["bound"], BOUND_COLOURS["compute"])
         ax.scatter([r["intensity"]], [y], s=28, zorder=3, color=colour)
         if ".backward" not in r["name"]:  # a backward kernel sits near its forward one
             label = r["name"].replace("layer0.", "").replace(".allreduce", "")  # every kernel is layer 0's
-            ax.annotate(label, (r["intensity"], y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            near = [k for k in names if _near(k[0], r["intensity"]) and _near(k[1], y)]
+            names.setdefault(near[0] if near else (r["intensity"], y), []).append(label)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOPs / byte)")
+    ax.set_xlabel("arithmetic intensity (FLOP/B)")
     ax.set_ylabel("attainable (TFLOP/s)")
-    ax.legend(fontsize=8, loc="lower right")
+    legend_below(fig, ncols=2)
     shown = [b for b in BOUND_COLOURS if any(r["bound"] == b for r in rows)]
     ax.set_title(f"{title}: {kernels_title(rows)}\non {plat.name} (bound by: "
                  + ", ".join(f"{b} {BOUND_NAMES[b]}" for b in shown) + ")")
+    tidy(fig)  # laid out before the kernels' names are placed
+    place_labels(fig, ax, list(names), [_lines(", ".join(v), 40) for v in names.values()])
     return [_save(fig, out, "roofline", fmt)]
+
+
+def _near(a: float, b: float) -> bool:
+    """Whether two positive values are within 7% of each other (a dot's width on a log axis)."""
+    return a > 0 and b > 0 and abs(math.log10(a / b)) < 0.03
+
+
+def _lines(text: str, width: int) -> str:
+    """`text` on lines of at most about `width` characters, broken after commas."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)) or text
 
 
 def read_table(path) -> list[dict]:
@@ -564,9 +599,9 @@ def sweep(path, out, metric: str, x: str, y: str | None = None, fmt: str = "png"
                         label="range")
         if pos is not xs:
             ax.set_xticks(pos, [str(v) for v in xs])
-        ax.set_xlabel(x)
-        ax.set_ylabel(metric)
-        ax.legend(fontsize=8)
+        ax.set_xlabel(column_label(x))
+        ax.set_ylabel(column_label(metric))
+        legend_beside(ax, title="over repetitions\nand other keys")
         name = f"sweep_{metric}_vs_{x}".replace("+", "_")
     else:
         ys = sorted({r[y] for r in rows}, key=lambda v: (isinstance(v, str), v))
@@ -578,21 +613,54 @@ def sweep(path, out, metric: str, x: str, y: str | None = None, fmt: str = "png"
                 g = [r[metric] for r in rows if r[x] == vx and r[y] == vy]
                 if g:
                     grid[j, i] = np.mean(g)
-        im = ax.imshow(grid, cmap="viridis", origin="lower", aspect="auto")
+        _sweep_grid(fig, ax, grid, metric)
         ax.set_xticks(range(len(xs)), [f"{v:g}" if isinstance(v, float) else v for v in xs])
-        if len(xs) * max(len(str(v)) for v in xs) > 60:  # (long names side by side run into each other)
-            ax.tick_params(axis="x", labelrotation=20)
         ax.set_yticks(range(len(ys)), [f"{v:g}" if isinstance(v, float) else v for v in ys])
-        for j in range(len(ys)):
-            for i in range(len(xs)):
-                if not np.isnan(grid[j, i]):
-                    ax.text(i, j, f"{grid[j, i]:.3g}", ha="center", va="center", fontsize=7, color="white")
-        fig.colorbar(im, ax=ax, label=metric)
-        ax.set_xlabel(x)
-        ax.set_ylabel(y)
+        ax.set_xlabel(column_label(x))
+        ax.set_ylabel(column_label(y))
         name = f"sweep_{metric}_vs_{x}_{y}".replace("+", "_")
-    ax.set_title(f"{label}: {metric}")
+    ax.set_title(f"{label}: {metric} against {x}" + (f" and {y}" if y is not None else ""))
+    if y is not None:
+        _cell_values(fig, ax, grid)
     return [_save(fig, out, name.replace(".", "_"), fmt)]
+
+
+def _sweep_grid(fig, ax, grid, metric: str) -> None:
+    """The mean of `metric` on a sweep's grid as a heat map with its colour bar: discrete when every
+    mean is an integer and they take at most 33 values (max - min <= 32: counts, such as tasks migrated)."""
+    known = grid[~np.isnan(grid)]
+    if known.size and np.all(known == np.round(known)) and known.max() - known.min() <= 32:
+        cmap, norm = integer_colours("viridis", known.min(), known.max())
+        im = ax.imshow(grid, cmap=cmap, norm=norm, origin="lower", aspect="auto")
+        integer_colour_bar(fig, im, column_label(metric), ax=ax)
+    else:
+        im = ax.imshow(grid, cmap="viridis", origin="lower", aspect="auto")
+        fig.colorbar(im, ax=ax, label=column_label(metric))
+
+
+def _cell_values(fig, ax, grid) -> None:
+    """Each cell's value written in it, once the figure is laid out: smaller when it is wider than its
+    cell, left out when even 5 points is (the colour bar still gives it)."""
+    tidy(fig)
+    renderer = fig.canvas.get_renderer()
+    box = ax.get_window_extent(renderer)
+    cell_w, cell_h = box.width / grid.shape[1], box.height / grid.shape[0]
+    im = ax.images[0]
+
+    def ink(v):  # black on light cells, white on dark ones
+        r, g, b, _ = im.cmap(im.norm(v))
+        return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+
+    texts = [ax.text(i, j, f"{grid[j, i]:.3g}", ha="center", va="center", fontsize=7, color=ink(grid[j, i]))
+             for j in range(grid.shape[0]) for i in range(grid.shape[1]) if not np.isnan(grid[j, i])]
+    for size in (7, 6, 5):
+        for t in texts:
+            t.set_fontsize(size)
+        if all(t.get_window_extent(renderer).width < cell_w - 2 and t.get_window_extent(renderer).height < cell_h - 1
+               for t in texts):
+            return
+    for t in texts:
+        t.remove()
 
 
 def applicable(path) -> list[str]:

@@ -1,20 +1,24 @@
 """meshsim export --format perfetto: the Chrome trace-event JSON of a result file (docs/results.md,
 "Timelines in Perfetto"), checked against the trace-event format as its specification states it,
 written here without the exporter's code: the fields every phase requires, one name per process and
-thread, timestamps in order on every track, slices that nest, and files bounded for long runs."""
+thread, timestamps in order on every track, slices that nest, and files bounded for long runs; and
+what Perfetto, which keeps time in integer nanoseconds, needs on top: every timestamp and duration a
+whole number of nanoseconds, and no two samples of a counter track in the same nanosecond."""
 
 import json
 import math
 import subprocess
 import sys
 from collections import defaultdict
+from decimal import Decimal
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import meshsim
 from meshsim.errors import InputError
-from meshsim.export import bucket, export, spans
+from meshsim.export import Timeline, bucket, export, spans
 from meshsim.run import RunInterrupted, run_scenario
 from meshsim.scenario import load_scenario
 
@@ -31,8 +35,13 @@ def check_trace(path) -> dict:
     """The trace of `path`, after checking it against the trace-event format; returns the parsed
     document with, added, `_processes` {pid: name}, `_slices` {(pid, tid): [(ts, dur, name)]} and
     `_counters` {(pid, name): [(ts, value)]}."""
-    doc = json.loads(Path(path).read_text(), parse_constant=_no_constants)
+    text = Path(path).read_text()
+    doc = json.loads(text, parse_constant=_no_constants)
     assert isinstance(doc, dict) and isinstance(doc["traceEvents"], list)
+    # times as written (decimals, not binary floats): microseconds in whole nanoseconds
+    for ev in json.loads(text, parse_float=Decimal)["traceEvents"]:
+        for key in ("ts", "dur"):
+            assert key not in ev or (Decimal(ev[key]) * 1000) % 1 == 0, f"{key} is no whole nanosecond: {ev}"
     assert doc.get("displayTimeUnit") in (None, "ms", "ns")
     processes, threads, slices, counters = {}, {}, defaultdict(list), defaultdict(list)
     for ev in doc["traceEvents"]:
@@ -77,7 +86,7 @@ def check_trace(path) -> dict:
             open_ends.append(ts + dur)
     for (pid, name), track in counters.items():
         assert pid in processes
-        times = [t for t, _ in track]
+        times = [round(t * 1000) for t, _ in track]  # integer nanoseconds, as Perfetto keeps them
         assert times == sorted(times) and len(set(times)) == len(times), f"counter {pid}/{name}: time increases"
     doc.update(_processes=processes, _slices=slices, _counters=counters)
     return doc
@@ -193,6 +202,40 @@ def test_bucket_keeps_the_cycle_weighted_mean_and_spans_close_the_shortest_gaps(
     assert spans(busy, s, e, 10) == [(0, 9), (20, 29), (50, 59)]
     assert spans(busy, s, e, 2) == [(0, 29), (50, 59)]  # the 10-cycle gap closes before the 20-cycle one
     assert spans(busy, s, e, 1) == [(0, 59)]
+
+
+def test_every_counter_sample_has_its_own_nanosecond(runs, tmp_path):
+    """At 1.1 GHz a cycle lasts 0.909 ns, under Perfetto's 1 ns: one cycle in 11 would share its
+    nanosecond with the next. On the nanosecond grid each track keeps the last sample of each
+    nanosecond (the value in effect as it ends), and says how many it left out."""
+    path = export(runs["hotspot"], out=tmp_path / "t.json", points=100_000)  # a sample per cycle
+    doc = check_trace(path)
+    with meshsim.load(runs["hotspot"]) as r:
+        queued = r.series["queued"].values.tolist()
+        clock = r.scenario["machine"]["clock_ghz"]
+    at = np.rint(np.arange(len(queued)) / clock).astype(np.int64).tolist()
+    assert clock == 1.1 and len(set(at)) < len(at)  # cycles that would share a nanosecond
+    last = dict(zip(at, queued, strict=True))  # of each nanosecond, its last cycle's value
+    got = {round(t * 1000): a["value"] for t, a in doc["_counters"][(1, "queued tasks")]}
+    assert got == last
+    assert any(note.startswith("counters:") for note in doc["otherData"]["notes"])
+
+
+def test_times_round_to_the_nanosecond_grid_and_slices_still_nest():
+    tl = Timeline(clock_ghz=1.1)
+    c = np.arange(12)
+    tl.counter(1, "q", c, c * 10.0, c + 1)
+    # cycles 5 and 6 start at 4.55 and 5.45 ns: both at 5 ns, where cycle 6's value is kept
+    assert [(round(e["ts"] * 1000), e["args"]["value"]) for e in tl.events] == \
+        [(t, 10.0 * (t if t < 5 else t + 1)) for t in range(11)]
+    assert tl.merged == 1
+    tl.events.clear()
+    tl.slice(1, 1, "superstep", 5, 7)  # cycles 5 to 11: from 4.55 ns to 10.91 ns
+    tl.slice(1, 1, "compute", 5, 1)
+    tl.slice(1, 1, "exchange", 6, 6)
+    got = [(round(e["ts"] * 1000), round(e["dur"] * 1000)) for e in tl.events]
+    assert got == [(5, 6), (5, 0), (5, 6)]  # the parts tile the whole, 5 to 11 ns
+    assert tl.us(11) == 0.01 and tl.ns(12) == 11
 
 
 def test_an_incomplete_file_exports_what_it_holds(tmp_path):
