@@ -128,12 +128,38 @@ def write(path: Path, *, machine: str, run_id: str, resolved: str, inputs: str, 
 
 
 
-def read(path: Path, result: Path) -> Checkpoint:
-    """The checkpoint at `path`, read whole; InputError (naming `result`, the file being resumed)
-    if it is missing or unreadable."""
+def missing(path: Path, result: Path, held: int | None = None) -> str:
+    """What to say when `result` (the file being resumed) has no checkpoint at `path`: how many
+    cycles the file keeps (`held`, its cycles_done, when known) and that it cannot resume."""
+    if held == 0:
+        return (f"{result}: the run was stopped before its first flush: the file holds no cycles, and there is no "
+                f"checkpoint {path.name} beside it, so there is nothing to resume; run the scenario again")
+    kept = "" if held is None else (f"holds {held:,} cycles (as of its last flush; `meshsim report` reads them), "
+                                    "but ")
+    return (f"{result}: {kept}no checkpoint {path.name} beside it, so the run cannot resume: it was stopped before "
+            "the checkpoint that follows its first flush was written, or the file was moved without it; run the "
+            "scenario again")
+
+
+def cycles_of(path: Path, run_id: str) -> int | None:
+    """The cycles_done of the checkpoint at `path` if it is a regular file of the run `run_id`, else
+    None (none there, another run's, or unreadable); read as `read` would not: its attributes only."""
+    if not files.is_regular(path):
+        return None
+    try:
+        with h5py.File(path, "r") as f:
+            if plain(f.attrs.get("run_id")) != run_id:
+                return None
+            return int(f.attrs["cycles_done"])
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError):
+        return None
+
+
+def read(path: Path, result: Path, held: int | None = None) -> Checkpoint:
+    """The checkpoint at `path`, read whole; InputError (naming `result`, the file being resumed,
+    and the cycles it holds, `held`, when given) if it is missing or unreadable."""
     if not os.path.lexists(path):
-        raise InputError(f"{result}: no checkpoint {path.name} beside it, so the run cannot resume: it was stopped "
-                         "before its first checkpoint, or the file was moved without it; run the scenario again")
+        raise InputError(missing(path, result, held))
     files.check_regular(path, str(path), "checkpoint")
     try:
         with h5py.File(path, "r") as f:

@@ -69,7 +69,9 @@ class Run(ABC):
 
     @abstractmethod
     def flush_due(self, seconds_since_flush: float) -> bool:
-        """Whether the file should be flushed now (after `record`)."""
+        """Whether the file should be flushed now (after `record`). `seconds_since_flush` is infinite
+        until the run's first flush, so that a machine that flushes by the clock flushes after its
+        first kernel call."""
 
     def prepare_flush(self, writer) -> None:
         """Checks and in-place totals before a flush."""
@@ -106,7 +108,8 @@ class Run(ABC):
         raise NotImplementedError
 
     def checkpoint_bytes(self) -> int:
-        """About how many bytes `checkpoint` gives: what the first checkpoint's cost is guessed from."""
+        """About how many bytes `checkpoint` gives: what a resumed run's first checkpoint's cost is
+        guessed from (meshsim.run.CheckpointClock)."""
         return 0
 
     def restore(self, values: dict, arrays: dict, writer) -> None:

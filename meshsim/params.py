@@ -236,10 +236,12 @@ def preset_row(presets: dict) -> Param:
 def checkpoint_row(resumable: tuple) -> Param:
     """output.checkpoint_every_seconds, for the machines whose runs resume (`resumable`: their names)."""
     return Param("output", "checkpoint_every_seconds", "float", "s", 0.0,
-                 "Least wall-clock seconds between checkpoints (each written after a flush), from which a stopped "
-                 "run resumes (meshsim run --resume); besides, a checkpoint waits 20 times as long as the last one "
-                 "took to write, so that they take at most 5% of the run. 0: that rule alone (a small grid's "
-                 "checkpoints follow every flush).", (0.0, 1e9), ("machine.type", resumable))
+                 "Wall-clock seconds between checkpoints, from which a stopped run resumes (meshsim run --resume); "
+                 "each is written after a flush, the first after the run's first flush whatever this says. 0: the "
+                 "others when checkpoints take at most 5% of the run (each waits 20 times as long as the last took "
+                 "to write: a small grid's follow every flush, the full wafer's come every 20 s or so). More than "
+                 "0: one at the first flush that many seconds after the last, whatever it costs (0.001: one at "
+                 "every flush).", (0.0, 1e9), ("machine.type", resumable))
 
 
 def presets_of(machine_type: str) -> tuple[dict, str]:

@@ -47,12 +47,34 @@ def read_summary(path) -> tuple[dict, dict]:
         if not summary:  # a killed run: the summary of its last flush
             summary = read_provisional(f) or {}
     missing = [k for k in STABLE_SUMMARY_KEYS if k not in summary]
+    if missing and summary:
+        raise InputError(f"{p}: its summary lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}: "
+                         "not a result this meshsim reads")
     if missing:
-        done = root.get("cycles_done", 0)
-        raise InputError(f"{p}: the run stopped before it wrote a summary ({done} cycles done; missing "
-                         f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}); its per-cycle series "
-                         "up to the last flush are in the file")
+        raise InputError(_no_summary(p, root))
     return root, summary
+
+
+def _no_summary(p: Path, root: dict) -> str:
+    """What `read_summary` says of a file with no summary, a run killed before its first flush (or a
+    resumed one killed before its first): the cycles it keeps, and whether the run can resume from a
+    checkpoint of its own beside it (docs/results.md, "Reading what a stop left")."""
+    import shlex
+
+    from .checkpoint import checkpoint_path, cycles_of
+
+    done = int(root.get("cycles_done", 0) or 0)
+    if done:
+        kept = f"the run was stopped before it wrote a summary: the file holds {done:,} cycles, but no figures of them"
+    else:
+        kept = "the run was stopped before its first flush: the file holds no cycles yet, and no summary"
+    final = p.with_name(p.name[: -len(".incomplete.h5")] + ".h5") if p.name.endswith(".incomplete.h5") else p
+    at = cycles_of(checkpoint_path(final), str(root["run_id"])) if root.get("run_id") else None
+    if at is not None:
+        then = f"it resumes from its checkpoint at cycle {at:,}: meshsim run --resume {shlex.quote(str(p))}"
+    else:
+        then = "it cannot resume (there is no checkpoint of it): run the scenario again"
+    return f"{p}: {kept}; {then}"
 
 
 def fmt(x, digits=4):

@@ -10,6 +10,7 @@ interface). Nothing here knows what a machine is made of.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import stat
@@ -307,7 +308,7 @@ def _resume_locked(final: Path, given: Path, threads, progress, max_cycles_per_c
     if not run.resumable:
         raise InputError(f"{path}: {machine.name} runs do not resume (they keep no checkpoint); run the scenario "
                          "again")
-    point = ck.read(ck.checkpoint_path(final), path)
+    point = ck.read(ck.checkpoint_path(final), path, held=int(attrs["cycles_done"]))
     if point.attrs.get("run_id") != attrs.get("run_id") or \
             point.attrs.get("scenario_sha256") != ck.scenario_digest(resolved):
         raise InputError(f"{path}: its checkpoint {point.path.name} belongs to another run of this name, so the run "
@@ -545,17 +546,48 @@ def _remove_checkpoint(writer) -> None:
 #: Checkpoints take at most this share of a run's time: one waits 1 / share times as long as the
 #: last took to write (docs/results.md, "Resuming a run").
 CHECKPOINT_SHARE = 0.05
-#: What the first checkpoint's writing time is guessed from (gzip level 1 on one core writes the
-#: full wafer's 189 MB of state in about a second).
+#: What a resumed run guesses its first checkpoint's writing time from (gzip level 1 on one core
+#: writes the full wafer's 189 MB of state in about a second).
 CHECKPOINT_BYTES_PER_SECOND = 2e8
 
 
+class CheckpointClock:
+    """When a resumable run's checkpoint is due after a flush (docs/results.md, "Resuming a run"):
+    at the first flush of a run that has none yet, whatever the grid; after that, at the first flush
+    `every` seconds (output.checkpoint_every_seconds) after the last one, whatever it costs, or, with
+    `every` = 0, once 1 / CHECKPOINT_SHARE times as long as the last one took to write has passed.
+    `now` is when the run started (or resumed), `have_one` whether a checkpoint of it already exists
+    (a resumed run's), `guess` the seconds the next one is expected to take (a resumed run's first).
+    Times are passed in, so that the rule reads no clock of its own."""
+
+    def __init__(self, every: float, now: float, have_one: bool, guess: float):
+        self.every = float(every)
+        self.last = now  # when the last checkpoint was written (or the run started or resumed)
+        self.cost = guess  # seconds the last one took to write
+        self.have_one = have_one
+
+    def due(self, now: float) -> bool:
+        if not self.have_one:
+            return True
+        wait = self.every if self.every > 0 else self.cost / CHECKPOINT_SHARE
+        return now - self.last >= wait
+
+    def tried(self, began: float, ended: float) -> None:
+        """A checkpoint was written (or failed, with a warning) from `began` to `ended`."""
+        self.have_one = True
+        self.last, self.cost = ended, ended - began
+
+
 def _drive(run, writer, timing: Timing, bar, stop_signals, checkpoint_every: float) -> None:
-    """Kernel call, output, flush (then, when one is due, a checkpoint), progress, until the run is
-    finished or asked to stop. A checkpoint is due `checkpoint_every` seconds after the last, and
-    not before 1 / CHECKPOINT_SHARE times the last one's writing time."""
-    last_flush = last_checkpoint = time.perf_counter()
-    cost = run.checkpoint_bytes() / CHECKPOINT_BYTES_PER_SECOND if run.resumable else 0.0
+    """Kernel call, output, flush (then, when CheckpointClock says one is due, a checkpoint),
+    progress, until the run is finished or asked to stop. A machine that flushes by time gets its
+    first flush after the first kernel call (infinite seconds since a flush), so that a run killed
+    any time after that keeps a summary, however short the run."""
+    last_flush = None
+    clock = None
+    if run.resumable:
+        clock = CheckpointClock(checkpoint_every, time.perf_counter(), writer.checkpoint_cycle is not None,
+                                run.checkpoint_bytes() / CHECKPOINT_BYTES_PER_SECOND)
     while not run.finished:
         t0 = time.perf_counter()
         n = run.advance()
@@ -563,17 +595,15 @@ def _drive(run, writer, timing: Timing, bar, stop_signals, checkpoint_every: flo
         t_out = time.perf_counter()
         with writer.writing():
             run.record(writer)
-            due = run.flush_due(time.perf_counter() - last_flush)
+            due = run.flush_due(math.inf if last_flush is None else time.perf_counter() - last_flush)
             if due:
                 run.prepare_flush(writer)
                 writer.flush(run.cycle, run.summarise(timing))  # provisional: a killed run still has one
         if due:
             last_flush = time.perf_counter()
-            if run.resumable and not run.finished and \
-                    last_flush - last_checkpoint >= max(checkpoint_every, cost / CHECKPOINT_SHARE):
+            if clock is not None and not run.finished and clock.due(last_flush):
                 save_checkpoint(run, writer)  # after the flush: never ahead of the file
-                last_checkpoint = time.perf_counter()
-                cost = last_checkpoint - last_flush
+                clock.tried(last_flush, time.perf_counter())  # written or not (a full disk): the rule goes on
         bar.update(run.done - bar.n)
         timing.output += time.perf_counter() - t_out
         if stop_signals.requested and not run.finished:

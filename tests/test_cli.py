@@ -170,7 +170,8 @@ def test_report_of_a_run_killed_before_its_first_flush_says_so(work):
         f.create_group("summary")
     p = meshsim("report", "k.incomplete.h5", cwd=work)
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert "k.incomplete.h5: the run stopped before it wrote a summary (0 cycles done" in p.stderr
+    assert "k.incomplete.h5: the run was stopped before its first flush: the file holds no cycles yet, and no " \
+           "summary; it cannot resume (there is no checkpoint of it): run the scenario again" in p.stderr
 
 
 def test_a_killed_run_keeps_a_file_that_report_reads(work):

@@ -2,10 +2,15 @@
 (marked incomplete), and whose datasets hold at least the cycles its `cycles_done` says
 (docs/results.md): for the mesh, the rdu and the ipu, and for a sweep's point files.
 
-The default run kills each machine twice: just after its file appears, and at a random moment (a
-seeded draw, from the process's start, so before the file exists, while its layout is written,
-during flushes or between them); `-m slow` kills each at 20. tests/test_resume.py kills a mesh run
-after its first checkpoint and resumes it.
+Every kill waits for a moment of the run's file's life, never for a number of seconds, so that what
+a kill finds does not depend on how fast the host is or how loaded: the process just started (no
+file yet), its layout's temporary file there (being laid out), its file there (before its first
+flush), its first flush in the file, or its second or third. The default run kills each machine
+twice: when its file appears and after its first flush; `-m slow` kills each at 20 moments, drawn
+from those (a seeded draw, half of them after a flush), each a little after the moment (a seeded
+delay, which moves where the kill lands, never what the test asks of the file). An rdu run of a
+second is killed mid-way, held just after its first flush (tests/held.py). tests/test_resume.py
+kills mesh runs at their first flush and checkpoint and resumes them.
 """
 
 import os
@@ -19,21 +24,28 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from held import kill, start_held, wait_held
 
-from meshsim.output import open_result_file, part_path
+from meshsim.output import incomplete_path, open_result_file, part_path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+#: A safety net only: every wait is for a state of a file, however long the host takes to reach it.
+PATIENCE = 900.0
 
 # machine -> overrides of a short run that loads (or compiles) the kernels before the kills
 WARM = {"mesh": ["run.cycles=20"], "rdu": ["workload.n_layers=1"], "ipu": ["run.steps=1"]}
 
-# machine -> (scenario, overrides that make a run long enough to be killed mid-way, flushing often)
+# machine -> (scenario, overrides that make a run long enough to be killed mid-way, flushing often:
+# the rdu and the ipu flush after their first kernel call and then every second, for many seconds)
 RUNS = {
     "mesh": ("smoke.toml", ["run.cycles=100000000", "output.flush_every_cycles=20", "run.window_cycles=100"]),
     "rdu": ("rdu_sn30_train_h4096.toml", ["workload.n_layers=96", "workload.batch=32"]),
     "ipu": ("ipu_gpt2_24l_8ipu.toml", ["run.steps=2000"]),
 }
+
+#: The moments a run is killed at: a state of its files the test waits for.
+MOMENTS = ("start", "layout", "file", "flush 1", "flush 2", "flush 3")
 
 
 def _meshsim(*args, cwd):
@@ -46,20 +58,46 @@ def _start(args, cwd):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
-def _kill_at(proc, seconds):
+def _cycles_done(inc: Path) -> int | None:
+    """The cycles_done of a running (or killed) result file, read through SWMR as a reader may while
+    it is written; None if it cannot be read just now (replaced while the run finishes, say)."""
     try:
-        proc.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        with open_result_file(inc) as f:
+            return int(f.attrs["cycles_done"])
+    except (OSError, RuntimeError, KeyError, ValueError):
+        return None
 
 
-def _kill_after_file(proc, inc: Path, seconds: float) -> None:
-    """Kill `proc` `seconds` after the file `inc` appears (or when it ends, or after 300 s without it)."""
-    t0 = time.perf_counter()
-    while not inc.exists() and proc.poll() is None and time.perf_counter() - t0 < 300:
+def _reached(out: Path, moment: str, flushes: set) -> bool:
+    """Whether the run writing `out` is at `moment` (MOMENTS) or past it; `flushes` collects the
+    cycles_done values seen, each a flush."""
+    inc = incomplete_path(out)
+    if moment == "start":
+        return True
+    if moment == "layout":
+        return part_path(inc).exists() or inc.exists()
+    if moment == "file":
+        return inc.exists()
+    done = _cycles_done(inc) if inc.exists() else None
+    if done:
+        flushes.add(done)
+    return len(flushes) >= int(moment.split()[1])
+
+
+def wait_for(proc, out: Path, moment: str) -> None:
+    """Wait until the run reaches `moment`; AssertionError if it ends first."""
+    flushes: set = set()
+    t0 = time.monotonic()
+    while not _reached(out, moment, flushes):
+        assert proc.poll() is None, f"the run ended (exit status {proc.returncode}) before the moment {moment!r}"
+        assert time.monotonic() - t0 < PATIENCE, f"the run never reached the moment {moment!r}"
         time.sleep(0.005)
-    _kill_at(proc, seconds)
+
+
+def _kill(proc) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _cycles_held(f, machine) -> int:
@@ -91,8 +129,8 @@ def check_killed(path: Path, machine: str, cwd) -> str:
     rep = _meshsim("report", inc, cwd=cwd)
     assert "Traceback" not in rep.stderr, rep.stderr
     if rep.returncode == 2:  # killed before its first flush
-        assert "the run stopped before it wrote a summary (0 cycles done" in rep.stderr, rep.stderr
-        assert done == 0
+        assert "the run was stopped before its first flush: the file holds no cycles yet" in rep.stderr, rep.stderr
+        assert "it cannot resume" in rep.stderr and done == 0
         return "no flush yet"
     assert rep.returncode == 0, rep.stderr
     assert "INCOMPLETE" in rep.stdout
@@ -102,54 +140,72 @@ def check_killed(path: Path, machine: str, cwd) -> str:
     return "flushed"
 
 
-def _time_to_file(args, cwd, path) -> float:
-    """Seconds from a run's start until its incomplete file exists (the run then killed)."""
-    inc = path.with_name(path.stem + ".incomplete.h5")
-    t0 = time.perf_counter()
-    proc = _start(args, cwd)
-    try:
-        while not inc.exists() and proc.poll() is None and time.perf_counter() - t0 < 120:
-            time.sleep(0.01)
-        return time.perf_counter() - t0
-    finally:
-        _kill_at(proc, 0)
-
-
-def kill_runs(machine: str, kills: int, work: Path, seed: int = 1) -> list:
+def kill_runs(machine: str, moments: list, work: Path, seed: int = 1) -> list:
+    """Start the machine's run once per moment, kill it there (a seeded delay after it, up to
+    `delay` seconds: where the kill lands, not what is asked of the file) and check what it left."""
     scenario, overrides = RUNS[machine]
     out = work / f"{machine}.h5"
     args = ["run", ROOT / "scenarios" / scenario, *overrides, "-o", out, "-q", "--threads", "1"]
-    # the run's own timing on this host: kills fall from its start to a few seconds past the file's
-    # appearance, so some land before it exists, some while it is laid out, most while it runs
     warm = _meshsim("run", ROOT / "scenarios" / scenario, *WARM[machine], "-o", work / "warm.h5", "-q", cwd=work)
     assert warm.returncode == 0, warm.stderr
-    appear = _time_to_file(args, work, out)
     rng = random.Random(seed)
     found = []
-    for k in range(kills):
-        inc = out.with_name(out.stem + ".incomplete.h5")
+    for moment, delay in moments:
+        inc = incomplete_path(out)
         for p in (out, inc, part_path(inc)):
             p.unlink(missing_ok=True)
-        if k:
-            _kill_at(_start(args, work), rng.uniform(0.5 * appear, appear + 3.0))
-        else:  # just after the file appears, however long that takes on a busy host
-            _kill_after_file(_start(args, work), inc, 0.02)
-        found.append(check_killed(out, machine, work))
+        proc = _start(args, work)
+        try:
+            wait_for(proc, out, moment)
+            if delay:
+                time.sleep(rng.uniform(0.0, delay))
+        finally:
+            _kill(proc)
+        what = check_killed(out, machine, work)
+        # what each moment must find, whatever the host's speed: a kill after a flush keeps it
+        assert what in {"start": ("before the file", "no flush yet", "flushed"),
+                        "layout": ("before the file", "no flush yet", "flushed"),
+                        "file": ("no flush yet", "flushed")}.get(moment, ("flushed",)), (moment, what)
+        found.append(what)
     return found
 
 
 @pytest.mark.parametrize("machine", ["mesh", "rdu", "ipu"])
-def test_a_run_killed_at_random_moments_leaves_a_file_report_reads(tmp_path, machine):
-    found = kill_runs(machine, 2, tmp_path)
-    assert "flushed" in found or "no flush yet" in found, found
+def test_a_run_killed_before_and_after_its_first_flush_leaves_a_file_report_reads(tmp_path, machine):
+    found = kill_runs(machine, [("file", 0.0), ("flush 1", 0.0)], tmp_path)
+    assert found[1] == "flushed", found
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("machine", ["mesh", "rdu", "ipu"])
 def test_twenty_kills_each_leave_a_readable_file(tmp_path, machine):
-    found = kill_runs(machine, 20, tmp_path, seed=20)
+    rng = random.Random(f"twenty {machine}")
+    moments = [(MOMENTS[i % 3], 0.5) for i in range(10)] + [(MOMENTS[3 + i % 3], 0.5) for i in range(10)]
+    rng.shuffle(moments)  # ten before the first flush or at it, ten after one
+    found = kill_runs(machine, moments, tmp_path, seed=20)
     print(machine, {k: found.count(k) for k in set(found)})
-    assert found.count("flushed") >= 10, found
+    assert found.count("flushed") >= sum(m.startswith("flush") for m, _ in moments) >= 10, found
+
+
+def test_an_rdu_run_killed_mid_way_leaves_a_file_report_reads(tmp_path):
+    """An rdu run of about a second (its kernel calls a few tenths each) is flushed after its first
+    call: killed there, mid-way, its file holds a summary of what ran, which report reads."""
+    sc = ROOT / "scenarios" / "rdu_gpt2_o1.toml"
+    whole = _meshsim("run", sc, "-o", tmp_path / "whole.h5", "-q", "--threads", "1", cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr
+    out = tmp_path / "rdu.h5"
+    proc = start_held(["run", sc, "-o", out, "-q", "--threads", "1"], tmp_path, "flushed")
+    try:
+        wait_held(proc, tmp_path)
+    finally:
+        kill(proc)
+    assert check_killed(out, "rdu", tmp_path) == "flushed"
+    inc = incomplete_path(out)
+    with open_result_file(inc) as f, h5py.File(tmp_path / "whole.h5", "r") as w:
+        assert 0 < int(f.attrs["cycles_done"]) < int(w.attrs["cycles_done"])  # mid-way
+    rep = _meshsim("report", inc, "--json", cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    assert '"complete": false' in rep.stdout and '"analysis": null' in rep.stdout
 
 
 def test_a_killed_sweep_keeps_readable_point_files(tmp_path):
@@ -160,17 +216,17 @@ def test_a_killed_sweep_keeps_readable_point_files(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "meshsim", "sweep", "sw.toml", "--serial", "--threads", "1"],
                             cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    t0 = time.perf_counter()
+    t0 = time.monotonic()
     done = 0
     try:
-        while done < 20 and time.perf_counter() - t0 < 180:  # read while it runs, as SWMR allows
-            time.sleep(0.1)
+        while done < 20:  # read while it runs, as SWMR allows, until a point's file shows a flush
+            assert proc.poll() is None, f"the sweep ended (exit status {proc.returncode})"
+            assert time.monotonic() - t0 < PATIENCE, "no point's file ever showed a flush"
+            time.sleep(0.01)
             for p in tmp_path.glob("**/points/*.incomplete.h5"):
-                with open_result_file(p) as f:
-                    done = int(f.attrs["cycles_done"])
+                done = max(done, _cycles_done(p) or 0)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        _kill(proc)
     files = list(tmp_path.glob("**/points/*.incomplete.h5"))
     assert len(files) == 1
     final = files[0].with_name(files[0].name.replace(".incomplete", ""))

@@ -22,6 +22,7 @@ import h5py
 import numpy as np
 import pytest
 from conftest import assert_same_results
+from held import kill, start_held, wait_held
 
 from meshsim.checkpoint import checkpoint_path, state_digest
 from meshsim.cli import main
@@ -253,6 +254,93 @@ def stop_by_signal(machine, sig, threads, work: Path, seed) -> str:
 def test_a_run_stopped_by_a_signal_resumes_from_the_command_line(tmp_path, machine, sig, threads):
     how = stop_by_signal(machine, sig, threads, tmp_path, f"{machine}{sig}{threads}")
     assert how.startswith("resumed"), how
+
+
+# --- killed at its first flush: the first checkpoint, and what the messages say ----------------------
+
+# smoke.toml flushed every 300 cycles: its first flush at cycle 300
+FIRST = ["run.cycles=1200", "output.flush_every_cycles=300", "run.window_cycles=100"]
+
+
+def _held_and_killed(tmp_path, args, at):
+    proc = start_held(args, tmp_path, at)
+    try:
+        wait_held(proc, tmp_path)
+    finally:
+        kill(proc)
+
+
+def _reported(capsys, path) -> tuple:
+    """(exit status, stdout, stderr) of `meshsim report PATH`."""
+    code = main(["report", str(path)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+def test_when_a_checkpoint_is_due():
+    """The rule alone, on times given to it (docs/results.md, "Resuming a run")."""
+    from meshsim.run import CheckpointClock
+
+    auto = CheckpointClock(0.0, 0.0, have_one=False, guess=1e9)
+    assert auto.due(0.0)  # the first flush gets one, however long it is guessed to take
+    auto.tried(10.0, 11.0)  # it took a second
+    assert not auto.due(30.9) and auto.due(31.1)  # then 20 times as long after it
+    every = CheckpointClock(60.0, 0.0, have_one=False, guess=0.0)
+    assert every.due(0.0)  # the first with the first flush, whatever the interval
+    every.tried(0.0, 0.01)
+    assert not every.due(59.9) and every.due(60.1)
+    forced = CheckpointClock(0.001, 0.0, have_one=False, guess=1e9)
+    forced.tried(10.0, 11.0)  # a second to write, and one due 1 ms after it all the same
+    assert forced.due(11.002)
+    resumed = CheckpointClock(0.0, 0.0, have_one=True, guess=0.5)  # resumed from one: the rule from there
+    assert not resumed.due(9.9) and resumed.due(10.0)
+
+
+def test_a_run_killed_right_after_its_first_flush_resumes(tmp_path, capsys):
+    """The first checkpoint comes with the first flush, however long checkpoints are guessed to take
+    (tests/held.py guesses them endless): a run killed just after it keeps a file report reads,
+    and resumes to the file a run never stopped writes. Killed again as the resumed run makes its
+    first flush, the file holds the cycles resumed from but no summary, and report says it resumes."""
+    out = tmp_path / "r.h5"
+    args = ["run", SC / "smoke.toml", *FIRST, "-o", out, "-q", "--threads", "1"]
+    _held_and_killed(tmp_path, args, "checkpoint")
+    inc, ck = incomplete_path(out), checkpoint_path(out)
+    assert _held(out) == 300
+    code, text, _ = _reported(capsys, inc)
+    assert code == 0 and "INCOMPLETE (300 cycles done)" in text
+    _held_and_killed(tmp_path, ["run", "--resume", inc, "-q", "--threads", "1"], "flush")
+    code, _, err = _reported(capsys, inc)
+    assert code == 2 and f"{inc}: the run was stopped before it wrote a summary: the file holds 300 cycles, but no " \
+                          f"figures of them; it resumes from its checkpoint at cycle 300: meshsim run --resume {inc}" \
+                          in err, err
+    assert main(["run", "--resume", str(inc), "-q", "--threads", "1"]) == 0
+    assert out.exists() and not inc.exists() and not ck.exists()
+    ref = tmp_path / "ref.h5"
+    run_scenario(load_scenario(SC / "smoke.toml", FIRST), ref, threads=1, progress=False)
+    assert_same_results(ref, out)
+
+
+def test_what_a_run_killed_before_its_first_checkpoint_kept_is_said_truly(tmp_path, capsys):
+    """Killed before its first flush, a run kept no cycles and cannot resume; killed between its first
+    flush and the checkpoint after it, it kept the flush's cycles, which report reads, and cannot
+    resume: report and --resume say which, and how many cycles."""
+    out = tmp_path / "r.h5"
+    inc = incomplete_path(out)
+    args = ["run", SC / "smoke.toml", *FIRST, "-o", out, "-q", "--threads", "1"]
+    _held_and_killed(tmp_path, args, "flush")
+    code, _, err = _reported(capsys, inc)
+    assert code == 2 and f"{inc}: the run was stopped before its first flush: the file holds no cycles yet, and no " \
+                          "summary; it cannot resume (there is no checkpoint of it): run the scenario again" in err, err
+    assert f"{inc}: the run was stopped before its first flush: the file holds no cycles, and there is no " \
+           "checkpoint r.checkpoint.h5 beside it, so there is nothing to resume; run the scenario again" \
+           in _error(capsys, "--resume", inc)
+    _held_and_killed(tmp_path, args, "flushed")
+    assert not checkpoint_path(out).exists()
+    code, text, _ = _reported(capsys, inc)
+    assert code == 0 and "INCOMPLETE (300 cycles done)" in text
+    assert f"{inc}: holds 300 cycles (as of its last flush; `meshsim report` reads them), but no checkpoint " \
+           "r.checkpoint.h5 beside it, so the run cannot resume" in _error(capsys, "--resume", inc)
 
 
 # --- a sweep's point ---------------------------------------------------------------------------------

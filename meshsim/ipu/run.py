@@ -1,7 +1,7 @@
 """An ipu run between kernel calls (meshsim.machine.Run): the pipeline schedule run step by step,
 its rows written as they come, its summary (the figures are defined in docs/ipu.md). meshsim.run
-drives it with every machine's file life (docs/results.md: flushed every FLUSH_SECONDS with a
-provisional summary and the per-tile totals so far).
+drives it with every machine's file life (docs/results.md: flushed after the first kernel call, then
+every FLUSH_SECONDS, with a provisional summary and the per-tile totals so far).
 """
 
 from __future__ import annotations
@@ -103,8 +103,8 @@ def summarise(prog: IpuProgram, sim: IpuSim, wall: float, kernel_seconds: float,
 
 class IpuRun(Run):
     """An ipu run between kernel calls: the schedule run some steps per call (default: as many as
-    keep a call's rows near a million), the rows written as they come, the file flushed every
-    FLUSH_SECONDS with the per-tile totals so far."""
+    keep a call's rows near a million), the rows written as they come, the file flushed after the
+    first call and then every FLUSH_SECONDS with the per-tile totals so far."""
 
     def __init__(self, prog: IpuProgram, per_call: int | None = None):
         self.prog = prog

@@ -1,7 +1,7 @@
 """An rdu run between kernel calls (meshsim.machine.Run): the compiled program stepped chunk by
 chunk, its intervals written as they come, its tables and summary (the figures are defined in
 docs/rdu.md, "Metrics"). meshsim.run drives it with every machine's file life (docs/results.md:
-flushed every FLUSH_SECONDS with a provisional summary).
+flushed after the first kernel call, then every FLUSH_SECONDS, with a provisional summary).
 """
 
 from __future__ import annotations
@@ -209,7 +209,9 @@ FLUSH_SECONDS = 1.0
 
 class RduRun(Run):
     """An rdu run between kernel calls: the program stepped a chunk of intervals per call (default
-    65,536), the intervals written as they come, the file flushed every FLUSH_SECONDS."""
+    65,536), the intervals written as they come, the file flushed after the first call and then
+    every FLUSH_SECONDS (a run of a second or less is flushed before it ends, so a kill leaves a
+    summary)."""
 
     def __init__(self, prog: RduProgram, per_call: int | None = None):
         self.prog = prog
