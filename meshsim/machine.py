@@ -144,6 +144,9 @@ class MachineRunner(ABC):
     #: whether a stopped run of it goes on from its checkpoint (`meshsim run --resume`): its Run then
     #: implements `checkpoint` and `restore`, and output.checkpoint_every_seconds applies to it
     resumable: bool = False
+    #: about how many seconds its kernels take to compile the first time, on two cores (what the
+    #: notice of meshsim.run.compile_notice says; 0: no figure)
+    compile_seconds: int = 0
 
     @abstractmethod
     def compile_scenario(self, scenario):

@@ -16,6 +16,7 @@ import signal
 import stat
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -218,12 +219,43 @@ def summary_only(scenario, *, threads: int | None = None) -> dict | None:
     if not machine.summary_only:
         return None
     timing, _, run = _start(machine, scenario, threads, None)
-    while not run.finished:
-        t0 = time.perf_counter()
-        n = run.advance()
-        timing.add_call(time.perf_counter() - t0, n)
-        run.record_nothing()
+    with compile_notice(machine):
+        while not run.finished:
+            t0 = time.perf_counter()
+            n = run.advance()
+            timing.add_call(time.perf_counter() - t0, n)
+            run.record_nothing()
     return run.summarise(timing)
+
+
+@contextmanager
+def compile_notice(machine):
+    """One line on stderr when Numba starts compiling a kernel while this block runs: a process's
+    first run of a machine whose compiled kernels are not in the disk cache yet (a fresh install, or
+    kernels changed) waits for them silently otherwise, for over a minute (the machine's
+    `compile_seconds`, measured on two cores: docs/design.md, "Performance"). Loading kernels from the
+    cache says nothing. Numba's event API (numba.core.event) tells a compilation from a cache load;
+    without it, nothing is said."""
+    try:
+        from numba.core import event
+    except ImportError:  # pragma: no cover - a Numba without the event API
+        yield
+        return
+    said = []
+
+    class Notice(event.Listener):
+        def on_start(self, ev):
+            if not said:
+                said.append(True)
+                about = f", about {machine.compile_seconds} s on two cores" if machine.compile_seconds else ""
+                tqdm.write(f"meshsim: compiling the {machine.name} kernels{about}, once: later runs load them from "
+                           "the cache", file=sys.stderr)
+
+        def on_end(self, ev):
+            return None
+
+    with event.install_listener("numba:compile", Notice()):
+        yield
 
 
 def _start(machine, scenario, threads, per_call) -> tuple:
@@ -453,7 +485,8 @@ def _go(machine, run, writer, timing: Timing, progress, stop, checkpoint_every: 
             else:
                 _remove_checkpoint(writer)  # of an earlier run of this name, whose file this one replaced
             try:
-                _drive(run, writer, timing, bar, stop_signals, checkpoint_every)
+                with compile_notice(machine):
+                    _drive(run, writer, timing, bar, stop_signals, checkpoint_every)
             except (KeyboardInterrupt, _StopRequested) as e:
                 with writer.writing():
                     run.catch_up(writer)  # stopped between the kernel call and its output

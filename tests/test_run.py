@@ -43,3 +43,31 @@ def test_state_layout_counts_what_is_allocated():
 
     st = allocate_mesh(10, 20, 16, 2, 2, [0] * 200)
     assert layout_bytes(mesh_layout(10, 20, 16, 2, 2)) == state_bytes_per_pe(st) * 200
+
+
+def test_a_compilation_is_announced_once_and_a_compiled_kernel_says_nothing(capsys):
+    """meshsim.run.compile_notice: one line on stderr when Numba compiles inside the block (a fresh
+    function here; a run's kernels the first time), none for a function already compiled."""
+    import numba
+
+    from meshsim.machine import get
+    from meshsim.run import compile_notice
+
+    @numba.njit
+    def twice(x):
+        return 2 * x
+
+    @numba.njit
+    def thrice(x):
+        return 3 * x
+
+    mesh = get("mesh")
+    with compile_notice(mesh):
+        assert twice(2) == 4 and thrice(2) == 6  # two compilations, one line
+    err = capsys.readouterr().err
+    assert err.count("meshsim: compiling") == 1
+    assert f"compiling the mesh kernels, about {mesh.compile_seconds} s on two cores, once" in err
+    assert mesh.compile_seconds > 0
+    with compile_notice(mesh):
+        assert twice(3) == 6  # compiled already: nothing to say
+    assert capsys.readouterr().err == ""

@@ -21,6 +21,7 @@ class IpuMachine(Machine):
     presets = keys.PRESETS
     default_preset = keys.DEFAULT_PRESET
     resumable = True
+    compile_seconds = 15  # measured: a fresh Numba cache, two cores (docs/design.md, "Performance")
     aliases = keys.ALIASES
     levers = checks.LEVERS
 

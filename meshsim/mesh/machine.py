@@ -25,6 +25,7 @@ class MeshMachine(Machine):
     presets = keys.PRESETS
     default_preset = keys.DEFAULT_PRESET
     resumable = True
+    compile_seconds = 110  # measured: a fresh Numba cache, two cores (docs/design.md, "Performance")
 
     def compile_scenario(self, scenario):
         from .sim import compile_scenario

@@ -16,6 +16,7 @@ class RduMachine(Machine):
     unit = "section"
     unit_label = "PCUs"
     summary_only = True
+    compile_seconds = 6  # measured: a fresh Numba cache, two cores (docs/design.md, "Performance")
     busy_dataset = "units/pcu_busy_cycles"
     target_li = 0.85
     workloads = ("transformer",)
