@@ -6,9 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# Under -m slow: the default run interprets the mesh's kernel code already, as the steps the kernels
+# are spliced from (tests/test_splice.py, the steps run as plain functions).
+@pytest.mark.slow
 def test_kernel_bodies_equal_the_reference_without_jit():
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::RuntimeWarning",

@@ -78,8 +78,9 @@ CYCLES = {"three_layers_uneven": 320, "training": 340, "slow_links": 240, "wide_
 
 
 # Under -m slow alone: cases the default run largely covers otherwise (the unfused pipeline is every
-# migration case's below; two replicas repeat one replica's placement side by side).
-SLOW_CASES = {"unfused", "two_replicas"}
+# migration case's below; two replicas repeat one replica's placement side by side; quiet segments are
+# skipped by the code the task path's quiet-segment case in tests/test_mesh_kernel.py checks).
+SLOW_CASES = {"unfused", "two_replicas", "wide_quiet_segments"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES else c
