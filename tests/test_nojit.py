@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_kernel_bodies_equal_the_reference_without_jit():
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::RuntimeWarning",
-                        "tests/test_mesh_kernel.py", "-k",
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-W",
+                        "ignore::RuntimeWarning", "tests/test_mesh_kernel.py", "-k",
                         "counter or rate_maps or (uniform_work and (2x2 or 3x5)) or trace or edges"],
                        cwd=ROOT, env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

@@ -140,9 +140,9 @@ UNSPLICED_SLOW = ("(uniform_work and 3x5) or (trace and not quiet) or hysteresis
 def run_unspliced(selection: str, least: int, files=("tests/test_mesh_kernel.py", "tests/test_pipeline_kernel.py")):
     env = dict(os.environ, NUMBA_DISABLE_JIT="1", PYTHONPATH=os.pathsep.join(
         [str(ROOT / "tests"), str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "unspliced", "-W",
-                        "ignore::RuntimeWarning", *files, "-k", selection], cwd=ROOT, env=env, capture_output=True,
-                       text=True)
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-p", "unspliced",
+                        "-W", "ignore::RuntimeWarning", *files, "-k", selection], cwd=ROOT, env=env,
+                       capture_output=True, text=True)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert " passed" in p.stdout and " failed" not in p.stdout
     assert int(p.stdout.split(" passed")[0].split()[-1]) >= least, p.stdout[-500:]

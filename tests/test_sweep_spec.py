@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from meshsim.errors import InputError
+from meshsim.scenario import toml_repr
 from meshsim.sweep.spec import SEED_KEY, TABLES, Point, Sweep, derive_seed, load_sweep, point_id
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,8 +212,10 @@ def test_a_sweep_file_that_is_not_toml_or_not_there(tmp_path):
 
 def test_a_bad_output_folder_names_the_option_that_gave_it(tmp_path):
     (tmp_path / "afile").write_text("")
+    # the value is shortened as every message shortens one (a long temporary folder makes it long)
     assert problems(tmp_path, HEAD, output=tmp_path / "afile" / "x") == [
-        f"{tmp_path / 's.toml'}: -o = \"{tmp_path / 'afile' / 'x'}\": {tmp_path / 'afile'} is a file, not a folder"]
+        f"{tmp_path / 's.toml'}: -o = {toml_repr(str(tmp_path / 'afile' / 'x'))}: {tmp_path / 'afile'} is a file, "
+        "not a folder"]
     assert problems(tmp_path, HEAD + 'output = " "\n') == [
         f"{tmp_path / 's.toml'}: sweep.output = \" \": must name a folder, such as results/sweeps/NAME"]
 
