@@ -97,6 +97,11 @@ ARCHITECTURES = {"GPT2LMHeadModel": "gpt2", "GPT2Model": "gpt2", "LlamaForCausal
 #: Every workload key a config gives.
 KEYS = ("hidden_size", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_width", "mlp", "bias", "qkv_bias",
         "norm", "shared_norm", "positions", "max_positions", "tied_head", "vocab_size", "seq_len", "precision")
+#: The keys a config gave before head_dim, norm and the other architecture keys: a scenario that sets
+#: all of them is a result file's resolved scenario (every file lists them), which does not read its
+#: config again; one written before those keys takes their defaults, the model it was run with.
+RESOLVED_KEYS = ("hidden_size", "n_layers", "n_heads", "n_kv_heads", "ffn_width", "mlp", "bias", "vocab_size",
+                 "seq_len", "precision")
 #: The keys that are the model itself: a scenario file may not contradict them.
 SHAPE_KEYS = tuple(k for k in KEYS if k not in ("seq_len", "precision"))
 

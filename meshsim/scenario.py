@@ -471,15 +471,15 @@ def _apply_model_config(values, valid, given, origin, path, notes: list) -> list
     config.json"): it gives every key of the model's shape, and a scenario file that sets one of them to
     another value is refused; a command-line override wins and is said in `notes`, as is a seq_len taken
     from the config. seq_len and precision are the run's: the scenario's win. Keys that do not apply to
-    the machine are left alone. A scenario that sets every key the config gives (as a result file's
-    resolved scenario does) does not read it. Returns the problems found, one line each."""
+    the machine are left alone. A scenario that sets every key of modelconfig.RESOLVED_KEYS (as a
+    result file's resolved scenario does) does not read it. Returns the problems found, one line each."""
     key = "workload.model_config"
     file = values["workload"]["model_config"]
     if not valid[key] or not file or _unmet_condition(param("workload", "model_config"), values, valid):
         return []
     applicable = [k for k in modelconfig.KEYS if _unmet_condition(param("workload", k), values, valid) is None]
-    if all(f"workload.{k}" in given for k in applicable):
-        return []
+    if all(f"workload.{k}" in given for k in applicable if k in modelconfig.RESOLVED_KEYS):
+        return []  # a resolved scenario: its config may be elsewhere by now, and it says the model itself
     shown = f"{origin[key]}: {key} = {toml_repr(file)}"
     try:
         filled, fields = modelconfig.read(resolve_relative(file, path), shown)

@@ -152,6 +152,12 @@ def test_an_rdu_takes_the_configs_vocabulary_and_the_resolved_scenario_loads_aga
     # the resolved form sets every key, so the config is not read again (it may be elsewhere by then)
     again = load_scenario(Path("/nonexistent/elsewhere.toml"), text=sc.resolved_toml())
     assert again.values == sc.values
+    # one written before the architecture keys lacks them: it still does not read its config, and
+    # they take the defaults, the model such a file was run with
+    new = ("head_dim", "norm", "qkv_bias", "shared_norm", "positions", "max_positions", "tied_head")
+    older = "\n".join(line for line in sc.resolved_toml().splitlines() if line.split(" = ")[0] not in new)
+    w = load_scenario(Path("/nonexistent/elsewhere.toml"), text=older).values["workload"]
+    assert (w["hidden_size"], w["norm"], w["tied_head"]) == (4096, "layernorm", True)
 
 
 def test_grouped_query_attention_and_the_gated_mlp_by_hand():
