@@ -68,7 +68,7 @@ def check_keys(text_or_keys) -> tuple:
         if p is None or p.section != "machine" or p.type not in ("int", "float") or p.range is None:
             why = "is not a scenario key" if p is None else "is not a numeric machine key"
             problems.append(f"--fit {k}: {why}; a fit sets numeric machine keys (those a preset file holds), "
-                            f"e.g. {', '.join(numeric[:4])} (the README's parameter reference lists them all)")
+                            f"e.g. {', '.join(numeric[:4])} (docs/parameters.md lists them all)")
     if len(set(keys)) != len(keys):
         problems.append(f"--fit {','.join(keys)}: names a key twice")
     if problems:

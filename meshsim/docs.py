@@ -1,7 +1,9 @@
-"""The README's parameter reference, generated from the parameter table (docs/design.md, "Scenario files").
+"""The parameter reference (docs/parameters.md), generated from the parameter table (docs/design.md,
+"Scenario files").
 
-`python -m meshsim.docs` prints the reference; `python -m meshsim.docs --update README.md` rewrites
-the block between the lines `<!-- params:start -->` and `<!-- params:end -->` of that file.
+`python -m meshsim.docs` prints the reference; `python -m meshsim.docs --update docs/parameters.md`
+rewrites the block between the lines `<!-- params:start -->` and `<!-- params:end -->` of that file
+(any Markdown file with those two lines).
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ END_MARKER = "<!-- params:end -->"
 def parameter_reference_markdown() -> str:
     """Markdown tables of every scenario key, one per section, from `meshsim.params.PARAMS`.
 
-    docs/design.md, "Scenario files": the docs are generated from the one parameter table. Columns:
-    key, type, unit, default, allowed, description (with "Only when ..." for keys that apply
-    conditionally).
+    docs/design.md, "Scenario files": the docs are generated from the one parameter table. A
+    second-level heading per section, then its table. Columns: key, type, unit, default, allowed,
+    description (with "Only when ..." for keys that apply conditionally).
     """
     out = [
         "Every key of a scenario file, generated from `meshsim/params.py` and each machine's "
@@ -44,7 +46,7 @@ def parameter_reference_markdown() -> str:
         out += ["Old names, still read with a warning: " + "; ".join(f"`{o}` is now `{n}`" for o, n in
                                                                   sorted(renamed.items())) + ".", ""]
     for section in sections():
-        out.append(f"### `[{section}]`")
+        out.append(f"## `[{section}]`")
         out.append("")
         out.append("| key | type | unit | default | allowed | description |")
         out.append("|---|---|---|---|---|---|")
@@ -57,13 +59,13 @@ def parameter_reference_markdown() -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def update_readme(readme_path) -> bool:
-    """Rewrite the parameter block of a README; returns whether the file changed.
+def update_file(path) -> bool:
+    """Rewrite the parameter block of a Markdown file; returns whether the file changed.
 
     The block lies between a line `<!-- params:start -->` and a line `<!-- params:end -->`; the
     marker lines stay. Raises InputError if the markers are missing or out of order.
     """
-    path = Path(readme_path)
+    path = Path(path)
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
     starts = [i for i, line in enumerate(lines) if line.strip() == START_MARKER]
@@ -82,15 +84,15 @@ def update_readme(readme_path) -> bool:
 
 
 def main(argv=None) -> int:
-    """Print the parameter reference, or with --update README.md rewrite its block."""
+    """Print the parameter reference, or with --update FILE rewrite FILE's block."""
     parser = argparse.ArgumentParser(
         prog="python -m meshsim.docs", description="Generate the scenario parameter reference."
     )
-    parser.add_argument("--update", metavar="README", help="rewrite the params block of README")
+    parser.add_argument("--update", metavar="FILE", help="rewrite the params block of FILE (docs/parameters.md)")
     args = parser.parse_args(argv)
     if args.update:
         try:
-            changed = update_readme(args.update)
+            changed = update_file(args.update)
         except InputError as e:
             sys.stderr.write("\n".join(e.problems) + "\n")
             return 2

@@ -1,7 +1,7 @@
 """The one parameter table: each scenario key's type, unit, default, allowed values and meaning.
 
-docs/design.md, "Scenario files". Validation and defaults (`meshsim.scenario`) and the README's parameter
-reference (`meshsim.docs`) are all generated from `PARAMS`; a key that is not in this table does
+docs/design.md, "Scenario files". Validation and defaults (`meshsim.scenario`) and the parameter
+reference (docs/parameters.md, `meshsim.docs`) are all generated from `PARAMS`; a key that is not in this table does
 not exist. This module holds the rows every machine reads, or several do (`SHARED`); each machine
 declares its own rows and presets in its package (its Machine's `params`, `presets` and
 `default_preset`: meshsim/mesh/keys.py, meshsim/rdu/keys.py, meshsim/ipu/keys.py), and `PARAMS`

@@ -320,7 +320,7 @@ def test_every_machine_runs_a_model_from_a_config(tmp_path, machine):
 
 
 def test_grouped_query_attention_and_the_gated_mlp_move_the_rdu_step(tmp_path):
-    """README, "The RDU dataflow machine": Mistral 7B's 8 key and value heads do fewer FLOPs, move fewer
+    """docs/guide.md, "The RDU dataflow machine": Mistral 7B's 8 key and value heads do fewer FLOPs, move fewer
     DDR bytes and take less time than 32 would."""
     scenario = ROOT / "scenarios" / "rdu_mistral_7b.toml"
 

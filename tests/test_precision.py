@@ -1,6 +1,6 @@
 """Precision is compute as well as bytes, on every machine: fp32 runs at machine.fp32_rate of the
 16-bit peak, tf32 computes as fp32 (none of the machines has tensor cores for it), fp8 at the
-16-bit rate with half the bytes (docs/mesh.md via the README, docs/rdu.md, docs/ipu.md)."""
+16-bit rate with half the bytes (docs/mesh.md via docs/guide.md, docs/rdu.md, docs/ipu.md)."""
 
 from fractions import Fraction
 

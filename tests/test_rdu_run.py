@@ -165,7 +165,7 @@ def test_the_command_line_runs_and_refuses_rdu_scenarios(tmp_path):
         in tight.stderr
 
 
-# The directions a user expects (docs/rdu.md; the magnitudes are in the README).
+# The directions a user expects (docs/rdu.md; the magnitudes are in docs/guide.md).
 
 
 def summary(**kw):

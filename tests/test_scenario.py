@@ -10,7 +10,7 @@ import tomllib
 
 import pytest
 
-from meshsim.docs import END_MARKER, START_MARKER, parameter_reference_markdown, update_readme
+from meshsim.docs import END_MARKER, START_MARKER, parameter_reference_markdown, update_file
 from meshsim.errors import InputError
 from meshsim.params import PARAMS, TYPES, param, sections
 from meshsim.scenario import (
@@ -607,26 +607,26 @@ def test_every_parameter_is_well_formed_and_its_default_is_valid():
 def test_the_parameter_reference_lists_every_key_with_its_range():
     text = parameter_reference_markdown()
     for section in sections():
-        assert f"### `[{section}]`" in text
+        assert f"## `[{section}]`" in text
     for p in PARAMS:
         assert f"| `{p.name}` |" in text
     assert "| `hop_latency_cycles` | int | cycles | `1` | [1, 8] |" in text
     assert 'Only when workload.type is "hotspot".' in text
 
 
-def test_update_readme_rewrites_only_the_marked_block(tmp_path):
+def test_update_file_rewrites_only_the_marked_block(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"# meshsim\n\n{START_MARKER}\nOLD BLOCK\n{END_MARKER}\n\nafter\n")
-    assert update_readme(readme) is True
+    assert update_file(readme) is True
     text = readme.read_text()
     assert text.startswith(f"# meshsim\n\n{START_MARKER}\n")
     assert text.endswith(f"{END_MARKER}\n\nafter\n")
     assert "OLD BLOCK" not in text and parameter_reference_markdown() in text
-    assert update_readme(readme) is False
+    assert update_file(readme) is False
 
     readme.write_text("# no markers\n")
     with pytest.raises(InputError, match="params:start"):
-        update_readme(readme)
+        update_file(readme)
 
 
 def test_threshold_above_capacity_is_fine_when_migration_is_off():

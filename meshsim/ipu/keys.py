@@ -2,8 +2,8 @@
 every machine's rows with the shared ones), in table order, and the chips whose figures
 machine.preset fills them with.
 
-docs/ipu.md gives their semantics and the presets' sources; the README's parameter reference is
-generated from them.
+docs/ipu.md gives their semantics and the presets' sources; the parameter reference
+(docs/parameters.md) is generated from them.
 """
 
 from __future__ import annotations

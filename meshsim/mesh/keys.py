@@ -1,7 +1,8 @@
 """The mesh's own scenario keys and figures: its rows of the parameter table (meshsim.params composes
 every machine's rows with the shared ones), in table order.
 
-docs/mesh.md gives their semantics; the README's parameter reference is generated from them.
+docs/mesh.md gives their semantics; the parameter reference (docs/parameters.md) is
+generated from them.
 """
 
 from __future__ import annotations
