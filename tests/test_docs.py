@@ -69,12 +69,10 @@ def _scratch(tmp_path: Path) -> Path:
 def test_the_site_builds_without_warnings(tmp_path):
     """docs/ is a Sphinx site (docs/conf.py); `-W` makes any warning (a broken link, a page in no
     toctree, a heading level skipped) an error, as in CI."""
-    started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS),
                            str(tmp_path / "html")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "WARNING" not in done.stderr, done.stderr
     assert (tmp_path / "html" / "index.html").exists() and (tmp_path / "html" / "parameters.html").exists()
-    assert time.perf_counter() - started < 120
 
 
 def test_every_page_is_in_the_site():
