@@ -684,6 +684,10 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
                             "already: use \"same\", or a 16-bit precision")
 
     wtype, nh, kv = "workload.type", "workload.n_heads", "workload.n_kv_heads"
+    hs, hd = "workload.hidden_size", "workload.head_dim"
+    if ok(wtype, hs, nh, hd) and get(wtype) in ("layer_pipeline", "transformer") and not get(hd) \
+            and get(hs) % get(nh) != 0:
+        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}, or {hd} set to the width of a head")
     if ok(wtype, nh, kv) and get(wtype) in ("layer_pipeline", "transformer") and get(kv) and get(nh) % get(kv):
         add(kv, [nh], f"must divide {nh} = {shown(nh)} (each key and value head serves the same number of "
                       "query heads), or be 0 for as many as n_heads")
@@ -717,9 +721,6 @@ def _check_layer_pipeline(ok, get, add, shown) -> None:
     seq, tpc = "workload.seq_len", "workload.tokens_per_chunk"
     if ok(seq, tpc) and get(seq) % get(tpc) != 0:
         add(tpc, [seq], f"must divide {seq} = {shown(seq)}")
-    hs, nh = "workload.hidden_size", "workload.n_heads"
-    if ok(hs, nh, "workload.head_dim") and not get("workload.head_dim") and get(hs) % get(nh) != 0:
-        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}, or workload.head_dim set to the width of a head")
     ws, reps, tr = "workload.weight_streaming", "workload.replicas", "workload.training"
     if ok(ws, reps) and get(ws) and get(reps) != 1:
         add(reps, [ws], "must be 1 with weight streaming (the whole wafer holds one layer)")

@@ -22,8 +22,6 @@ def _check_transformer(ok, get, add, shown) -> None:
     hs, nh, layers, lpi = "workload.hidden_size", "workload.n_heads", "workload.n_layers", "workload.layers_per_stage"
     batch, reps, ga = "workload.batch", "workload.replicas", "workload.microbatches"
     tr, rc = "workload.training", "workload.recompute"
-    if ok(hs, nh, "workload.head_dim") and not get("workload.head_dim") and get(hs) % get(nh) != 0:
-        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}, or workload.head_dim set to the width of a head")
     if ok(lpi, layers) and get(lpi):
         split = get(lpi)
         zero = [i for i, x in enumerate(split) if x == 0 and i > 0]

@@ -51,9 +51,7 @@ def _check_transformer(ok, get, add, shown) -> None:
     """Problems of an rdu scenario that involve several keys (docs/rdu.md, "Operators"), each
     reported through `add`."""
     par, mb, batch, seq = "workload.parallelism", "workload.microbatches", "workload.batch", "workload.seq_len"
-    tile, layers, hs, nh = "workload.tile_tokens", "workload.n_layers", "workload.hidden_size", "workload.n_heads"
-    if ok(hs, nh, "workload.head_dim") and not get("workload.head_dim") and get(hs) % get(nh) != 0:
-        add(hs, [nh], f"must be a multiple of {nh} = {shown(nh)}, or workload.head_dim set to the width of a head")
+    tile, layers, nh = "workload.tile_tokens", "workload.n_layers", "workload.n_heads"
     if not ok(par):
         return
     try:
