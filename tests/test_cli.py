@@ -332,3 +332,14 @@ def test_a_keys_old_name_on_the_command_line_is_one_warning_line(work):
     assert p.returncode == 0, p.stderr
     assert p.stderr == ("meshsim: warning: override workload.gradient_accumulation=8: workload.gradient_accumulation "
                         "is now workload.microbatches; the old name will go\n")
+
+
+def test_the_command_line_runs_from_the_folder_above_a_clone_named_meshsim(tmp_path):
+    # There the clone's top level (no __init__.py) is found first, as an empty namespace package, where
+    # the project is installed in editable mode; `python -m meshsim` puts the package itself in its place.
+    (tmp_path / "meshsim").symlink_to(ROOT, target_is_directory=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    p = subprocess.run([sys.executable, "-m", "meshsim", "validate", "meshsim/scenarios/smoke.toml"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("meshsim/scenarios/smoke.toml: valid (mesh 32 x 48"), p.stdout
