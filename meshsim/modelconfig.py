@@ -5,9 +5,9 @@ key of the model's shape (`SHAPE_KEYS`), and a scenario file that sets one of th
 is refused (scenario.py says how a command-line override wins). `seq_len` and `precision` are the
 run's to choose: the config fills them only when the scenario leaves them out.
 
-Eight families are read, decoder-only, each from its documented architecture (the transformers
-library's configuration and modelling code of the family): GPT-2, Llama, Mistral, Qwen2, Phi-3,
-Gemma, Falcon, OPT and GPT-NeoX (`FAMILIES`). What each field becomes is the family's row of
+Ten families are read, each from its documented architecture (the transformers library's
+configuration and modelling code of the family): the decoders GPT-2, Llama, Mistral, Qwen2, Phi-3,
+Gemma, Falcon, OPT and GPT-NeoX, and the encoder BERT (`FAMILIES`). What each field becomes is the family's row of
 `FAMILIES` and the rules of `read`; docs/design.md has the table. A mixture of experts is refused by
 its fields (`MOE_FIELDS`): meshsim models dense MLPs. Fields that change neither FLOPs nor bytes
 (dropout, RoPE scaling, norm epsilon, token ids) are not read.
@@ -84,6 +84,14 @@ FAMILIES = {
         (("hidden_act",), {a: "gelu" for a in _GELU}),
         dict(norm="layernorm", qkv_bias=False, positions="rotary", max_positions=0, shared_norm=False,
              n_kv_heads=0, head_dim=0), tied=False),
+    "bert": Family(
+        (("hidden_size", "hidden_size", True), ("num_hidden_layers", "n_layers", True),
+         ("num_attention_heads", "n_heads", True), ("intermediate_size", "ffn_width", True),
+         ("max_position_embeddings", "seq_len", True), ("vocab_size", "vocab_size", True),
+         ("type_vocab_size", "token_types", False)),
+        (("hidden_act",), {a: "gelu" for a in _GELU}),
+        dict(bias=True, qkv_bias=False, norm="layernorm", positions="learned", shared_norm=False, n_kv_heads=0,
+             head_dim=0, pooler=True), tied=True),
 }
 FAMILIES["mistral"] = FAMILIES["llama"]
 
@@ -92,11 +100,13 @@ ARCHITECTURES = {"GPT2LMHeadModel": "gpt2", "GPT2Model": "gpt2", "LlamaForCausal
                  "LlamaModel": "llama", "MistralForCausalLM": "mistral", "MistralModel": "mistral",
                  "Qwen2ForCausalLM": "qwen2", "Phi3ForCausalLM": "phi3", "GemmaForCausalLM": "gemma",
                  "FalconForCausalLM": "falcon", "RWForCausalLM": "falcon", "OPTForCausalLM": "opt",
-                 "GPTNeoXForCausalLM": "gpt_neox"}
+                 "GPTNeoXForCausalLM": "gpt_neox", "BertModel": "bert", "BertForMaskedLM": "bert",
+                 "BertForPreTraining": "bert"}
 
 #: Every workload key a config gives.
 KEYS = ("hidden_size", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_width", "mlp", "bias", "qkv_bias",
-        "norm", "shared_norm", "positions", "max_positions", "tied_head", "vocab_size", "seq_len", "precision")
+        "norm", "shared_norm", "positions", "max_positions", "tied_head", "token_types", "pooler", "vocab_size",
+        "seq_len", "precision")
 #: The keys a config gave before head_dim, norm and the other architecture keys: a scenario that sets
 #: all of them is a result file's resolved scenario (every file lists them), which does not read its
 #: config again; one written before those keys takes their defaults, the model it was run with.
@@ -111,7 +121,7 @@ MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_exper
 #: What to do with a family meshsim does not read.
 BY_HAND = ("leave workload.model_config out and set the model's shape by hand (workload.hidden_size, n_layers, "
            "n_heads, n_kv_heads, head_dim, ffn_width, mlp, bias, qkv_bias, norm, shared_norm, positions, "
-           "max_positions, tied_head, vocab_size: docs/design.md, \"Models from a config.json\")")
+           "max_positions, tied_head, token_types, pooler, vocab_size: docs/design.md, \"Models from a config.json\")")
 
 _DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
@@ -226,6 +236,11 @@ def _switches(config, kind, shown, out, source, field, problems) -> None:
         if not flag("do_layer_norm_before", True):
             problems.append(f"{field('do_layer_norm_before')}: post-norm OPT blocks without a final norm "
                             "(OPT-350m) are not modelled")
+    elif kind == "bert":
+        kind_of_positions = config.get("position_embedding_type", "absolute")
+        if kind_of_positions not in (None, "absolute"):
+            problems.append(f"{field('position_embedding_type')}: relative position embeddings are not modelled; "
+                            "meshsim reads BERT configs with absolute (learned) positions")
     elif kind == "falcon":
         new = flag("new_decoder_architecture", False)
         out["bias"], source["bias"] = flag("bias", False), "bias"
@@ -270,6 +285,11 @@ def _fill_absent(kind: str, fam: Family, out: dict, source: dict) -> None:
     if out.get("head_dim") and out["head_dim"] * out["n_heads"] == h:
         out["head_dim"] = 0  # the width hidden_size / n_heads gives anyway
     out.setdefault("head_dim", 0)
+    if "token_types" not in out:  # BERT's type_vocab_size absent: 2; no other family has the table
+        out["token_types"] = 2 if kind == "bert" else 0
+        source["token_types"] = f"the {kind} default" if kind == "bert" else f"the {kind} architecture"
+    if "pooler" not in out:
+        out["pooler"], source["pooler"] = False, f"the {kind} architecture"
     source.setdefault("head_dim", f"the {kind} default (hidden_size / num_attention_heads)")
     if out["positions"] == "learned":
         out["max_positions"] = out["seq_len"] + fam.positions_offset

@@ -172,6 +172,12 @@ SHARED: tuple[Param, ...] = (
           "The output head is the token table itself (GPT-2, OPT, Falcon, Gemma, small Qwen2); false: a table "
           "of its own, vocab_size x hidden_size more parameters (Llama, Mistral, Phi-3, GPT-NeoX).", None,
           _MODEL),
+    Param("workload", "token_types", "int", "rows", 0,
+          "Rows of a token-type (segment) table whose row is added to each token's at the embedding (BERT's "
+          "type_vocab_size, 2); 0: none.", (0, 1_048_576), _MODEL),
+    Param("workload", "pooler", "bool", "", False,
+          "A pooler after the last block: a dense layer of hidden_size x hidden_size + hidden_size on each "
+          "sequence's first token (BERT).", None, _MODEL),
     Param("workload", "model_config", "str", "", "",
           "Path of a Hugging Face config.json (relative to the scenario file) that fills the model's "
           "shape: the keys of the model that the scenario does not set (docs/design.md, \"Models from a "

@@ -100,7 +100,10 @@ class Model:
     block, read by attention and the MLP side by side (Falcon's parallel attention), else two;
     positions: one of POSITIONS; max_positions: rows of a learned position table (0 means seq_len);
     tied_head: the output head is the token table itself (GPT-2, OPT, Falcon, Gemma), else a table of
-    its own. Checked on construction: a bad model raises InputError listing every problem.
+    its own; token_types: rows of a token-type (segment) table whose row is added to each token's at
+    the embedding (BERT's type_vocab_size, 2); pooler: a pooler after the last block, a dense layer
+    of H x H + H on each sequence's first token (BERT). Checked on construction: a bad model raises
+    InputError listing every problem.
     """
 
     hidden_size: int
@@ -121,6 +124,8 @@ class Model:
     positions: str = "learned"
     max_positions: int = 0
     tied_head: bool = True
+    token_types: int = 0
+    pooler: bool = False
 
     def __post_init__(self):
         self.validate()
@@ -132,7 +137,7 @@ class Model:
             if f.name in ("precision", "mlp", "norm", "positions") or f.name in _SWITCHES:
                 continue
             value = getattr(self, f.name)
-            least = 0 if f.name in ("n_kv_heads", "ffn_width", "head_dim", "max_positions") else 1
+            least = 0 if f.name in ("n_kv_heads", "ffn_width", "head_dim", "max_positions", "token_types") else 1
             # bool is an int subclass, but True as a hidden size is a mistake, not a 1.
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 problems.append(f"model.{f.name} = {value!r}: must be an integer >= {least}")
@@ -202,7 +207,7 @@ class Model:
 
 
 #: The Model's true-or-false fields.
-_SWITCHES = ("bias", "qkv_bias", "shared_norm", "tied_head")
+_SWITCHES = ("bias", "qkv_bias", "shared_norm", "tied_head", "pooler")
 
 
 @dataclass(frozen=True)
@@ -280,7 +285,7 @@ def _layer_elements(model: Model) -> dict[str, tuple[str, int, int, int, int]]:
 #: The workload keys a Model is built from (docs/design.md, "Scenario files").
 MODEL_KEYS = ("hidden_size", "n_layers", "n_heads", "seq_len", "batch", "ffn_multiplier", "precision", "n_kv_heads",
               "ffn_width", "mlp", "bias", "head_dim", "norm", "qkv_bias", "shared_norm", "positions", "max_positions",
-              "tied_head")
+              "tied_head", "token_types", "pooler")
 
 
 def model_from_workload(workload: dict, batch: int | None = None) -> Model:
@@ -385,7 +390,8 @@ def operators(model: Model, training: bool = False) -> list[Operator]:
 
 
 #: The operators around the blocks (edge_operators), by name.
-EMBEDDING, FINAL_NORM, HEAD, LOSS = "embedding.lookup", "head.final_norm", "head.logits", "head.loss"
+EMBEDDING, FINAL_NORM, POOLER, HEAD, LOSS = ("embedding.lookup", "head.final_norm", "head.pooler", "head.logits",
+                                              "head.loss")
 #: Bytes of a token id (int32).
 ID_BYTES = 4
 
@@ -397,20 +403,29 @@ def position_rows(model: Model) -> int:
     return model.max_positions or model.seq_len
 
 
+def table_rows(model: Model, vocab_size: int) -> int:
+    """Rows of the embedding's tables: the token table (V), the learned position table (position_rows)
+    and the token-type table (token_types)."""
+    return vocab_size + position_rows(model) + model.token_types
+
+
 def edge_operators(model: Model, vocab_size: int) -> tuple[list[Operator], list[Operator]]:
     """The operators of a step outside the transformer blocks, forward (docs/design.md, "The whole
-    step"): (before block 0, after the last block). With T tokens, H hidden size, P rows of the learned
-    position table (position_rows: max_positions or S; 0 for rotary positions), V vocab_size, n and m
-    the norm's FLOPs and parameters an element (NORMS) and e element bytes (token ids 4 bytes each):
+    step"): (before block 0, after the last block). With T tokens, B sequences, H hidden size, P rows of
+    the learned position table (position_rows: max_positions or S; 0 for rotary positions), Y rows of
+    the token-type table (token_types), V vocab_size, n and m the norm's FLOPs and parameters an
+    element (NORMS) and e element bytes (token ids 4 bytes each):
 
         op                kind         flops    weights        in           out
-        embedding.lookup  elementwise  T H      (V + P) H      4T           T H
+        embedding.lookup  elementwise  T H      (V + P + Y) H  4T           T H
         head.final_norm   norm         n T H    m H            T H          T H
+        head.pooler       gemm         2 B H H  H H + H        B H          B H     (with pooler)
         head.logits       gemm         2 T H V  V H            T H          T V
         head.loss         elementwise  5 T V    0              T V + 4T     T V
 
     The embedding looks up each token's row of the token table (and with learned positions adds its
-    position's row); the head projects onto the vocabulary with the token table itself (tied_head:
+    position's row, with a token-type table its type's row); the pooler (BERT) is a dense layer on
+    each sequence's first token; the head projects onto the vocabulary with the token table itself (tied_head:
     GPT-2, OPT, Falcon, Gemma) or with a V x H table of its own (Llama, Mistral, Qwen2, Phi-3,
     GPT-NeoX), V H weight bytes read either way (edge_parameter_count counts a tied table once); the
     loss is softmax cross-entropy against the next token (5 FLOPs per logit, as softmax), and its
@@ -424,23 +439,28 @@ def edge_operators(model: Model, vocab_size: int) -> tuple[list[Operator], list[
     e, t, h, v = model.element_bytes, model.tokens, model.hidden_size, vocab_size
     norm_flops, norm_params = NORMS[model.norm]
     end = model.n_layers
-    first = [Operator(EMBEDDING, -1, "elementwise", "forward", t * h, (v + position_rows(model)) * h * e,
-                      ID_BYTES * t, t * h * e)]
+    first = [Operator(EMBEDDING, -1, "elementwise", "forward", t * h, table_rows(model, v) * h * e, ID_BYTES * t,
+                      t * h * e)]
     last = [Operator(FINAL_NORM, end, "norm", "forward", norm_flops * t * h, norm_params * h * e, t * h * e,
-                     t * h * e),
-            Operator(HEAD, end, "gemm", "forward", 2 * t * h * v, v * h * e, t * h * e, t * v * e),
+                     t * h * e)]
+    if model.pooler:
+        b = model.batch
+        last.append(Operator(POOLER, end, "gemm", "forward", 2 * b * h * h, (h * h + h) * e, b * h * e, b * h * e))
+    last += [Operator(HEAD, end, "gemm", "forward", 2 * t * h * v, v * h * e, t * h * e, t * v * e),
             Operator(LOSS, end, "elementwise", "forward", 5 * t * v, 0, t * v * e + ID_BYTES * t, t * v * e)]
     return first, last
 
 
 def edge_parameter_count(model: Model, vocab_size: int) -> int:
-    """Parameters outside the blocks: the token table (V H), the learned position table (P H), the final
-    norm (m H) and an untied head's own table (V H); 0 without a vocabulary."""
+    """Parameters outside the blocks: the token table (V H), the learned position table (P H), the
+    token-type table (Y H), the final norm (m H), the pooler (H H + H) and an untied head's own table
+    (V H); 0 without a vocabulary."""
     if not vocab_size:
         return 0
     h = model.hidden_size
     head = 0 if model.tied_head else vocab_size * h
-    return (vocab_size + position_rows(model)) * h + NORMS[model.norm][1] * h + head
+    pooler = h * h + h if model.pooler else 0
+    return table_rows(model, vocab_size) * h + NORMS[model.norm][1] * h + pooler + head
 
 
 def parameter_count(model: Model) -> int:
@@ -457,12 +477,12 @@ def parameter_count(model: Model) -> int:
 def model_parameters(model: Model, vocab_size: int) -> dict:
     """The model's parameters as its published counts give them: "total", every weight and bias (the
     blocks and edge_parameter_count); "without_embeddings", the total less the token table, the
-    position table and an untied head (the blocks and the final norm, as Kaplan et al. and the Pythia
-    suite count non-embedding parameters)."""
+    position table, the token-type table and an untied head (the blocks, the final norm and the pooler,
+    as Kaplan et al. and the Pythia suite count non-embedding parameters)."""
     total = parameter_count(model) + edge_parameter_count(model, vocab_size)
     tables = 0
     if vocab_size:
-        tables = (vocab_size + position_rows(model)) * model.hidden_size
+        tables = table_rows(model, vocab_size) * model.hidden_size
         tables += 0 if model.tied_head else vocab_size * model.hidden_size
     return dict(total=total, without_embeddings=total - tables)
 
@@ -477,7 +497,10 @@ def describe_model(model: Model, vocab_size: int) -> str:
     if vocab_size:
         positions = (f"learned positions ({position_rows(model):,})" if model.positions == "learned"
                      else f"{model.positions} positions")
-        edges = f"{positions}, vocabulary {vocab_size:,}, {'tied' if model.tied_head else 'untied'} head"
+        types = f", {model.token_types:,} token types" if model.token_types else ""
+        pooler = ", pooler" if model.pooler else ""
+        edges = (f"{positions}{types}, vocabulary {vocab_size:,}{pooler}, "
+                 f"{'tied' if model.tied_head else 'untied'} head")
     else:
         edges = "the blocks alone (vocab_size 0: no embedding or head)"
     return (f"{_count(p['total'])} parameters ({_count(p['without_embeddings'])} without embeddings): "

@@ -11,7 +11,7 @@ from kernels.reference.ipu_ref import simulate
 from meshsim.errors import InputError
 from meshsim.run import run_scenario
 from meshsim.scenario import load_scenario
-from meshsim.transformer import Model, model_from_workload, model_parameters, operators
+from meshsim.transformer import Model, describe_model, edge_operators, model_from_workload, model_parameters, operators
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "scenarios" / "models"
@@ -22,7 +22,8 @@ MODELS = ROOT / "scenarios" / "models"
 PUBLISHED = {"gpt2": 124_439_808, "gpt2-xl": 1_557_611_200, "llama-2-7b": 6_738_415_616,
              "mistral-7b": 7_241_732_096, "qwen2-0.5b": 494_032_768, "phi-3-mini-4k": 3_821_079_552,
              "gemma-2b": 2_506_172_416, "gemma-7b": 8_537_680_896, "falcon-7b": 6_921_720_704,
-             "opt-125m": 125_239_296, "pythia-160m": 162_322_944}
+             "opt-125m": 125_239_296, "pythia-160m": 162_322_944, "bert-base-uncased": 109_482_240,
+             "bert-large-uncased": 335_141_888}
 PUBLISHED_WITHOUT_EMBEDDINGS = {"pythia-160m": 85_056_000}
 
 
@@ -203,10 +204,10 @@ def problems_of(tmp_path, text, *overrides):
 
 def test_bad_configs_name_the_file_the_field_and_what_is_allowed(tmp_path):
     text = ipu_with("config.json")
-    write_config(tmp_path, model_type="bert", hidden_size=768)
+    write_config(tmp_path, model_type="t5", hidden_size=768)
     [p] = problems_of(tmp_path, text)
-    assert 'workload.model_config = "config.json"' in p and 'model_type = "bert"' in p
-    assert "falcon, gemma, gpt2, gpt_neox, llama, mistral, opt, phi3, qwen2" in p
+    assert 'workload.model_config = "config.json"' in p and 'model_type = "t5"' in p
+    assert "bert, falcon, gemma, gpt2, gpt_neox, llama, mistral, opt, phi3, qwen2" in p
     assert "set the model's shape by hand (workload.hidden_size" in p
     write_config(tmp_path, **{k: v for k, v in TINY_LLAMA.items() if k != "intermediate_size"})
     [p] = problems_of(tmp_path, text)
@@ -228,9 +229,9 @@ def test_bad_configs_name_the_file_the_field_and_what_is_allowed(tmp_path):
     assert "not JSON" in p
     [p] = problems_of(tmp_path, ipu_with("nowhere.json"))
     assert "no such model config file" in p
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["BertModel"]}))
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["T5Model"]}))
     [p] = problems_of(tmp_path, text)
-    assert "model_type: missing" in p and "BertModel" in p
+    assert "model_type: missing" in p and "T5Model" in p
 
 
 def test_a_bad_config_exits_2_without_a_traceback_and_writes_nothing(tmp_path):
@@ -359,3 +360,25 @@ def test_config_edge_cases_follow_the_transformers_library_or_are_refused(tmp_pa
     write_config(tmp_path, **{**TINY_LLAMA, "max_position_embeddings": 2_000_000})
     [p] = problems_of(tmp_path, ipu_with("config.json"))
     assert "its max_position_embeddings gives workload.seq_len = 2000000" in p
+
+
+def test_a_bert_encoder_counts_its_token_types_and_its_pooler(tmp_path):
+    # BERT: post-norm blocks of GPT-2's operators, a token-type table of type_vocab_size rows beside
+    # the learned positions, and a pooler on each sequence's first token (109,482,240 above)
+    config = "models/bert-base-uncased/config.json"
+    w = values(rdu_with(config))["workload"]
+    assert (w["token_types"], w["pooler"], w["max_positions"], w["seq_len"], w["mlp"]) == (2, True, 512, 512, "gelu")
+    model = model_from_workload(w)
+    first, last = edge_operators(model, w["vocab_size"])
+    assert first[0].weight_bytes == (30522 + 512 + 2) * 768 * 2
+    pooler = next(op for op in last if op.name == "head.pooler")
+    assert (pooler.flops, pooler.weight_bytes) == (2 * w["batch"] * 768 * 768, (768 * 768 + 768) * 2)
+    assert "2 token types" in describe_model(model, w["vocab_size"]) and ", pooler," in describe_model(model, 30522)
+    # a decoder's config gives neither, so a scenario file may not add them to it
+    with pytest.raises(InputError, match="pooler"):
+        values(rdu_with("models/gpt2/config.json", "pooler = true"))
+    write_config(tmp_path, model_type="bert", hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                 intermediate_size=32, max_position_embeddings=16, vocab_size=10,
+                 position_embedding_type="relative_key")
+    [p] = problems_of(tmp_path, ipu_with("config.json"))
+    assert 'position_embedding_type = "relative_key"' in p and "absolute" in p
