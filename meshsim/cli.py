@@ -59,10 +59,11 @@ def _cmd_validate(args) -> int:
     from .machine import get
     from .report import model_lines
     from .scenario import load_scenario
-    from .transformer import describe_model, scenario_model
+    from .transformer import describe_model, refuse_a_decode_run, scenario_model
 
     sc = load_scenario(args.scenario, args.overrides)
     machine = get(sc.get("machine", "type"))
+    refuse_a_decode_run(sc)
     inputs = machine.validate(sc)  # what a run would refuse (a trace, a placement, memory)
     print(machine.describe(str(args.scenario), sc, inputs))
     found = scenario_model(sc.values)

@@ -178,6 +178,11 @@ SHARED: tuple[Param, ...] = (
     Param("workload", "pooler", "bool", "", False,
           "A pooler after the last block: a dense layer of hidden_size x hidden_size + hidden_size on each "
           "sequence's first token (BERT).", None, _MODEL),
+    Param("workload", "context", "int", "tokens", 0,
+          "Tokens already in each sequence's key-value cache: the step's seq_len new tokens attend to them "
+          "besides themselves, the cached keys and values read from memory (a decode step: seq_len = 1, "
+          "context = the tokens so far); 0: no cache, a prefill or training step. `meshsim roofline` shows "
+          "such a step's operators; no machine runs it yet.", (0, 1_048_576), _MODEL),
     Param("workload", "model_config", "str", "", "",
           "Path of a Hugging Face config.json (relative to the scenario file) that fills the model's "
           "shape: the keys of the model that the scenario does not set (docs/design.md, \"Models from a "

@@ -260,6 +260,9 @@ def compile_notice(machine):
 
 def _start(machine, scenario, threads, per_call) -> tuple:
     """(Timing, the compiled inputs, the Run) of a scenario on its machine, with the threads set."""
+    from .transformer import refuse_a_decode_run
+
+    refuse_a_decode_run(scenario)
     timing = Timing(threads=0)
     inputs = machine.compile_scenario(scenario)
     requested = scenario.get("run", "threads") if threads is None else threads

@@ -683,6 +683,10 @@ def _check_combinations(values, valid, given, origin, where, path) -> list[str]:
         add(master, [prec], f"keeps an fp32 copy beside a narrower type, but {prec} = {shown(prec)} is 4 bytes "
                             "already: use \"same\", or a 16-bit precision")
 
+    ctx = "workload.context"
+    if ok(ctx, tr) and get(ctx) and get(tr):
+        add(ctx, [tr], f"a key-value cache serves inference; a training step ({tr} = {shown(tr)}) keeps none: "
+                       "set context = 0")
     wtype, nh, kv = "workload.type", "workload.n_heads", "workload.n_kv_heads"
     hs, hd = "workload.hidden_size", "workload.head_dim"
     if ok(wtype, hs, nh, hd) and get(wtype) in ("layer_pipeline", "transformer") and not get(hd) \

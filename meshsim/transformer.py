@@ -102,7 +102,9 @@ class Model:
     tied_head: the output head is the token table itself (GPT-2, OPT, Falcon, Gemma), else a table of
     its own; token_types: rows of a token-type (segment) table whose row is added to each token's at
     the embedding (BERT's type_vocab_size, 2); pooler: a pooler after the last block, a dense layer
-    of H x H + H on each sequence's first token (BERT). Checked on construction: a bad model raises
+    of H x H + H on each sequence's first token (BERT); context: tokens already in each sequence's
+    key-value cache, which the step's seq_len new tokens attend to besides themselves (a decode step is
+    seq_len 1; 0: no cache, a prefill or training step). Checked on construction: a bad model raises
     InputError listing every problem.
     """
 
@@ -126,6 +128,7 @@ class Model:
     tied_head: bool = True
     token_types: int = 0
     pooler: bool = False
+    context: int = 0
 
     def __post_init__(self):
         self.validate()
@@ -137,7 +140,8 @@ class Model:
             if f.name in ("precision", "mlp", "norm", "positions") or f.name in _SWITCHES:
                 continue
             value = getattr(self, f.name)
-            least = 0 if f.name in ("n_kv_heads", "ffn_width", "head_dim", "max_positions", "token_types") else 1
+            least = 0 if f.name in ("n_kv_heads", "ffn_width", "head_dim", "max_positions", "token_types", "context") \
+                else 1
             # bool is an int subclass, but True as a hidden size is a mistake, not a 1.
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 problems.append(f"model.{f.name} = {value!r}: must be an integer >= {least}")
@@ -196,6 +200,11 @@ class Model:
         return self.kv_heads * self.head_size
 
     @property
+    def keys(self) -> int:
+        """L, keys (and values) each new token attends to: context + seq_len."""
+        return self.context + self.seq_len
+
+    @property
     def tokens(self) -> int:
         """T, tokens per step: batch x seq_len."""
         return self.batch * self.seq_len
@@ -250,7 +259,7 @@ def _layer_elements(model: Model) -> dict[str, tuple[str, int, int, int, int]]:
     with a shared norm (Falcon's parallel attention) has no "ln2".
     """
     t, h, a, s, b, f = model.tokens, model.hidden_size, model.n_heads, model.seq_len, model.batch, model.ffn_size
-    d, kv = model.attention_size, model.kv_size
+    d, kv, keys = model.attention_size, model.kv_size, model.keys
     beta = 1 if model.bias else 0  # biases: one per output column of a projection
     qkv_beta = 1 if model.bias or model.qkv_bias else 0
     norm_flops, norm_params = NORMS[model.norm]
@@ -263,12 +272,12 @@ def _layer_elements(model: Model) -> dict[str, tuple[str, int, int, int, int]]:
         "qkv_proj": ("gemm", 2 * t * h * qkv, h * qkv + qkv_beta * qkv, t * h, t * qkv),
         "attn_scores_softmax": (
             "attention",
-            2 * b * s * s * d + SOFTMAX_FLOPS_PER_SCORE * b * a * s * s,
+            2 * b * s * keys * d + SOFTMAX_FLOPS_PER_SCORE * b * a * s * keys,
             0,
-            t * d + t * kv,
-            b * a * s * s,
+            t * d + b * keys * kv,
+            b * a * s * keys,
         ),
-        "attn_v": ("attention", 2 * b * s * s * d, 0, b * a * s * s + t * kv, t * d),
+        "attn_v": ("attention", 2 * b * s * keys * d, 0, b * a * s * keys + b * keys * kv, t * d),
         "out_proj": ("gemm", 2 * t * d * h, d * h + beta * h, t * d, t * h),
         "residual1": residual,
         "ln2": ln,
@@ -282,10 +291,33 @@ def _layer_elements(model: Model) -> dict[str, tuple[str, int, int, int, int]]:
     return out
 
 
+def refuse_a_decode_run(scenario) -> None:
+    """InputError where the scenario's step has a key-value cache (workload.context > 0): `meshsim
+    roofline` shows such a step's operators and their bounds, but no machine runs one yet (docs/design.md,
+    "A step with a key-value cache")."""
+    workload = scenario.values.get("workload", {})
+    context = workload.get("context", 0)
+    if workload.get("type") in ("layer_pipeline", "transformer") and context:
+        raise InputError([f"workload.context = {context}: a step with a key-value cache (a decode step) is counted "
+                          "but not run: `meshsim roofline` shows its operators and their bounds; no machine's decode "
+                          "layout is modelled yet, so run and validate refuse it (set context = 0)"])
+
+
+def cached_kv_bytes(model: Model, op_name: str) -> int:
+    """Bytes of an operator's input that come from the key-value cache rather than from the operators
+    before it: the context's keys for attn_scores_softmax, its values for attn_v (B context K e
+    each); 0 for every other operator and without a cache."""
+    short = op_name.split(".")[1] if "." in op_name else op_name
+    if short not in ("attn_scores_softmax", "attn_v", "attention"):
+        return 0
+    per = model.batch * model.context * model.kv_size * model.element_bytes
+    return 2 * per if short == "attention" else per
+
+
 #: The workload keys a Model is built from (docs/design.md, "Scenario files").
 MODEL_KEYS = ("hidden_size", "n_layers", "n_heads", "seq_len", "batch", "ffn_multiplier", "precision", "n_kv_heads",
               "ffn_width", "mlp", "bias", "head_dim", "norm", "qkv_bias", "shared_norm", "positions", "max_positions",
-              "tied_head", "token_types", "pooler")
+              "tied_head", "token_types", "pooler", "context")
 
 
 def model_from_workload(workload: dict, batch: int | None = None) -> Model:
@@ -326,7 +358,8 @@ def backward_of(op: Operator) -> Operator:
 def operators(model: Model, training: bool = False) -> list[Operator]:
     """The operators of the transformer blocks in execution order (docs/mesh.md, docs/rdu.md, docs/ipu.md).
 
-    With T = batch x seq_len tokens, H hidden size, A heads, S seq_len, B batch, F the feed-forward
+    With T = batch x seq_len tokens, H hidden size, A heads, S seq_len, B batch, L = context + S the
+    keys each new token attends to (S without a key-value cache), F the feed-forward
     width (ffn_size), D = attention_size the elements of the queries per token (H unless head_dim
     says otherwise), K = kv_size the elements of keys (and of values) per token (D without
     grouped-query attention), Q = D + 2K, g = 2 for a gated MLP (gated, geglu) and 1 otherwise, a the
@@ -338,8 +371,8 @@ def operators(model: Model, training: bool = False) -> list[Operator]:
         op                   kind         flops                       weights        in             out
         ln1                  norm         n T H                       m H            T H            T H
         qkv_proj             gemm         2 T H Q                     H Q + beta_q Q T H            T Q
-        attn_scores_softmax  attention    2 B S S D + 5 B A S S       0              T D + T K      B A S S
-        attn_v               attention    2 B S S D                   0              B A S S + T K  T D
+        attn_scores_softmax  attention    2 B S L D + 5 B A S L       0              T D + B L K    B A S L
+        attn_v               attention    2 B S L D                   0              B A S L + B L K T D
         out_proj             gemm         2 T D H                     D H + beta H   T D            T H
         residual1            elementwise  T H                         0              2 T H          T H
         ln2                  norm         n T H                       m H            T H            T H
@@ -357,8 +390,14 @@ def operators(model: Model, training: bool = False) -> list[Operator]:
     Counting conventions: a multiply-add is 2 FLOPs; GEMM FLOPs leave out the bias add; LayerNorm
     counts 8 FLOPs per element (mean, variance, normalise, scale, shift); GeLU counts 8 per element
     (tanh approximation); softmax counts 5 per score (scale, max, exp, sum, divide); Q K^T and
-    scores x V are 2 B S S H each, over all heads together. Weights include biases and the
+    scores x V are 2 B S L D each, over all heads together. Weights include biases and the
     LayerNorm scale and shift.
+
+    With a key-value cache (context > 0) each sequence's S new tokens attend to its L = context + S
+    keys: attention reads the cached keys and values (B context K elements each) besides the new ones
+    the step's qkv_proj made, the cache's part from memory (`cached_kv_bytes`). Appending the new
+    tokens' keys and values to the cache (2 B S K elements a layer, 1 / context of what a decode step
+    reads) is not counted.
 
     training=True appends, after every forward operator, the backward operators in reverse order
     (layer n_layers-1 first, and the operators of a layer last to first), named
@@ -397,10 +436,11 @@ ID_BYTES = 4
 
 
 def position_rows(model: Model) -> int:
-    """Rows of the learned position table: max_positions, or seq_len; 0 for rotary and ALiBi positions."""
+    """Rows of the learned position table: max_positions, or context + seq_len; 0 for rotary and ALiBi
+    positions."""
     if model.positions != "learned":
         return 0
-    return model.max_positions or model.seq_len
+    return model.max_positions or model.keys
 
 
 def table_rows(model: Model, vocab_size: int) -> int:
@@ -490,6 +530,7 @@ def model_parameters(model: Model, vocab_size: int) -> dict:
 def describe_model(model: Model, vocab_size: int) -> str:
     """The model simulated on one line: its parameters (with and without the embeddings) and its shape."""
     p = model_parameters(model, vocab_size)
+    cached = f" after {model.context:,} cached tokens" if model.context else ""
     heads = f"{model.n_heads} heads of {model.head_size}"
     if model.kv_heads != model.n_heads:
         heads += f" ({model.kv_heads} key-value)"
@@ -506,7 +547,7 @@ def describe_model(model: Model, vocab_size: int) -> str:
     return (f"{_count(p['total'])} parameters ({_count(p['without_embeddings'])} without embeddings): "
             f"{model.n_layers} layers, H {model.hidden_size:,}, {heads}, {model.mlp} MLP {model.ffn_size:,}, "
             f"{model.norm}{', shared norm' if model.shared_norm else ''}, {bias}, {edges}; {model.precision}, "
-            f"seq_len {model.seq_len:,}, batch {model.batch:,}")
+            f"seq_len {model.seq_len:,}{cached}, batch {model.batch:,}")
 
 
 def scenario_model(values: dict) -> tuple[Model, int] | None:

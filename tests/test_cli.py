@@ -343,3 +343,27 @@ def test_the_command_line_runs_from_the_folder_above_a_clone_named_meshsim(tmp_p
                        capture_output=True, text=True, cwd=tmp_path, env=env)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("meshsim/scenarios/smoke.toml: valid (mesh 32 x 48"), p.stdout
+
+
+def test_a_step_with_a_key_value_cache_is_counted_by_roofline_and_refused_by_run(work):
+    scenario = ROOT / "scenarios" / "rdu_gpt2_o1.toml"
+    step = ("workload.training=false", "workload.seq_len=1", "workload.tile_tokens=1")
+    decode = (*step, "workload.context=1023")
+    plain = meshsim("roofline", scenario, *step, cwd=work)
+    cached = meshsim("roofline", scenario, *decode, cwd=work)
+    assert plain.returncode == 0 and cached.returncode == 0, plain.stderr + cached.stderr
+
+    def attention_mb(out):
+        return float(next(line for line in out.splitlines() if line.startswith("layer0.attn_v")).split()[3])
+
+    # attn_v reads the 1,024 cached and new values of 8 sequences: 8 x 1,024 x 768 x 2 bytes more
+    assert attention_mb(cached.stdout) - attention_mb(plain.stdout) == pytest.approx(8 * 1023 * 768 * 2 / 1e6,
+                                                                                   abs=0.3)
+    for command in ("run", "validate"):
+        p = meshsim(command, scenario, *decode, cwd=work)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert p.stderr.startswith("meshsim: error: workload.context = 1023: a step with a key-value cache"), p.stderr
+        assert "meshsim roofline" in p.stderr
+    assert not (work / "results").exists()
+    p = meshsim("validate", scenario, "workload.context=8", "workload.training=true", cwd=work)
+    assert p.returncode == 2 and "workload.context = 8: a key-value cache serves inference" in p.stderr, p.stderr

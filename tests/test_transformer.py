@@ -228,3 +228,24 @@ def test_the_whole_step_adds_the_embedding_head_and_loss_by_their_hand_counts():
     gpt2 = Model(hidden_size=768, n_layers=12, n_heads=12, seq_len=1024, batch=1)
     assert 5.4 < 50257 * 768 / (parameter_count(gpt2) / 12) < 5.5
     assert parameter_count(gpt2) + edge_parameter_count(gpt2, 50257) == 124_439_808  # GPT-2 small, 124M
+
+
+def test_a_step_with_a_key_value_cache_attends_to_the_cached_keys_too():
+    # B = 2 sequences, S = 1 new token each after c = 7 cached: L = 8 keys; H = D = K = 64, A = 4, e = 2
+    decode = by_name(transformer.operators(Model(hidden_size=64, n_layers=1, n_heads=4, seq_len=1, batch=2,
+                                                 context=7)))
+    scores, values = decode["layer0.attn_scores_softmax"], decode["layer0.attn_v"]
+    assert scores.flops == 2 * 2 * 1 * 8 * 64 + 5 * 2 * 4 * 1 * 8  # 2 B S L D + 5 B A S L
+    assert (scores.input_bytes, scores.output_bytes) == (2 * (2 * 64 + 2 * 8 * 64), 2 * (2 * 4 * 1 * 8))
+    assert (values.flops, values.input_bytes) == (2 * 2 * 1 * 8 * 64, 2 * (2 * 4 * 8 + 2 * 8 * 64))
+    # the cached keys (and values) come from memory: B c K e bytes each
+    model = Model(hidden_size=64, n_layers=1, n_heads=4, seq_len=1, batch=2, context=7)
+    assert transformer.cached_kv_bytes(model, "layer0.attn_scores_softmax") == 2 * 7 * 64 * 2
+    assert transformer.cached_kv_bytes(model, "layer0.attention") == 2 * 2 * 7 * 64 * 2  # o3's fused pair
+    assert transformer.cached_kv_bytes(model, "layer0.qkv_proj") == 0
+    # the projections and the MLP see the step's new tokens alone
+    assert decode["layer0.qkv_proj"].flops == 2 * 2 * 64 * 192
+    # without a cache, every operator is as before
+    assert transformer.operators(gpt2_small(context=0)) == transformer.operators(gpt2_small())
+    with pytest.raises(InputError, match="context"):
+        gpt2_small(context=-1)

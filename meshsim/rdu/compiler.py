@@ -25,6 +25,7 @@ from ..transformer import (
     Model,
     Operator,
     backward_of,
+    cached_kv_bytes,
     compute_rate,
     edge_operators,
     model_from_workload,
@@ -327,7 +328,7 @@ def chip_ops(spec: RduSpec, layers: range, phase: str, stage: int = 0) -> list[O
         f = op if phase == "forward" else next(f for f in forward if f.name == op.name[: -len(".backward")])
         out.append(Op(op.name, op.kind, op.phase, op.layer, op.flops, op.weight_bytes, op.input_bytes,
                       op.output_bytes, max(1, ceil_div(f.output_bytes, e * tokens)),
-                      in_act=-1 if phase == "forward" else f.output_bytes,
+                      in_act=_from_before(op, mb, t) if phase == "forward" else f.output_bytes,
                       out_act=-1 if phase == "forward" else f.input_bytes))
         if t > 1 and (short, op.phase) in TP_ALLREDUCE_AFTER:
             tb = spec.tile_tokens * model.hidden_size * e
@@ -336,6 +337,14 @@ def chip_ops(spec: RduSpec, layers: range, phase: str, stage: int = 0) -> list[O
             out.append(Op(f"{op.name}.allreduce", "collective", op.phase, op.layer, 0, 0, act, act,
                           model.hidden_size, cyc))
     return out
+
+
+def _from_before(op, model, t: int) -> int:
+    """A forward operator's in_act: -1 (all of its input is what the operator before wrote), or, for
+    attention with a key-value cache, its input less the cached keys and values, which come from
+    memory (transformer.cached_kv_bytes; a chip of a tensor group of t holds 1 / t of the heads)."""
+    cached = -(-cached_kv_bytes(model, op.name) // t)
+    return max(0, op.input_bytes - cached) if cached else -1
 
 
 def fuse_attention(forward: list) -> tuple[list, dict]:
