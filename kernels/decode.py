@@ -1,0 +1,190 @@
+"""The wafer's decode kernel: one token of a dense decoder on a P x P region, timed wavelet by wavelet
+(docs/decode.md). Its reference is kernels/reference/decode_ref.py, written from the same page.
+
+Every collective is computed as the page's recurrences over each element's leaving and arrival
+cycles, line by line (the lines of a step are independent, run in parallel with `prange`, each
+writing only its own PEs, so the result does not depend on the thread count).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+#: The collectives of a layer, in order (docs/decode.md, "One layer"): (line, what the local work
+#: and the message are made of). Line: 0 a column collective (positions are rows), 1 a row one.
+COLUMN, ROW = 0, 1
+STEPS = ("norm1", "qkv", "scores", "softmax_max", "softmax_sum", "values", "out_proj", "norm2", "up", "down")
+STEP_LINES = np.array([COLUMN, COLUMN, ROW, COLUMN, COLUMN, COLUMN, ROW, COLUMN, COLUMN, ROW], dtype=np.int64)
+
+
+@njit(cache=True)
+def _chain(ready, m, hop, add, phase, first, last, step, t_up, t_out):
+    """Phase 1 of one side of a group: the chain from `first` toward the root (exclusive end `last`,
+    moving by `step`); t_out ends as the last chain PE's leaving cycles (t_up is scratch). Returns
+    whether the chain had any PE."""
+    had = False
+    p = first
+    while p != last:
+        for e in range(m):
+            own = ready[p] + phase + e
+            t = own
+            if had:
+                a = t_up[e] + hop + add
+                if a > t:
+                    t = a
+            if e > 0 and t_out[e - 1] + 1 > t:
+                t = t_out[e - 1] + 1
+            t_out[e] = t
+        for e in range(m):
+            t_up[e] = t_out[e]
+        had = True
+        p += step
+    return had
+
+
+@njit(cache=True)
+def _root(q, m, phase, left, has_left, hops_left, right, has_right, hops_right, hop, add):
+    """The cycle a root (of a group, or of the line) is done: it adds what comes from each side it
+    receives from (their leaving cycles `left`, `right`, each so many hops away) to its own."""
+    u_prev = 0
+    for e in range(m):
+        u = q + phase + e
+        if has_left:
+            a = left[e] + hop * hops_left + add
+            if a > u:
+                u = a
+        if has_right:
+            a = right[e] + hop * hops_right + add
+            if a > u:
+                u = a
+        if e > 0 and u_prev + 1 > u:
+            u = u_prev + 1
+        u_prev = u
+    return u_prev + 1
+
+
+@njit(cache=True)
+def line_collective(ready, m, group, hop, add, phase, out):
+    """One line's collective (docs/decode.md, "A collective on a line"): out[i] = the cycle it completes
+    on position i, from ready[i]."""
+    n = ready.shape[0]
+    if m == 0:
+        for i in range(n):
+            out[i] = ready[i]
+        return
+    n_groups = (n + group - 1) // group
+    roots = np.empty(n_groups, np.int64)
+    done1 = np.empty(n_groups, np.int64)
+    t_up = np.empty(m, np.int64)
+    left = np.empty(m, np.int64)
+    right = np.empty(m, np.int64)
+    for j in range(n_groups):
+        lo = j * group
+        size = min(group, n - lo)
+        r = lo + size // 2
+        roots[j] = r
+        has_l = _chain(ready, m, hop, add, phase, lo, r, 1, t_up, left)
+        has_r = _chain(ready, m, hop, add, phase, lo + size - 1, r, -1, t_up, right)
+        done1[j] = _root(ready[r], m, phase, left, has_l, 1, right, has_r, 1, hop, add)
+    jr = n_groups // 2
+    # phase 2: the roots' chains from both ends toward the line's root
+    has_l = _roots_chain(roots, done1, m, hop, add, phase, 0, jr, 1, t_up, left)
+    has_r = _roots_chain(roots, done1, m, hop, add, phase, n_groups - 1, jr, -1, t_up, right)
+    hl = roots[jr] - roots[jr - 1] if has_l else 0
+    hr = roots[jr + 1] - roots[jr] if has_r else 0
+    q_b = _root(done1[jr], m, phase, left, has_l, hl, right, has_r, hr, hop, add)
+    last = q_b + phase + m - 1  # b(m - 1)
+    root = roots[jr]
+    for i in range(n):
+        out[i] = last + hop * abs(i - root) + 1
+
+
+@njit(cache=True)
+def _roots_chain(roots, done1, m, hop, add, phase, first, last, step, t_up, t_out):
+    """Phase 2 of one side of the line: the chain over the group roots from index `first` toward the
+    line's root (exclusive `last`); t_out ends as the last root's leaving cycles."""
+    had = False
+    j = first
+    while j != last:
+        for e in range(m):
+            t = done1[j] + phase + e
+            if had:
+                a = t_up[e] + hop * abs(roots[j] - roots[j - step]) + add
+                if a > t:
+                    t = a
+            if e > 0 and t_out[e - 1] + 1 > t:
+                t = t_out[e - 1] + 1
+            t_out[e] = t
+        for e in range(m):
+            t_up[e] = t_out[e]
+        had = True
+        j += step
+    return had
+
+
+@njit(cache=True)
+def _local(macs, rate_num, rate_den):
+    """Cycles of `macs` multiply-adds at rate_num / rate_den a cycle, rounded up."""
+    return (macs * rate_den + rate_num - 1) // rate_num
+
+
+@njit(cache=True)
+def _step_shape(step, dp, qp, fp, g, heads, n_y):
+    """(local multiply-adds, message elements) of a step on a PE of a row holding n_y tokens."""
+    if step == 0 or step == 7:
+        return dp, 1
+    if step == 1:
+        return dp * qp, qp
+    if step == 2:
+        return dp * n_y, heads * n_y
+    if step == 3 or step == 4:
+        return heads * n_y, heads
+    if step == 5:
+        return n_y * dp, dp
+    if step == 6:
+        return dp * dp, dp
+    if step == 8:
+        return dp * g * fp, g * fp
+    return fp * dp, dp
+
+
+@njit(cache=True, parallel=True)
+def layer(done, dp, qp, fp, g, heads, rows_tokens, group, hop, add, phase, rate_num, rate_den):
+    """One layer (docs/decode.md, "One layer"): `done[y, x]` holds the cycle the layer starts on each
+    PE and ends holding the cycle it completes there."""
+    p = done.shape[0]
+    for step in range(10):
+        if STEP_LINES[step] == COLUMN:
+            # a column collective's message is the same on every row (1, qp, A, dp or g fp elements)
+            for x in prange(p):
+                ready = np.empty(p, np.int64)
+                out = np.empty(p, np.int64)
+                m = 0
+                for y in range(p):
+                    macs, m = _step_shape(step, dp, qp, fp, g, heads, rows_tokens[y])
+                    ready[y] = done[y, x] + _local(macs, rate_num, rate_den)
+                line_collective(ready, m, group, hop, add, phase, out)
+                for y in range(p):
+                    done[y, x] = out[y]
+        else:
+            for y in prange(p):
+                ready = np.empty(p, np.int64)
+                out = np.empty(p, np.int64)
+                macs, m = _step_shape(step, dp, qp, fp, g, heads, rows_tokens[y])
+                for x in range(p):
+                    ready[x] = done[y, x] + _local(macs, rate_num, rate_den)
+                line_collective(ready, m, group, hop, add, phase, out)
+                for x in range(p):
+                    done[y, x] = out[x]
+
+
+@njit(cache=True)
+def token(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, hop, add, phase, rate_num, rate_den, layer_done):
+    """One token (docs/decode.md, "A token"): its cycles; layer_done[k] = layer k's completion, the
+    latest over the PEs."""
+    done = np.zeros((p, p), np.int64)
+    for k in range(n_layers):
+        layer(done, dp, qp, fp, g, heads, rows_tokens, group, hop, add, phase, rate_num, rate_den)
+        layer_done[k] = done.max()
+    return layer_done[n_layers - 1] if n_layers else 0

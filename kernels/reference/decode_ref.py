@@ -1,0 +1,274 @@
+"""Plain reference ("oracle") of the wafer decode model, written from docs/decode.md alone.
+
+It is deliberately slow and literal: every collective of docs/decode.md ("A collective on a
+line") is carried out cycle by cycle, wavelet by wavelet, router by router, with plain lists and
+exact integers; every layer ("One layer") step by step and PE by PE; every token ("A token")
+layer by layer.  It does not use the closed-form max() recurrences of the doc: a PE emits an
+element at a cycle only when that cycle is allowed (its phase set up, the element from every
+upstream sender arrived `c` cycles before, its previous element gone), so that the timings come
+out of the events and comparing them with the fast kernel (which may use the recurrences)
+catches bugs in either.  Its only job is to be obviously correct.  It uses no code of meshsim or
+of the kernels.
+
+Public:
+
+- `line_collective(ready, m, group, hop, add, phase, op="sum")`: the completion cycle of every
+  position of ONE line (`ready[i]` = r_i, `m` elements, `group` = G, `hop` = h, `add` = c,
+  `phase` = o).
+- `layer(start, P, H, Q, F, gated, heads, rows_tokens, group, hop, add, phase, macs_per_cycle)`: the
+  completion cycle of one layer on every PE (a P x P list of lists, `[y][x]`), the layer starting
+  on PE (y, x) at `start[y][x]`.
+- `token(P, H, Q, F, gated, heads, n_layers, rows_tokens, group, hop, add, phase, macs_per_cycle)`:
+  `{"cycles": ..., "layer_done": [...]}` for one token, its first layer starting at 0 everywhere.
+
+The inputs are taken as already checked: the oracle asserts only what it relies on.
+
+Choices made where docs/decode.md is ambiguous or silent (each is also noted at its spot below):
+
+1. The root formula `u(e)` is applied as written also to a root that receives from no side: a
+   group of one PE is done with phase 1 at `r_i + o + m`, and a line of one group (`J = 1`) still
+   runs phase 2 on its root alone, done `o + m` cycles after its phase 1.  A line of one PE
+   (P = 1) thus completes at `r + 3 (o + m)` (phase 1, phase 2, broadcast), not at `r`.
+2. The broadcast is a phase of its own with its own set-up `o` (`b(e) = q_b + o + e`), and the
+   line's root completes at `b(m - 1) + 1` even though it holds the result at `q_b`.
+3. A PE that is not a root completes the collective only when the broadcast reaches it
+   (`b(m - 1) + h |i - root| + 1`); its phase-1 done (`t(m - 1) + 1`) is not a completion.  An
+   intermediate root's phase-2 done (its last element leaving) likewise ends nothing.
+4. Wavelets never contend: any number of streams (phase-1 chains, phase-2 roots passing through
+   routers, the broadcast both ways) share a link or a router in the same cycle without delay, and
+   a router passes a wavelet on after `h` cycles whatever else it carries.
+5. A receiver buffers without limit: an upstream sender streams at its own pace even while the
+   receiver is not yet ready for the phase (a root still in phase 1 already receiving phase-2
+   elements); the elements wait and count as arrived at their arrival cycle.
+6. `h = 0` and `c = 0` are allowed: within one cycle the simulation repeats delivery and emission
+   until nothing more happens, so an element can leave, arrive and be passed on in the same cycle.
+   Two elements of the same PE never leave in the same cycle (`t(e - 1) + 1`).
+7. `op` ("sum" or "max") does not change the timing; the values are not computed.
+8. The cycle counter starts at `min(ready)` rather than 0: nothing can happen before the first PE
+   is ready, so the result is the same and long idle stretches are skipped.
+9. Local work is rounded up per step and per PE: `ceil(macs / macs_per_cycle)` with exact
+   arithmetic; a float `macs_per_cycle` is taken at its shortest decimal string (`repr`), so 4.0
+   is exactly 4 and 0.1 exactly 1/10.  Zero multiply-adds cost 0 cycles.
+10. A row with `n_y = 0` runs step 3 as a row collective of `m = 0` (done at its ready cycle, i.e.
+    when the step before completed, as it has no local work) and steps 4 to 6 as every other row
+    (it is a position of the column lines with `m = A`, `A`, `dp`).  A column collective's `m` is
+    the same on every position of the line (the table's `m` of steps 4 to 6 does not depend on
+    `n_y`); step 3's `m = A n_y` is the same on every PE of row `y`.
+11. Steps 4 and 5 (the softmax) are timed alike; step 4's `op` is "max", the others' "sum".
+12. `token` with `n_layers = 0` takes 0 cycles and has an empty `layer_done`; `cycles` is the
+    maximum over PEs of the last layer's completion, and `layer_done[k]` the maximum over PEs of
+    layer k's completion.
+13. A group size `G >= n` makes one group of the whole line; the groups' roots are positions of the
+    line, and phase 2's hops between two roots are `|distance|` (the routers between pass the
+    wavelet on, `h` cycles each hop, without entering their PEs).
+"""
+
+import math
+from fractions import Fraction
+
+
+def _line_nodes(n, group):
+    """The senders of the three phases of a line of `n` PEs, as plain dicts (docs/decode.md "Groups").
+
+    A node is one PE in one phase: `ups` the positions it receives from in that phase, `dest` the
+    position it sends to (None for a root that only adds, "both" for the broadcast), `q` the cycle
+    it is ready for the phase (None until known), `next_e` its next element, `last` the cycle its
+    previous element left, `next_phase` the node its phase-done makes ready.
+    """
+    groups = []
+    start = 0
+    while start < n:
+        end = min(start + group, n) - 1
+        groups.append((start, end, start + (end - start + 1) // 2))
+        start = end + 1
+    n_groups = len(groups)
+    line_root_index = n_groups // 2
+
+    def node(ph, pos, ups, dest):
+        return {"phase": ph, "pos": pos, "ups": ups, "dest": dest, "q": None, "next_e": 0, "last": None,
+                "next_phase": None, "done": None}
+
+    phase1 = {}
+    for start, end, root in groups:
+        for p in range(start, root):
+            phase1[p] = node(1, p, [p - 1] if p > start else [], p + 1)
+        for p in range(root + 1, end + 1):
+            phase1[p] = node(1, p, [p + 1] if p < end else [], p - 1)
+        ups = ([root - 1] if root > start else []) + ([root + 1] if root < end else [])
+        phase1[root] = node(1, root, ups, None)
+    roots = [root for _, _, root in groups]
+    phase2 = []
+    for k, root in enumerate(roots):
+        if k < line_root_index:
+            phase2.append(node(2, root, [roots[k - 1]] if k > 0 else [], roots[k + 1]))
+        elif k > line_root_index:
+            phase2.append(node(2, root, [roots[k + 1]] if k < n_groups - 1 else [], roots[k - 1]))
+        else:
+            ups = ([roots[k - 1]] if k > 0 else []) + ([roots[k + 1]] if k < n_groups - 1 else [])
+            phase2.append(node(2, root, ups, None))
+        # "A root starts phase 2 when it has finished phase 1."
+        phase1[root]["next_phase"] = phase2[-1]
+    line_root = roots[line_root_index]
+    broadcast = node(3, line_root, [], "both")
+    # The line's root broadcasts when it has finished phase 2.
+    phase2[line_root_index]["next_phase"] = broadcast
+    nodes = [phase1[p] for p in range(n)] + phase2 + [broadcast]
+    return nodes, line_root
+
+
+def line_collective(ready, m, group, hop, add, phase, op="sum"):
+    """Completion cycle of each position of one line, simulated cycle by cycle (docs/decode.md).
+
+    Wavelets in flight are kept by the cycle they reach their next router; a router passes a
+    wavelet on (`hop` cycles a hop) until it reaches its target PE, or, for the broadcast,
+    delivers it to its PE and passes it on to the end of the line.
+    """
+    n = len(ready)
+    assert n >= 1 and group >= 1 and m >= 0, (n, group, m)
+    assert hop >= 0 and add >= 0 and phase >= 0, (hop, add, phase)
+    assert op in ("sum", "max"), op  # Choice 7: the op does not change the timing
+    if m == 0:
+        return list(ready)  # "With m = 0 the collective completes on every PE at its r_i."
+    nodes, line_root = _line_nodes(n, group)
+    for nd in nodes[:n]:
+        nd["q"] = ready[nd["pos"]]  # phase 1: q = r_i
+    received = {}  # (phase, receiving position, sending position) -> arrival cycles, by element
+    in_flight = {}  # cycle -> wavelets reaching a router at that cycle
+    broadcast_in = [[] for _ in range(n)]  # arrival cycles of the broadcast's elements at each PE
+    complete = [None] * n
+
+    def launch(cycle, ph, src, at, step, target):
+        if 0 <= at < n:
+            in_flight.setdefault(cycle, []).append((ph, src, at, step, target))
+
+    def deliver(t):
+        moved = False
+        while in_flight.get(t):
+            ph, src, at, step, target = in_flight[t].pop(0)
+            moved = True
+            if ph == 3:  # every router delivers the broadcast to its PE and passes it on
+                broadcast_in[at].append(t)
+                launch(t + hop, ph, src, at + step, step, target)
+            elif at == target:
+                received.setdefault((ph, at, src), []).append(t)
+            else:  # a router between passes it through without entering its PE (phase 2)
+                launch(t + hop, ph, src, at + step, step, target)
+        in_flight.pop(t, None)
+        return moved
+
+    def may_leave(nd, t):
+        e = nd["next_e"]
+        if nd["q"] is None or e >= m:
+            return False
+        if t < nd["q"] + phase + e:  # its phase set up
+            return False
+        if nd["last"] is not None and nd["last"] > t - 1:  # previous element gone at t - 1 or earlier
+            return False
+        for up in nd["ups"]:  # the same element from every upstream sender arrived by t - c
+            arrivals = received.get((nd["phase"], nd["pos"], up), [])
+            if len(arrivals) <= e or arrivals[e] > t - add:
+                return False
+        return True
+
+    def leave(nd, t):
+        e = nd["next_e"]
+        nd["next_e"] = e + 1
+        nd["last"] = t
+        pos = nd["pos"]
+        if nd["dest"] == "both":
+            broadcast_in[pos].append(t)  # the root holds its own element at b(e)
+            launch(t + hop, 3, pos, pos - 1, -1, None)
+            launch(t + hop, 3, pos, pos + 1, +1, None)
+        elif nd["dest"] is not None:
+            step = 1 if nd["dest"] > pos else -1
+            launch(t + hop, nd["phase"], pos, pos + step, step, nd["dest"])
+        if e == m - 1:
+            nd["done"] = t + 1  # done with its last element: u(m - 1) + 1 (or t(m - 1) + 1)
+            if nd["next_phase"] is not None:
+                nd["next_phase"]["q"] = t + 1
+
+    t = min(ready)  # Choice 8
+    limit = max(ready) + 3 * (phase + m + 1 + n * (hop + add + 1)) + 10
+    while any(d is None or d > t for d in complete):
+        assert t <= limit, "decode_ref: line collective did not finish"
+        changed = True
+        while changed:  # Choice 6: repeat within the cycle (h = 0 or c = 0)
+            changed = deliver(t)
+            for nd in nodes:
+                if may_leave(nd, t):
+                    leave(nd, t)
+                    changed = True
+        for i in range(n):
+            if complete[i] is None and len(broadcast_in[i]) == m:
+                complete[i] = broadcast_in[i][m - 1] + 1  # b(m - 1) + h |i - root| + 1
+        t += 1
+    assert complete[line_root] == nodes[-1]["done"]
+    return complete
+
+
+def _rate(macs_per_cycle):
+    if isinstance(macs_per_cycle, float):
+        return Fraction(repr(macs_per_cycle))  # Choice 9: the float's decimal string
+    return Fraction(macs_per_cycle)
+
+
+def _work_cycles(macs, macs_per_cycle):
+    """Cycles of `macs` multiply-adds, rounded up to whole cycles (Choice 9)."""
+    rate = _rate(macs_per_cycle)
+    assert rate > 0 and macs >= 0, (rate, macs)
+    return math.ceil(Fraction(macs) / rate)
+
+
+def _step_table(dp, qp, fp, g, heads, n_y):
+    """docs/decode.md "One layer": (local multiply-adds, line, elements, op) of the ten steps."""
+    return [
+        (dp, "column", 1, "sum"),  # 1 first norm
+        (dp * qp, "column", qp, "sum"),  # 2 Q, K and V
+        (dp * n_y, "row", heads * n_y, "sum"),  # 3 scores against the cached keys, A a token (Choice 10)
+        (heads * n_y, "column", heads, "max"),  # 4 softmax: the maximum of each head (Choice 11)
+        (heads * n_y, "column", heads, "sum"),  # 5 softmax: the sum of each head
+        (n_y * dp, "column", dp, "sum"),  # 6 scores times the cached values
+        (dp * dp, "row", dp, "sum"),  # 7 output projection
+        (dp, "column", 1, "sum"),  # 8 second norm
+        (dp * g * fp, "column", g * fp, "sum"),  # 9 up and gate
+        (fp * dp, "row", dp, "sum"),  # 10 down projection
+    ]
+
+
+def layer(start, P, H, Q, F, gated, heads, rows_tokens, group, hop, add, phase, macs_per_cycle):
+    """Completion cycle of one layer on every PE (`[y][x]`), started on PE (y, x) at `start[y][x]`."""
+    assert P >= 1 and len(start) == P and all(len(row) == P for row in start), P
+    assert len(rows_tokens) == P, (P, rows_tokens)
+    dp, fp, qp = math.ceil(H / P), math.ceil(F / P), math.ceil(Q / P)
+    g = 2 if gated else 1
+    tables = [_step_table(dp, qp, fp, g, heads, rows_tokens[y]) for y in range(P)]
+    done = [list(row) for row in start]
+    for k in range(10):
+        # A PE starts a step's local work when the step before has completed on it.
+        ready = [[done[y][x] + _work_cycles(tables[y][k][0], macs_per_cycle) for x in range(P)] for y in range(P)]
+        kind = tables[0][k][1]
+        if kind == "column":  # line x: positions y = 0 ... P - 1
+            m = tables[0][k][2]
+            assert all(tables[y][k][2] == m for y in range(P)), (k, m)  # Choice 10
+            for x in range(P):
+                out = line_collective([ready[y][x] for y in range(P)], m, group, hop, add, phase, tables[0][k][3])
+                for y in range(P):
+                    done[y][x] = out[y]
+        else:  # line y: positions x = 0 ... P - 1, m = the row's own count
+            for y in range(P):
+                m = tables[y][k][2]
+                done[y] = line_collective(list(ready[y]), m, group, hop, add, phase, tables[y][k][3])
+    return done
+
+
+def token(P, H, Q, F, gated, heads, n_layers, rows_tokens, group, hop, add, phase, macs_per_cycle):
+    """One token: `n_layers` layers one after the other, the first starting at cycle 0 everywhere."""
+    assert n_layers >= 0, n_layers
+    done = [[0] * P for _ in range(P)]
+    layer_done = []
+    for _ in range(n_layers):
+        # Each layer's first step starts on a PE when the layer before completed on it.
+        done = layer(done, P, H, Q, F, gated, heads, rows_tokens, group, hop, add, phase, macs_per_cycle)
+        layer_done.append(max(max(row) for row in done))
+    cycles = layer_done[-1] if layer_done else 0  # Choice 12
+    return {"cycles": cycles, "layer_done": layer_done}
