@@ -76,11 +76,14 @@ def check_keys(text_or_keys) -> tuple:
     return tuple(keys)
 
 
-def calibration_rows(cases: list) -> list:
-    """The rows a fit uses: those marked calibration, or every row of a table that marks none."""
-    if any(c.role for c in cases):
-        return [c for c in cases if c.role == "calibration"]
-    return list(cases)
+def calibration_rows(cases: list, keys=None) -> list:
+    """The rows a fit uses: those marked calibration, or every row of a table that marks none; with
+    `keys`, those of them whose fit column names one of the keys or none (a table's rows of another
+    machine's keys do not enter the fit)."""
+    rows = [c for c in cases if c.role == "calibration"] if any(c.role for c in cases) else list(cases)
+    if keys is not None:
+        rows = [c for c in rows if not c.fit or set(c.fit) & set(keys)]
+    return rows
 
 
 def table_keys(cases: list) -> tuple:
@@ -127,7 +130,7 @@ def fit(cases: list, keys, progress=None, start: dict | None = None) -> Fit:
     from .params import param
 
     keys = check_keys(keys)
-    rows = calibration_rows(cases)
+    rows = calibration_rows(cases, keys)
     if not rows:
         raise InputError("the table has no calibration rows to fit to (its role column marks none calibration)")
     t0 = time.perf_counter()
@@ -179,7 +182,7 @@ def cross_validate(cases: list, keys, fitted: dict, progress=None) -> list[dict]
     to every row) and under the values fitted with its group left out (`left_out_values`)."""
     from .accuracy import evaluate
 
-    rows = calibration_rows(cases)
+    rows = calibration_rows(cases, keys)
     groups = list(dict.fromkeys(c.group or c.case for c in rows))
     if len(groups) < 2:
         raise InputError("--cross-validate: the calibration rows form fewer than two groups (the group column), "

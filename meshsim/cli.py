@@ -261,7 +261,7 @@ def _cross_validate(args, cases) -> int:
     from .calibrate import calibration_rows, cross_validate, format_cross_validation, start_values
 
     keys = _fit_keys(args.fit, cases, "--cross-validate")
-    fitted = start_values(calibration_rows(cases), keys)
+    fitted = start_values(calibration_rows(cases, keys), keys)
 
     def progress(n, group, f):
         if not args.json and not args.quiet:
