@@ -319,6 +319,8 @@ class ResultFile:
             copy_rows(old[name], self.f[name], lengths[name])
         for key in ("scenario_path", "scenario_text", "overrides", "created", "run_id"):
             self.f.attrs[key] = old.attrs[key]
+        if "model_notes" in old.attrs:  # said when the config was read; a resumed run reads the resolved scenario
+            self.f.attrs["model_notes"] = old.attrs["model_notes"]
         self._resumed()
 
     def _resumed(self) -> None:
