@@ -106,3 +106,15 @@ def test_the_shipped_rdu_values_are_a_fit_to_the_shipped_table():
     assert f.cost_after >= 0.99 * f.cost_before
     for k, v in RDU_FITTED.items():
         assert f.values[f"machine.{k}"] == pytest.approx(v, rel=0.05), k
+
+
+def test_fit_keys_take_only_the_calibration_rows_that_name_them():
+    from meshsim.accuracy import SHIPPED, read_table
+    from meshsim.calibrate import calibration_rows
+
+    cases = read_table(SHIPPED)
+    decode = calibration_rows(cases, ("machine.decode_phase_cycles",))
+    assert [c.case for c in decode] == [c.case for c in cases if c.case.startswith("WSE-2 LLaMA3-8B decode")]
+    rdu = calibration_rows(cases, ("machine.section_switch_cycles", "machine.host_seconds"))
+    assert rdu and all(c.case.startswith("SN30") for c in rdu)
+    assert len(calibration_rows(cases)) == len(decode) + len(rdu)
