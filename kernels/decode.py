@@ -182,9 +182,57 @@ def layer(done, dp, qp, fp, g, heads, rows_tokens, group, hop, add, phase, rate_
 @njit(cache=True)
 def token(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, hop, add, phase, rate_num, rate_den, layer_done):
     """One token (docs/decode.md, "A token"): its cycles; layer_done[k] = layer k's completion, the
-    latest over the PEs."""
+    latest over the PEs. With a token in every row it takes `_token_by_lines`, else the whole grid."""
+    if rows_tokens.min() >= 1:
+        return _token_by_lines(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, hop, add, phase, rate_num,
+                               rate_den, layer_done)
     done = np.zeros((p, p), np.int64)
     for k in range(n_layers):
         layer(done, dp, qp, fp, g, heads, rows_tokens, group, hop, add, phase, rate_num, rate_den)
         layer_done[k] = done.max()
+    return layer_done[n_layers - 1] if n_layers else 0
+
+
+@njit(cache=True)
+def _token_by_lines(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, hop, add, phase, rate_num, rate_den,
+                    layer_done):
+    """`token` computed one line a step. The collectives' recurrences are shift-equivariant (every
+    ready cycle later by s makes every cycle later by s), and each PE's local work depends on its row
+    alone, so the completion cycles stay the sum of a row part and a column part, done[y, x] = a[y] +
+    b[x]: a column collective's lines are one line shifted by b[x], giving a new a; a row collective
+    whose message has m >= 1 elements leaves every line's PEs at its last element's time plus
+    h |x - root| + 1, the same b for every row, and a row-dependent shift computed once per distinct m
+    (a row with m = 0 would break the form: the caller takes the whole grid then). The result equals
+    `layer` step for step (tests/test_decode_kernel.py)."""
+    a = np.zeros(p, np.int64)
+    b = np.zeros(p, np.int64)
+    ready = np.empty(p, np.int64)
+    out = np.empty(p, np.int64)
+    lens = np.empty(p, np.int64)
+    for k in range(n_layers):
+        for step in range(10):
+            for y in range(p):
+                macs, m = _step_shape(step, dp, qp, fp, g, heads, rows_tokens[y])
+                a[y] += _local(macs, rate_num, rate_den)
+                lens[y] = m
+            if STEP_LINES[step] == COLUMN:
+                line_collective(a, lens[0], group, hop, add, phase, out)
+                for y in range(p):
+                    a[y] = out[y]
+            else:
+                # a line of ready cycles b, its message m: its PEs complete at L(m) + h |x - root| + 1,
+                # L(m) its last element's leaving; row y's are a[y] later
+                last_m = -1
+                shift = 0
+                for y in range(p):
+                    if lens[y] != last_m:
+                        line_collective(b, lens[y], group, hop, add, phase, out)
+                        last_m = lens[y]
+                        shift = out.min()
+                    a[y] += shift
+                for x in range(p):
+                    ready[x] = out[x] - shift
+                for x in range(p):
+                    b[x] = ready[x]
+        layer_done[k] = a.max() + b.max()
     return layer_done[n_layers - 1] if n_layers else 0

@@ -551,11 +551,13 @@ def describe_model(model: Model, vocab_size: int) -> str:
 
 
 def scenario_model(values: dict) -> tuple[Model, int] | None:
-    """(the Model, vocab_size) of a resolved scenario whose workload is a transformer (layer_pipeline or
-    transformer), else None."""
+    """(the Model, vocab_size) of a resolved scenario whose workload is a transformer (layer_pipeline,
+    transformer or decode), else None."""
     wl = values.get("workload", {})
-    if wl.get("type") not in ("layer_pipeline", "transformer"):
+    if wl.get("type") not in ("layer_pipeline", "transformer", "decode"):
         return None
+    if wl["type"] == "decode":  # one new token a step, one sequence (docs/decode.md)
+        return model_from_workload({**wl, "seq_len": 1}, batch=1), int(wl.get("vocab_size", 0))
     return model_from_workload(wl), int(wl.get("vocab_size", 0))
 
 

@@ -110,7 +110,9 @@ def test_roles_are_read_and_the_shipped_table_says_which_rows_were_fitted(tmp_pa
     shipped = read_table(SHIPPED)
     assert all(c.role in ("calibration", "validation") for c in shipped)
     assert {c.case for c in shipped if c.role == "calibration"} == {c.case for c in shipped
-                                                                     if c.case.startswith("SN30")}
+                                                                     if c.case.startswith(("SN30", "WSE-2"))}
+    decode = [c for c in shipped if c.case.startswith("WSE-2")]  # docs/decode.md, "Calibration"
+    assert [c.fit for c in decode] == [("machine.decode_phase_cycles",)] * 2 and len({c.group for c in decode}) == 2
 
 
 def test_the_shipped_analytic_references_are_the_formulas(tmp_path):
@@ -135,7 +137,7 @@ def test_the_shipped_cases_print_their_errors_and_the_sn30_rows_lie_as_documente
 
     data = json.loads(capsys.readouterr().out)
     rows = {r["case"]: r for r in data["cases"]}
-    assert len(rows) == 30 and data["envelope"]["cases"] == 30
+    assert len(rows) == 32 and data["envelope"]["cases"] == 32
     for name, r in rows.items():
         assert math.isfinite(r["model"]) and r["error"] == pytest.approx(r["model"] / r["reference"] - 1), name
     assert all(rows[n]["within"] for n in rows if n.startswith("mesh"))
@@ -147,8 +149,11 @@ def test_the_shipped_cases_print_their_errors_and_the_sn30_rows_lie_as_documente
     # the CARAML rates of four GC200s: validation, no tolerance claimed, each error printed (docs/ipu.md)
     gc200 = [r for n, r in rows.items() if n.startswith("GC200")]
     assert len(gc200) == 2 and all(r["role"] == "validation" and r["within"] is None for r in gc200)
+    # docs/decode.md, "Calibration": WaferLLM's two decode measurements at the fitted phase set-up
+    decode = [r for n, r in rows.items() if n.startswith("WSE-2")]
+    assert len(decode) == 2 and all(abs(r["error"]) < 0.01 for r in decode)
     e = data["envelope"]
-    assert e["within"] == 25 and e["outside"] == 3 and e["without_tolerance"] == 2 and e["could_not_run"] == 0
+    assert e["within"] == 27 and e["outside"] == 3 and e["without_tolerance"] == 2 and e["could_not_run"] == 0
     assert main(["accuracy", "-q", "--check", "--only", "SN30 GPT-2 h480"]) == 1  # o3 time and sections outside
     capsys.readouterr()
     assert main(["accuracy", "-q", "--check", "--only", "mesh 8x8 zero-load"]) == 0

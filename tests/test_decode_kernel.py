@@ -74,3 +74,24 @@ def test_a_token_is_the_same_on_any_number_of_threads(threads):
         assert kernel_token(*args) == one
     finally:
         numba.set_num_threads(before)
+
+
+def whole_grid(p, h, q, f, gated, heads, n_layers, rows, group, hop, add, phase, rate):
+    frac = Fraction(repr(rate))
+    done = np.zeros((p, p), np.int64)
+    out = []
+    for _ in range(n_layers):
+        K.layer(done, -(-h // p), -(-q // p), -(-f // p), 2 if gated else 1, heads, np.array(rows, np.int64), group,
+                hop, add, phase, frac.numerator, frac.denominator)
+        out.append(int(done.max()))
+    return dict(cycles=out[-1], layer_done=out)
+
+
+@pytest.mark.parametrize("p,rows", [(24, [3 + (y % 5) for y in range(24)]), (37, [9] * 30 + [10] * 7),
+                                    (16, [1] * 15 + [40])])
+def test_a_token_by_lines_equals_the_whole_grid(p, rows):
+    # with a token in every row the kernel computes one line a step (the completion cycles stay a row
+    # part plus a column part); the whole grid, every line, must give the same cycles layer by layer
+    args = (p, 512, 768, 1376, True, 8, 4, rows, 5, 2, 1, 40, 4.0)
+    assert min(rows) >= 1
+    assert kernel_token(*args) == whole_grid(*args)

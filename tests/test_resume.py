@@ -60,8 +60,9 @@ CASES = {
     "diffusion": ("mesh_uniform_high_load.toml", ["machine.rows=32", "machine.cols=32", "run.cycles=1000",
                                                   'migration.policy="diffusion"', "output.flush_every_cycles=100"], 41),
     "ipu": ("ipu_gpt2_even.toml", ["run.steps=24"], 2),
+    "decode": ("wse2_llama3_8b_decode.toml", ["workload.output_tokens=40"], 1),
 }
-DEFAULT = ("uniform", "hotspot_stealing", "pipeline_train", "ipu")
+DEFAULT = ("uniform", "hotspot_stealing", "pipeline_train", "ipu", "decode")
 
 
 def _scenario(name, extra=()):
@@ -80,10 +81,11 @@ def first_calls(monkeypatch):
     """The progress (cycles; ipu: steps) at which each run's first kernel call starts, in order: a
     resumed run's must be its checkpoint's, not 0."""
     from meshsim.ipu.run import IpuRun
+    from meshsim.mesh.decode import DecodeRun
     from meshsim.mesh.run import MeshRun
 
     starts = []
-    for cls in (MeshRun, IpuRun):
+    for cls in (MeshRun, IpuRun, DecodeRun):
         def spy(self, _advance=cls.advance):
             if not getattr(self, "_spied", False):
                 self._spied = True

@@ -322,7 +322,7 @@ def test_a_choice_outside_the_allowed_strings_suggests_the_closest():
     )
     assert only_problem('[workload]\ntype = "hotspt"\n') == (
         's.toml: workload.type = "hotspt": must be one of "uniform", "hotspot", "skewed", '
-        '"trace", "traffic", "layer_pipeline", "transformer"; did you mean "hotspot"?'
+        '"trace", "traffic", "layer_pipeline", "transformer", "decode"; did you mean "hotspot"?'
     )
 
 

@@ -95,6 +95,7 @@ def measure(quick: bool = False, cycles: int = 300, log=print) -> dict:
     _checkpoint(fig, quick, log)
     _traffic(fig, sc, cycles, log)
     _pipeline(fig, quick, log)
+    _decode(fig, quick, log)
     fig.update(measure_contention(quick=quick, log=log))
     _reference(fig, log)
     return fig
@@ -514,6 +515,45 @@ def _traffic(fig: dict, sc, cycles: int, log) -> None:
         f"{hops:.2f} hops per PE-cycle)")
     _report_roofline(fig, "traffic", "routed traffic", fig["traffic_pe_cycles_per_second_all_cores"],
                      traffic_path_bytes(tsim, timed), log)
+
+
+def _decode(fig: dict, quick: bool, log) -> None:
+    """Decode on the wafer (docs/decode.md): one token of LLaMA3-8B's shape (32 layers, 4K context) on a
+    420 x 420 region, computed one line a step and over the whole grid, and the shipped scenario's
+    128-token generation (Llama 3 8B on 660 x 660)."""
+    import numpy as np
+
+    from kernels import decode as K
+
+    from ..scenario import load_scenario
+    from .decode import DecodeState, decode_spec, spread
+
+    p, layers = 420, (4 if quick else 32)
+    rows = spread(p, 4096)
+    args = (p, -(-4096 // p), -(-6144 // p), -(-14336 // p), 2, 32, layers)
+    tail = (21, 1, 1, 252, 4, 1, np.zeros(layers, np.int64))
+    K.token(*args, rows, *tail)  # compiled (or loaded) before the timing
+    K.token(*args, np.where(np.arange(p) == 0, 0, rows), *tail)
+    t = time.perf_counter()
+    by_lines = K.token(*args, rows, *tail)
+    fig["decode_token_by_lines_seconds"] = time.perf_counter() - t
+    grid_rows = rows.copy()
+    grid_rows[0] = 0  # a row without tokens: every line of every step is computed
+    t = time.perf_counter()
+    K.token(*args, grid_rows, *tail)
+    fig["decode_token_whole_grid_seconds"] = dt = time.perf_counter() - t
+    fig["decode_whole_grid_pe_cycles_per_second"] = p * p * by_lines / dt
+    log(f"decode, a token of {layers} LLaMA3-8B layers on {p} x {p} at 4K context: "
+        f"{fig['decode_token_by_lines_seconds'] * 1e3:.1f} ms one line a step, {dt:.2f} s over the whole grid "
+        f"({p * p * by_lines / dt / 1e6:.0f} million PE-cycles/s)")
+    scenario = SCENARIOS / "wse2_llama3_8b_decode.toml"
+    if scenario.is_file():
+        tokens = 16 if quick else 128
+        state = DecodeState(decode_spec(load_scenario(scenario, [("workload.output_tokens", tokens)])))
+        t = time.perf_counter()
+        state.advance(tokens)
+        fig["decode_generation_seconds"] = dt = time.perf_counter() - t
+        log(f"decode, the shipped Llama 3 8B scenario (660 x 660): {tokens} tokens in {dt:.2f} s")
 
 
 def _pipeline(fig: dict, quick: bool, log) -> None:

@@ -23,6 +23,9 @@ def check_scenario(ok, get, add, shown, path=None) -> None:
         add(wtype, [mtype], 'applies only when machine.type is "rdu" or "ipu"; the mesh runs a transformer as '
                             '"layer_pipeline"')
 
+    if ok(wtype) and get(wtype) == "decode":
+        _check_decode(ok, get, add, shown)
+
     t, q, pol = "migration.threshold", "machine.queue_capacity", "migration.policy"
     # With migration off the threshold is never compared with anything.
     if ok(t, q, pol) and get(pol) != "none" and get(t) >= get(q):
@@ -103,3 +106,15 @@ def check_scenario(ok, get, add, shown, path=None) -> None:
             add(meas, [warm, cyc], f"{warm} + {meas} = {get(warm) + get(meas)} must be at most {cyc} = {shown(cyc)}, "
                                    "so that the measurement window ends inside the run")
 
+
+
+def _check_decode(ok, get, add, shown) -> None:
+    """A decode scenario's own rules (docs/decode.md): a square region, one sequence, no training."""
+    rows, cols = "machine.rows", "machine.cols"
+    if ok(rows, cols) and get(rows) != get(cols):
+        add(cols, [rows], f"must equal {rows} = {shown(rows)}: decode runs on a square region of PEs")
+    if ok("workload.batch") and get("workload.batch") != 1:
+        add("workload.batch", ["workload.type"], "must be 1 for decode: the region decodes one sequence's "
+            "tokens (several sequences at once are not modelled yet)")
+    if ok("workload.training") and get("workload.training"):
+        add("workload.training", ["workload.type"], "must be false for decode, which generates tokens")

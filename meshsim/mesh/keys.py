@@ -27,6 +27,12 @@ _MESH = ("machine.type", ("mesh",))
 _BERNOULLI = ("workload.type", BERNOULLI_WORKLOADS)
 _TRAFFIC = ("workload.type", ("traffic",))
 _PIPELINE = ("workload.type", ("layer_pipeline",))
+_PIPELINE_DECODE = ("workload.type", ("layer_pipeline", "decode"))
+_DECODE = ("workload.type", ("decode",))
+
+#: machine.decode_phase_cycles as fitted to WaferLLM's decode measurements (docs/decode.md,
+#: "Calibration"; `meshsim calibrate`).
+DECODE_PHASE_CYCLES = 252
 
 #: The mesh has no presets: its keys' defaults are the WSE-2's.
 PRESETS: dict = {}
@@ -62,7 +68,7 @@ PARAMS: tuple[Param, ...] = (
     Param("machine", "pe_flops_per_cycle", "float", "FLOPs/cycle", WSE2_PE_FLOPS_PER_CYCLE,
           "Peak 16-bit FLOPs of one PE per cycle, its SIMD width (WSE-2: 4 fp16 multiply-adds, 8 FLOPs; "
           "850,000 PEs at 1.1 GHz are 7.5 PFLOP/s); fp32 at machine.fp32_rate of it.",
-          (0.001, 1e6), _PIPELINE),
+          (0.001, 1e6), _PIPELINE_DECODE),
     Param("machine", "sram_read_bytes_per_cycle", "int", "bytes/cycle", 16,
           "Bytes a PE's SRAM ports read per cycle for its arithmetic (WSE-2: two 64-bit reads); a PE's rate "
           "for an operator is bounded by the operands it must read (docs/mesh.md, \"The PE and the wavelets\").",
@@ -73,8 +79,26 @@ PARAMS: tuple[Param, ...] = (
           "Bytes of one wavelet, the message a link carries (WSE-2: 32 bits): a token's activation "
           "vector crosses a link as its bytes over this many messages.", (1, 4096), _PIPELINE),
     Param("machine", "sram_kib", "int", "KiB", 48,
-          "SRAM of each PE, which must hold the weights of its region's kernel (48 KiB on the WSE-2).",
-          (1, 1_048_576), _PIPELINE),
+          "SRAM of each PE, which must hold the weights of its region's kernel (48 KiB on the WSE-2); decode: "
+          "every layer's weight blocks and the key-value cache's share.",
+          (1, 1_048_576), _PIPELINE_DECODE),
+    Param("machine", "decode_add_cycles", "int", "cycles", 1,
+          "decode: cycles from a wavelet's arrival at a PE to its sum's leaving it, in a collective's chain "
+          "(docs/decode.md).", (0, 64), _DECODE),
+    Param("machine", "decode_phase_cycles", "int", "cycles", DECODE_PHASE_CYCLES,
+          "decode: cycles from a PE's being ready for a phase of a collective to its first wavelet (its task "
+          "and DSDs set up); fitted to WaferLLM's LLaMA3-8B measurements (docs/decode.md, \"Calibration\").",
+          (0, 100_000), _DECODE),
+    Param("workload", "output_tokens", "int", "tokens", 128,
+          "decode: tokens to generate, one after another.", (1, 1_048_576), _DECODE),
+    Param("workload", "kv_policy", "str", "", "shift",
+          "decode: how the key-value cache's rows take new tokens: shift (the new token enters the last row "
+          "and rows pass their oldest entries to the row above to stay within a token of each other, "
+          "WaferLLM's) or append (the new tokens stay in the last row, as a paged cache's tail does).",
+          ("shift", "append"), _DECODE),
+    Param("workload", "decode_group", "int", "PEs", 0,
+          "decode: PEs of a group of the collectives' two-level tree; 0: the whole number nearest "
+          "sqrt(machine.rows).", (0, 4096), _DECODE),
     Param("migration", "policy", "str", "", "least_loaded", policies.description(), policies.names(), _MESH),
     Param("migration", "threshold", "int", "tasks", 4,
           "A PE migrates only while its queue holds more than this many tasks (work_stealing: gives a "

@@ -11,7 +11,11 @@ from ..machine import Machine, register
 from . import checks, keys
 
 #: The workload types the mesh runs (workload.type).
-WORKLOADS = ("uniform", "hotspot", "skewed", "trace", "traffic", "layer_pipeline")
+WORKLOADS = ("uniform", "hotspot", "skewed", "trace", "traffic", "layer_pipeline", "decode")
+
+
+def _decoding(scenario) -> bool:
+    return scenario.get("workload", "type") == "decode"
 
 
 class MeshMachine(Machine):
@@ -28,6 +32,10 @@ class MeshMachine(Machine):
     compile_seconds = 110  # measured: a fresh Numba cache, two cores (docs/design.md, "Performance")
 
     def compile_scenario(self, scenario):
+        if _decoding(scenario):
+            from .decode import decode_spec
+
+            return decode_spec(scenario)
         from .sim import compile_scenario
 
         return compile_scenario(scenario)
@@ -43,22 +51,36 @@ class MeshMachine(Machine):
             from .pipeline import build
 
             build(scenario)
+        if _decoding(scenario):
+            from .decode import decode_spec
+
+            return decode_spec(scenario)
         return None
 
     def default_threads(self, inputs) -> int:
         from .sim import default_threads
 
+        if hasattr(inputs, "p"):  # a decode run's spec
+            return default_threads(inputs.p * inputs.p)
         return default_threads(inputs.rows * inputs.cols)
 
     def trace_events(self, f, values: dict, timeline) -> None:
+        from ..errors import InputError
         from .perfetto import trace_events
 
+        if values.get("workload", {}).get("type") == "decode":
+            raise InputError("a mesh decode result has no timeline to export yet (its tokens/ table has each "
+                             "token's start and length)")
         trace_events(f, values, timeline)
 
     def check_scenario(self, ok, get, add, shown, path=None) -> None:
         checks.check_scenario(ok, get, add, shown, path)
 
     def start(self, scenario, inputs, per_call: int | None = None):
+        if _decoding(scenario):
+            from .decode import DecodeRun
+
+            return DecodeRun(scenario, inputs, per_call)
         from .run import MeshRun
 
         return MeshRun(scenario, inputs, per_call)
@@ -68,6 +90,11 @@ class MeshMachine(Machine):
 
     def describe(self, label: str, scenario, inputs) -> str:
         m = scenario.values["machine"]
+        if _decoding(scenario):
+            w = scenario.values["workload"]
+            return (f"{label}: valid ({self.name} region {m['rows']} x {m['cols']}, decode of {w['output_tokens']:,} "
+                    f"tokens after {w['context']:,}, cache {w['kv_policy']}; the cache holds at most "
+                    f"{inputs.longest_context():,} tokens)")
         return (f"{label}: valid ({self.name} {m['rows']} x {m['cols']}, {scenario.get('workload', 'type')} workload, "
                 f"migration {scenario.get('migration', 'policy')}, {scenario.get('run', 'cycles'):,} cycles)")
 
@@ -113,6 +140,10 @@ class MeshMachine(Machine):
     def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
         from . import report
 
+        if "decode_tokens" in summary:
+            from .decode import summary_lines
+
+            return summary_lines(summary)
         return report.summary_lines(summary, regions)
 
     def read_regions(self, f, path):
@@ -120,9 +151,11 @@ class MeshMachine(Machine):
 
         return report.read_regions(f, path)
 
-    def analyse(self, f, values: dict, cycles: int, window, path) -> dict:
+    def analyse(self, f, values: dict, cycles: int, window, path) -> dict | None:
         from . import analysis
 
+        if values.get("workload", {}).get("type") == "decode":
+            return None  # the load balance of units/busy_cycles (meshsim.analysis.busy_only)
         return analysis.analyse(f, values, cycles, window, path)
 
 

@@ -1,0 +1,406 @@
+"""Decode on the wafer: the mesh's `decode` workload (docs/decode.md). A generation of
+workload.output_tokens tokens after workload.context cached ones, on a P x P region laid out as
+WaferLLM lays it out, each token timed by the decode kernel (kernels/decode.py), the key-value
+cache's rows kept by workload.kv_policy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from kernels import decode as K
+
+from .. import metrics
+from ..errors import InputError
+from ..machine import Run
+from ..output import ResultFile, describe
+from ..transformer import MLP_SHAPES, model_from_workload
+
+#: The cache's policies (docs/decode.md, "The key-value cache").
+POLICIES = ("shift", "append")
+#: Seconds between flushes of the result file.
+FLUSH_SECONDS = 1.0
+
+
+def default_group(p: int) -> int:
+    """The tree's group when workload.decode_group is 0: the whole number nearest sqrt(P)."""
+    return max(1, round(math.sqrt(p)))
+
+
+@dataclass(frozen=True)
+class DecodeSpec:
+    """What the kernel and the cache need, from a validated scenario (docs/decode.md's names)."""
+
+    p: int
+    dp: int
+    qp: int
+    fp: int
+    kp: int
+    g: int
+    heads: int
+    n_layers: int
+    group: int
+    hop: int
+    add: int
+    phase: int
+    rate_num: int
+    rate_den: int
+    context: int
+    output_tokens: int
+    policy: str
+    element_bytes: int
+    sram_bytes: int
+    clock_ghz: float
+
+    @property
+    def weight_bytes_per_pe(self) -> int:
+        """Bytes of every layer's weight blocks and its two norms' scales on one PE."""
+        d, f = self.dp, self.fp
+        return self.n_layers * (d * self.qp + d * d + d * self.g * f + f * d + 2 * d) * self.element_bytes
+
+    @property
+    def token_bytes_per_pe(self) -> int:
+        """Bytes one cached token takes on each PE of its row: its keys' and values' slices, every layer."""
+        return 2 * self.kp * self.n_layers * self.element_bytes
+
+    @property
+    def row_capacity(self) -> int:
+        """Tokens each row's PEs have room for beside the weights."""
+        return max(0, self.sram_bytes - self.weight_bytes_per_pe) // self.token_bytes_per_pe
+
+    @property
+    def shift_cycles(self) -> int:
+        """Cycles of one shift of the cache between rows: each moving row streams one token's keys and
+        values of every layer to the row above (docs/decode.md, "The key-value cache")."""
+        return self.phase + self.token_bytes_per_pe // self.element_bytes + self.hop
+
+    def longest_context(self) -> int:
+        """The most tokens the cache holds: every row full (shift), or the prompt's rows and the last
+        row full (append)."""
+        if self.policy == "shift":
+            return self.p * self.row_capacity
+        rows = spread(self.p, self.context)
+        return int(rows[:-1].sum()) + self.row_capacity
+
+
+def decode_spec(scenario) -> DecodeSpec:
+    """The spec of a decode scenario; InputError where the weights do not fit the region's PEs, or the
+    prompt's cache does not fit beside them."""
+    m, w = scenario.values["machine"], scenario.values["workload"]
+    model = model_from_workload(w, batch=1)
+    p = int(m["rows"])
+    rate = Fraction(repr(float(m["pe_flops_per_cycle"]))) / 2
+    q = model.attention_size + 2 * model.kv_size
+    spec = DecodeSpec(p=p, dp=-(-model.hidden_size // p), qp=-(-q // p), fp=-(-model.ffn_size // p),
+                      kp=-(-model.kv_size // p), g=MLP_SHAPES[model.mlp][0], heads=model.n_heads,
+                      n_layers=model.n_layers, group=int(w["decode_group"]) or default_group(p),
+                      hop=int(m["hop_latency_cycles"]), add=int(m["decode_add_cycles"]),
+                      phase=int(m["decode_phase_cycles"]), rate_num=rate.numerator, rate_den=rate.denominator,
+                      context=int(w["context"]), output_tokens=int(w["output_tokens"]), policy=str(w["kv_policy"]),
+                      element_bytes=model.element_bytes, sram_bytes=int(m["sram_kib"]) * 1024,
+                      clock_ghz=float(m["clock_ghz"]))
+    if spec.weight_bytes_per_pe > spec.sram_bytes:
+        raise InputError([f"machine.rows = {p}: the model's weights need {spec.weight_bytes_per_pe:,} bytes on each PE "
+                          f"of a {p} x {p} region, and a PE has {spec.sram_bytes:,} (machine.sram_kib); use a larger "
+                          "region, or fewer layers (workload.n_layers): decode over several regions is not modelled"])
+    need = int(spread(p, spec.context + 1).max())
+    if need > spec.row_capacity:
+        raise InputError([f"workload.context = {spec.context:,}: the first token's cache needs {need:,} tokens on a "
+                          f"row, and a row has room for {spec.row_capacity:,} beside the weights "
+                          f"({spec.token_bytes_per_pe:,} bytes a token on each PE)"])
+    return spec
+
+
+def spread(p: int, tokens: int) -> np.ndarray:
+    """`tokens` over p rows as evenly as can be, the last `tokens mod p` rows one more."""
+    base, extra = divmod(tokens, p)
+    rows = np.full(p, base, np.int64)
+    if extra:
+        rows[p - extra:] += 1
+    return rows
+
+
+def add_token(spec: DecodeSpec, rows: np.ndarray) -> tuple[np.ndarray, int]:
+    """The rows after one more token joins the cache, and the token-moves between neighbouring rows
+    that kept them so (docs/decode.md, "The key-value cache")."""
+    if spec.policy == "append":
+        out = rows.copy()
+        out[-1] += 1
+        return out, 0
+    out = spread(spec.p, int(rows.sum()) + 1)
+    # across the boundary above row y pass what lies at y and below, the new token with it, less
+    # what stays there
+    below_before = np.cumsum(rows[::-1])[::-1]
+    below_after = np.cumsum(out[::-1])[::-1]
+    return out, int((below_before[1:] + 1 - below_after[1:]).sum())
+
+
+def token_busy(spec: DecodeSpec, rows: np.ndarray) -> np.ndarray:
+    """Cycles of local work (multiply-adds) each row's PEs do in one token, every layer."""
+    d, f, a = spec.dp, spec.fp, spec.heads
+    macs = [np.full(spec.p, d), np.full(spec.p, d * spec.qp), d * rows, a * rows, a * rows, rows * d,
+            np.full(spec.p, d * d), np.full(spec.p, d), np.full(spec.p, d * spec.g * f), np.full(spec.p, f * d)]
+    cycles = sum((np.asarray(x, np.int64) * spec.rate_den + spec.rate_num - 1) // spec.rate_num for x in macs)
+    return spec.n_layers * cycles
+
+
+class DecodeState:
+    """A generation between kernel calls: tokens done, the cycle, the cache's rows, per-row busy cycles."""
+
+    def __init__(self, spec: DecodeSpec):
+        self.spec = spec
+        self.tokens_done = 0
+        self.cycle = 0
+        self.rows = spread(spec.p, spec.context)
+        self.busy = np.zeros(spec.p, np.int64)
+        self.moved = 0
+        self.layer_cycles = 0  # the tokens' layers, without the shifts between them
+        self.full = False  # the cache took no more: the generation ended early
+        self.latencies: list = []
+
+    def advance(self, n: int) -> tuple:
+        """Decode up to n tokens: (their rows of the tokens/ table, TOKEN_COLUMNS in order; the cache's
+        rows after each)."""
+        spec = self.spec
+        out, caches = [], []
+        layer_done = np.zeros(spec.n_layers, np.int64)
+        while len(out) < n and not self.finished:
+            rows, moved = add_token(spec, self.rows)
+            if rows.max() > spec.row_capacity:
+                self.full = True
+                break
+            cycles = int(K.token(spec.p, spec.dp, spec.qp, spec.fp, spec.g, spec.heads, spec.n_layers, rows,
+                                 spec.group, spec.hop, spec.add, spec.phase, spec.rate_num, spec.rate_den, layer_done))
+            shift = spec.shift_cycles if moved else 0
+            out.append((self.tokens_done, self.cycle, cycles + shift, cycles, shift, int(rows.sum()), int(rows.max()),
+                        int(np.argmax(rows)), moved))
+            caches.append(rows)
+            self.busy += token_busy(spec, rows)
+            self.cycle += cycles + shift
+            self.layer_cycles += cycles
+            self.rows, self.moved = rows, self.moved + moved
+            self.tokens_done += 1
+            self.latencies.append(cycles + shift)
+        shape = (len(out), spec.p)
+        return (np.array(out, np.int64).reshape(len(out), len(TOKEN_COLUMNS)),
+                np.array(caches, np.int64).reshape(shape))
+
+    @property
+    def finished(self) -> bool:
+        return self.full or self.tokens_done >= self.spec.output_tokens
+
+
+#: The tokens/ table's columns: name -> (units, description).
+TOKEN_COLUMNS = {
+    "token": ("1", "decoded token, from 0"),
+    "start_cycle": ("cycle", "cycle the token starts (the one before has finished, its cache shifted)"),
+    "cycles": ("cycles", "the token's time: its layers and the cache's shift after it"),
+    "layer_cycles": ("cycles", "its layers, one after the other, on the region"),
+    "shift_cycles": ("cycles", "the cache's shift between rows after it (0: none)"),
+    "context": ("tokens", "keys it attends to: the cache with its own"),
+    "cache_max_row_tokens": ("tokens", "the fullest row's tokens"),
+    "cache_max_row": ("1", "the fullest row (the lowest of equals)"),
+    "moved_tokens": ("tokens", "tokens the shift passed to a neighbouring row"),
+}
+
+
+class DecodeResultWriter(ResultFile):
+    """A decode run's file: the tokens/ table, the cache's rows per token, per-PE busy cycles."""
+
+    def __init__(self, final_path, scenario, spec: DecodeSpec, *, threads: int, compression_level: int):
+        super().__init__(final_path, scenario, "mesh", threads, 0, compression_level)
+        f, p = self.f, spec.p
+        self.n = 0
+        self.row = self._scale(f, "row", np.arange(p, dtype=np.int32), "1", "row of PEs (the cache's sequence axis)")
+        self.col = self._scale(f, "col", np.arange(p, dtype=np.int32), "1", "column of PEs")
+        g = f.create_group("tokens")
+        g.attrs["description"] = "one row per decoded token, in order (docs/decode.md, \"Result file\")"
+        self.token = self._scale(g, "token_row", np.zeros(0, np.int64), "1", "decoded token", grow=True)
+        self.cols = {}
+        for name, (units, desc) in TOKEN_COLUMNS.items():
+            ds = g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(8192,), **self.comp)
+            describe(ds, units, desc)
+            ds.dims[0].attach_scale(self.token)
+            self.cols[name] = ds
+        occ = f.create_group("occupancy")
+        occ.attrs["description"] = "the key-value cache's tokens on each row of PEs after each decoded token"
+        self.cache = occ.create_dataset("cache_tokens", shape=(0, p), maxshape=(None, p), dtype=np.int32,
+                                        chunks=(max(1, 65536 // p), p), **self.comp)
+        describe(self.cache, "tokens", "tokens of the cache each row's PEs hold, after each token")
+        self.cache.dims[0].attach_scale(self.token)
+        self.cache.dims[1].attach_scale(self.row)
+        u = f.create_group("units")
+        u.attrs["description"] = "per-PE totals over the tokens decoded"
+        self.busy = u.create_dataset("busy_cycles", data=np.zeros((p, p), np.int64), chunks=True, **self.comp)
+        describe(self.busy, "cycles", "cycles of local work (multiply-adds) each PE did")
+        self.busy.dims[0].attach_scale(self.row)
+        self.busy.dims[1].attach_scale(self.col)
+        f.create_group("summary").attrs["description"] = "the run's figures (docs/decode.md, \"Result file\")"
+
+    def _resumed(self) -> None:
+        self.n = int(self.token.shape[0])
+
+    def append(self, table, caches) -> None:
+        """Rows of the tokens just decoded, after those written before; the count moves last."""
+        n0 = self.n
+        self._put(self.token, n0, np.arange(n0, n0 + len(table), dtype=np.int64))
+        for i, name in enumerate(TOKEN_COLUMNS):
+            self._put(self.cols[name], n0, table[:, i])
+        self._put(self.cache, n0, caches.astype(np.int32))
+        self.n = n0 + len(table)
+
+    def write_busy(self, busy_rows) -> None:
+        self.busy[...] = np.repeat(np.asarray(busy_rows, np.int64)[:, None], self.busy.shape[1], axis=1)
+
+    def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
+        self._finishing()
+        if complete:
+            self.f.attrs["cycles_requested"] = cycles_done
+        return super().finish(summary, cycles_done, complete)
+
+
+def summarise(spec: DecodeSpec, state: DecodeState, wall: float, kernel_seconds: float, threads: int,
+              start_cycle: int = 0) -> dict:
+    """A decode run's figures: the stable names (docs/design.md, "Result files") and its own (docs/decode.md)."""
+    nan = float("nan")
+    p, cycles, done = spec.p, state.cycle, state.tokens_done
+    busy = np.repeat(state.busy[:, None], p, axis=1)
+    lat = np.array(state.latencies, np.int64)
+    la = metrics.sample_latency_stats(lat)
+    ms = 1e3 / (spec.clock_ghz * 1e9)
+    cache = metrics.load_balance(state.rows)
+    return {
+        "cycles": cycles,
+        "n_units": p * p,
+        **metrics.balance_figures(busy, cycles),
+        **metrics.latency_figures(la),
+        "injected": done,
+        "refused": spec.output_tokens - done if state.full else 0,
+        "completed": done,
+        "in_system_at_end": 0,
+        "migrated": state.moved,
+        "decode_tokens": done,
+        "decode_context_start": spec.context,
+        "decode_context_end": int(state.rows.sum()),
+        "decode_longest_context": spec.longest_context(),
+        "decode_cache_full": bool(state.full),
+        "kv_policy": spec.policy,
+        "region": p,
+        "time_per_token_ms_mean": float(lat.mean()) * ms if done else nan,
+        "time_per_token_ms_p50": la["p50"] * ms if done else nan,
+        "time_per_token_ms_p99": la["p99"] * ms if done else nan,
+        "tokens_per_second": done / (cycles * ms / 1e3) if cycles else nan,
+        "cycles_per_layer": state.layer_cycles / (done * spec.n_layers) if done else nan,
+        "cache_li": cache["li"],
+        "cache_max_row_tokens": int(state.rows.max()),
+        "cache_row_capacity": spec.row_capacity,
+        "weight_bytes_per_pe": spec.weight_bytes_per_pe,
+        "clock_ghz": spec.clock_ghz,
+        "simulated_seconds": cycles * ms / 1e3,
+        "wall_seconds": wall,
+        "kernel_seconds": kernel_seconds,
+        "pe_cycles_per_second": p * p * (cycles - start_cycle) / kernel_seconds if kernel_seconds else nan,
+        "threads": threads,
+    }
+
+
+class DecodeRun(Run):
+    """A decode run between kernel calls: some tokens a call, their rows written as they come."""
+
+    def __init__(self, scenario, spec: DecodeSpec, per_call: int | None = None):
+        self.scenario = scenario
+        self.spec = spec
+        self.state = DecodeState(spec)
+        self.per_call = per_call or 4
+        self.total = spec.output_tokens
+        self._rows = None
+
+    def open_writer(self, path, threads: int) -> DecodeResultWriter:
+        return DecodeResultWriter(path, self.scenario, self.spec, threads=threads,
+                                  compression_level=self.scenario.get("output", "compression_level"))
+
+    @property
+    def finished(self) -> bool:
+        return self.state.finished
+
+    @property
+    def done(self) -> int:
+        return self.state.tokens_done
+
+    @property
+    def cycle(self) -> int:
+        return self.state.cycle
+
+    def advance(self) -> int:
+        before = self.state.tokens_done
+        self._rows = self.state.advance(self.per_call)
+        return self.state.tokens_done - before
+
+    def record(self, writer) -> None:
+        writer.append(*self._rows)
+
+    def record_nothing(self) -> None:
+        return None
+
+    def catch_up(self, writer) -> None:
+        if writer.n < self.state.tokens_done:
+            writer.append(*self._rows)
+
+    def flush_due(self, seconds_since_flush: float) -> bool:
+        return seconds_since_flush >= FLUSH_SECONDS
+
+    def prepare_flush(self, writer) -> None:
+        writer.write_busy(self.state.busy)
+
+    def summarise(self, timing) -> dict:
+        return summarise(self.spec, self.state, timing.wall, timing.kernel_total, timing.threads, timing.start_cycle)
+
+    def write_final(self, writer) -> None:
+        writer.write_busy(self.state.busy)
+
+    def checkpoint(self) -> tuple:
+        s = self.state
+        return (dict(tokens_done=s.tokens_done, cycle=s.cycle, moved=s.moved, full=s.full,
+                     layer_cycles=s.layer_cycles),
+                dict(rows=s.rows, busy=s.busy))
+
+    def restore(self, values: dict, arrays: dict, writer) -> None:
+        s = self.state
+        for name in ("rows", "busy"):
+            a = arrays.get(name)
+            if a is None or a.shape != (self.spec.p,):
+                raise InputError(f"checkpoint array {name}: does not fit this run's region, so the run cannot resume; "
+                                 "run the scenario again")
+            setattr(s, name, a.astype(np.int64, copy=True))
+        s.tokens_done, s.cycle = int(values["tokens_done"]), int(values["cycle"])
+        s.moved, s.full, s.layer_cycles = int(values["moved"]), bool(values["full"]), int(values["layer_cycles"])
+        if writer.n != s.tokens_done:
+            raise InputError(f"{writer.path}: holds {writer.n} tokens and its checkpoint {s.tokens_done}; the run "
+                             "cannot resume")
+        s.latencies = list(writer.cols["cycles"][:writer.n].astype(np.int64)) if writer.n else []
+
+
+def summary_lines(s: dict) -> list:
+    """The one-screen summary of a decode run."""
+    from ..report import fmt as _f
+
+    full = " (the cache filled: the generation stopped early)" if s.get("decode_cache_full") else ""
+    return [
+        f"decode        {_f(s['decode_tokens'])} tokens{full} on a {_f(s['region'])} x {_f(s['region'])} region, "
+        f"context {_f(s['decode_context_start'])} -> {_f(s['decode_context_end'])} tokens",
+        f"time/token    mean {_f(s['time_per_token_ms_mean'])} ms, p50 {_f(s['time_per_token_ms_p50'])}, p99 "
+        f"{_f(s['time_per_token_ms_p99'])}; {_f(s['tokens_per_second'])} tokens/s per request; "
+        f"{_f(s['cycles_per_layer'])} cycles a layer",
+        f"cache         {s['kv_policy']}: LI {_f(s['cache_li'])} over the rows (mean/max tokens); the fullest row "
+        f"holds {_f(s['cache_max_row_tokens'])} of {_f(s['cache_row_capacity'])}; longest context "
+        f"{_f(s['decode_longest_context'])} tokens; {_f(s['migrated'])} tokens shifted between rows",
+        f"LI            {_f(s['li'])} over {_f(s['n_units'])} PEs (local work, mean/max busy; Jain "
+        f"{_f(s['jain_index'])}); busy {_f(s['utilization'])} of PE-cycles",
+        f"memory        weights {_f(s['weight_bytes_per_pe'])} bytes a PE",
+        f"speed         {_f(s['pe_cycles_per_second'], 3)} PE-cycles/s; {_f(s['wall_seconds'], 3)} s wall",
+    ]

@@ -1,0 +1,130 @@
+"""The mesh's decode workload (docs/decode.md): the cache's policies, the run, its file and summary,
+its refusals, and each token's cycles against the reference."""
+
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import meshsim
+from kernels.reference import decode_ref as R
+from meshsim.errors import InputError
+from meshsim.mesh.decode import decode_spec, spread
+from meshsim.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: A small model on a 12 x 12 region: H 96, 4 heads of 24 (2 key-value), a gated MLP of 256, 3 layers.
+SMALL = ("machine.type=mesh", "machine.rows=12", "machine.cols=12", "migration.policy=none", "workload.type=decode",
+         "workload.hidden_size=96", "workload.n_layers=3", "workload.n_heads=4", "workload.n_kv_heads=2",
+         "workload.ffn_width=256", "workload.mlp=gated", "workload.bias=false", "workload.batch=1",
+         "workload.context=30", "workload.output_tokens=12", "machine.sram_kib=6")
+
+
+def spec_of(*overrides):
+    return decode_spec(load_scenario(None, [*SMALL, *overrides], text=""))
+
+
+def test_the_prompt_is_spread_evenly_and_shift_keeps_the_rows_within_a_token():
+    assert spread(5, 12).tolist() == [2, 2, 2, 3, 3]
+    spec = spec_of()
+    from meshsim.mesh.decode import add_token
+
+    rows, moved = add_token(spec, spread(12, 30))  # 2 a row, the last 6 rows 3: the new token ends in row 5
+    assert rows.tolist() == spread(12, 31).tolist()
+    # rows 6-11 each pass one entry up, so every boundary from row 11 up to row 6 carries one token
+    assert moved == 6
+    three, _ = add_token(spec_of("machine.rows=3", "machine.cols=3", "workload.context=4", "machine.sram_kib=512"),
+                         spread(3, 4))
+    assert three.tolist() == [1, 2, 2]
+    append = spec_of("workload.kv_policy=append")
+    rows, moved = add_token(append, spread(12, 30))
+    assert rows.tolist() == [2] * 6 + [3] * 5 + [4] and moved == 0
+
+
+def test_memory_the_row_capacity_and_the_longest_context():
+    spec = spec_of()
+    # dp 8, qp ceil((96 + 2 x 48) / 12) = 16, fp 22, kp 4, g 2: per layer 8x16 + 64 + 8x2x22 + 22x8 + 16
+    assert (spec.dp, spec.qp, spec.fp, spec.kp) == (8, 16, 22, 4)
+    assert spec.weight_bytes_per_pe == 3 * (128 + 64 + 352 + 176 + 16) * 2
+    assert spec.token_bytes_per_pe == 2 * 4 * 3 * 2
+    assert spec.row_capacity == (6144 - spec.weight_bytes_per_pe) // 48 == 36
+    assert spec.longest_context() == 12 * 36
+    assert spec_of("workload.kv_policy=append").longest_context() == int(spread(12, 30)[:-1].sum()) + 36
+
+
+def test_a_run_writes_its_tokens_and_each_token_is_the_reference_s(tmp_path):
+    res = meshsim.run({}, list(SMALL), out=tmp_path / "d.h5")
+    s = res.summary
+    assert s["decode_tokens"] == s["completed"] == 12 and s["decode_context_end"] == 42 and not s["decode_cache_full"]
+    spec = spec_of()
+    rate = Fraction(8, 2)
+    with h5py.File(tmp_path / "d.h5") as f:
+        t = {k: f[f"tokens/{k}"][()] for k in ("cycles", "layer_cycles", "shift_cycles", "start_cycle", "context")}
+        cache = f["occupancy/cache_tokens"][()]
+        busy = f["units/busy_cycles"][()]
+        assert f.attrs["complete"] and busy.shape == (12, 12)
+    assert t["context"].tolist() == list(range(31, 43))
+    assert (t["cycles"] == t["layer_cycles"] + t["shift_cycles"]).all()
+    assert t["start_cycle"].tolist() == np.concatenate([[0], np.cumsum(t["cycles"])[:-1]]).tolist()
+    assert s["cycles"] == int(t["cycles"].sum())
+    for i in (0, 5, 11):  # the reference, from the cache's rows of that token
+        ref = R.token(12, 96, 96 + 2 * 48, 256, True, 4, 3, cache[i].tolist(), spec.group, 1, 1, spec.phase, rate)
+        assert ref["cycles"] == t["layer_cycles"][i]
+    assert s["time_per_token_ms_mean"] == pytest.approx(t["cycles"].mean() / 1.1e6)
+    assert s["cycles_per_layer"] == pytest.approx(t["layer_cycles"].mean() / 3)
+    assert s["cache_li"] == pytest.approx(cache[-1].mean() / cache[-1].max())
+    # report judges the LI of the PEs' local work, recomputed from the file
+    assert res.report()["whole"]["li"] == pytest.approx(s["li"])
+
+
+def test_the_policies_move_the_longest_context_and_append_stops_when_the_tail_is_full(tmp_path):
+    shift = meshsim.run({}, [*SMALL, "workload.output_tokens=40"], out=tmp_path / "s.h5").summary
+    append = meshsim.run({}, [*SMALL, "workload.output_tokens=40", "workload.kv_policy=append"],
+                         out=tmp_path / "a.h5").summary
+    assert shift["decode_tokens"] == 40 and shift["cache_li"] > 0.9 and shift["migrated"] > 0
+    # the last row starts with 3 of its 36 and takes every new token: 33 tokens, then the cache is full
+    assert append["decode_tokens"] == 33 and append["decode_cache_full"] and append["refused"] == 7
+    assert append["cache_max_row_tokens"] == 36 and append["cache_li"] < 0.5
+    assert append["decode_longest_context"] < shift["decode_longest_context"]
+    # the tail's growing row lengthens the attention's messages: later tokens take longer
+    with h5py.File(tmp_path / "a.h5") as f:
+        cycles = f["tokens/layer_cycles"][()]
+    assert (np.diff(cycles) >= 0).all() and cycles[-1] > cycles[0]
+
+
+def test_a_run_is_the_same_on_one_thread_and_two(tmp_path):
+    one = meshsim.run({}, [*SMALL, "workload.context=3"], out=tmp_path / "1.h5", threads=1)  # rows without tokens
+    two = meshsim.run({}, [*SMALL, "workload.context=3"], out=tmp_path / "2.h5", threads=2)
+    with h5py.File(tmp_path / "1.h5") as a, h5py.File(tmp_path / "2.h5") as b:
+        assert (a["tokens/cycles"][()] == b["tokens/cycles"][()]).all()
+    assert one.summary["cycles"] == two.summary["cycles"]
+
+
+@pytest.mark.parametrize("override,message", [
+    ("machine.cols=13", "machine.cols = 13: must equal machine.rows = 12: decode runs on a square region"),
+    ("workload.batch=2", "workload.batch = 2: must be 1 for decode"),
+    ("workload.training=true", "workload.training = true: must be false for decode"),
+    ("workload.n_layers=12", "the model's weights need 17,664 bytes on each PE of a 12 x 12 region"),
+    ("workload.context=500", "workload.context = 500: the first token's cache needs 42 tokens on a row, and a "
+                             "row has room for 36"),
+])
+def test_bad_decode_scenarios_are_refused_naming_the_key(tmp_path, override, message):
+    (tmp_path / "d.toml").write_text("")
+    p = subprocess.run([sys.executable, "-m", "meshsim", "validate", "d.toml", *SMALL, override], capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert message in p.stderr
+
+
+def test_the_shipped_scenario_is_valid_and_says_what_the_cache_holds(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "meshsim", "validate", ROOT / "scenarios" / "wse2_llama3_8b_decode.toml"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "region 660 x 660, decode of 128 tokens after 4,095, cache shift; the cache holds at most 28,380" in p.stdout
+    with pytest.raises(InputError, match='must be one of "shift", "append"'):
+        load_scenario(ROOT / "scenarios" / "wse2_llama3_8b_decode.toml", ["workload.kv_policy=paged"])
