@@ -157,8 +157,11 @@ def test_the_first_hour_resume_runs(tmp_path):
     assert incomplete.endswith(".incomplete.h5")
     cwd = _scratch(tmp_path)
     checkpoint = cwd / incomplete.replace(".incomplete.h5", ".checkpoint.h5")
+    # Ctrl-C as on a terminal: a new session, and SIGINT handled even where the tests were started with it
+    # ignored (in the background, or under nohup), which the run would then keep ignoring
     proc = subprocess.Popen([sys.executable, "-m", "meshsim", *_argv(start)], cwd=cwd, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + COMMAND_TIMEOUT
         while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
