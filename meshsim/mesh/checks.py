@@ -107,7 +107,6 @@ def check_scenario(ok, get, add, shown, path=None) -> None:
                                    "so that the measurement window ends inside the run")
 
 
-
 def _check_decode(ok, get, add, shown) -> None:
     """A decode scenario's own rules (docs/decode.md): a square region, one sequence, no training."""
     rows, cols = "machine.rows", "machine.cols"
