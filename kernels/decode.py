@@ -19,18 +19,18 @@ STEP_LINES = np.array([COLUMN, COLUMN, ROW, COLUMN, COLUMN, COLUMN, ROW, COLUMN,
 
 
 @njit(cache=True)
-def _chain(ready, m, hop, add, phase, first, last, step, t_up, t_out):
-    """Phase 1 of one side of a group: the chain from `first` toward the root (exclusive end `last`,
-    moving by `step`); t_out ends as the last chain PE's leaving cycles (t_up is scratch). Returns
-    whether the chain had any PE."""
+def _chain(q, at, m, hop, add, phase, first, last, step, t_up, t_out):
+    """One side of a phase: the chain over members `first`, `first + step`, ... up to the root
+    (exclusive `last`), member j ready at q[j] and standing at position at[j] (phase 1: the group's
+    PEs, one hop apart; phase 2: the group roots, through the routers between). t_out ends as the
+    last member's leaving cycles (t_up is scratch). Returns whether the chain had any member."""
     had = False
-    p = first
-    while p != last:
+    j = first
+    while j != last:
         for e in range(m):
-            own = ready[p] + phase + e
-            t = own
+            t = q[j] + phase + e
             if had:
-                a = t_up[e] + hop + add
+                a = t_up[e] + hop * abs(at[j] - at[j - step]) + add
                 if a > t:
                     t = a
             if e > 0 and t_out[e - 1] + 1 > t:
@@ -39,7 +39,7 @@ def _chain(ready, m, hop, add, phase, first, last, step, t_up, t_out):
         for e in range(m):
             t_up[e] = t_out[e]
         had = True
-        p += step
+        j += step
     return had
 
 
@@ -79,18 +79,19 @@ def line_collective(ready, m, group, hop, add, phase, out):
     t_up = np.empty(m, np.int64)
     left = np.empty(m, np.int64)
     right = np.empty(m, np.int64)
+    at = np.arange(n)
     for j in range(n_groups):
         lo = j * group
         size = min(group, n - lo)
         r = lo + size // 2
         roots[j] = r
-        has_l = _chain(ready, m, hop, add, phase, lo, r, 1, t_up, left)
-        has_r = _chain(ready, m, hop, add, phase, lo + size - 1, r, -1, t_up, right)
+        has_l = _chain(ready, at, m, hop, add, phase, lo, r, 1, t_up, left)
+        has_r = _chain(ready, at, m, hop, add, phase, lo + size - 1, r, -1, t_up, right)
         done1[j] = _root(ready[r], m, phase, left, has_l, 1, right, has_r, 1, hop, add)
     jr = n_groups // 2
     # phase 2: the roots' chains from both ends toward the line's root
-    has_l = _roots_chain(roots, done1, m, hop, add, phase, 0, jr, 1, t_up, left)
-    has_r = _roots_chain(roots, done1, m, hop, add, phase, n_groups - 1, jr, -1, t_up, right)
+    has_l = _chain(done1, roots, m, hop, add, phase, 0, jr, 1, t_up, left)
+    has_r = _chain(done1, roots, m, hop, add, phase, n_groups - 1, jr, -1, t_up, right)
     hl = roots[jr] - roots[jr - 1] if has_l else 0
     hr = roots[jr + 1] - roots[jr] if has_r else 0
     q_b = _root(done1[jr], m, phase, left, has_l, hl, right, has_r, hr, hop, add)
@@ -98,29 +99,6 @@ def line_collective(ready, m, group, hop, add, phase, out):
     root = roots[jr]
     for i in range(n):
         out[i] = last + hop * abs(i - root) + 1
-
-
-@njit(cache=True)
-def _roots_chain(roots, done1, m, hop, add, phase, first, last, step, t_up, t_out):
-    """Phase 2 of one side of the line: the chain over the group roots from index `first` toward the
-    line's root (exclusive `last`); t_out ends as the last root's leaving cycles."""
-    had = False
-    j = first
-    while j != last:
-        for e in range(m):
-            t = done1[j] + phase + e
-            if had:
-                a = t_up[e] + hop * abs(roots[j] - roots[j - step]) + add
-                if a > t:
-                    t = a
-            if e > 0 and t_out[e - 1] + 1 > t:
-                t = t_out[e - 1] + 1
-            t_out[e] = t
-        for e in range(m):
-            t_up[e] = t_out[e]
-        had = True
-        j += step
-    return had
 
 
 @njit(cache=True)
