@@ -121,8 +121,8 @@ SHARED: tuple[Param, ...] = (
           "rate map, or events read from a trace file; traffic offers routed packets instead "
           "(network studies); layer_pipeline runs a transformer's kernels as a pipeline of regions; "
           "transformer is the rdu's and the ipu's workload (a model compiled into sections, or "
-          "mapped onto tiles); decode generates tokens one by one with a key-value cache on a square region "
-          "of the mesh (docs/decode.md).",
+          "mapped onto tiles); decode generates tokens one by one with a key-value cache, on a square region "
+          "of the mesh (docs/decode.md) or sharded over IPUs (docs/ipu.md, \"Generation\").",
           ("uniform", "hotspot", "skewed", "trace", "traffic", "layer_pipeline", "transformer", "decode")),
     Param("workload", "hidden_size", "int", "elements", 768,
           "Transformer hidden size H (a multiple of n_heads).", (1, 65536), _MODEL),
@@ -183,8 +183,9 @@ SHARED: tuple[Param, ...] = (
           "Tokens already in each sequence's key-value cache: the step's seq_len new tokens attend to them "
           "besides themselves, the cached keys and values read from memory (a decode step: seq_len = 1, "
           "context = the tokens so far); 0: no cache, a prefill or training step. `meshsim roofline` shows "
-          "such a step's operators. The mesh's decode workload: the prompt, the tokens cached before the first "
-          "decoded one.", (0, 1_048_576), _MODEL),
+          "such a step's operators. The decode workload: the prompt, the tokens cached before the first "
+          "decoded one (on the ipu at least 1: the prompt's last token gives the first output token).",
+          (0, 1_048_576), _MODEL),
     Param("workload", "model_config", "str", "", "",
           "Path of a Hugging Face config.json (relative to the scenario file) that fills the model's "
           "shape: the keys of the model that the scenario does not set (docs/design.md, \"Models from a "

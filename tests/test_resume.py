@@ -61,8 +61,9 @@ CASES = {
                                                   'migration.policy="diffusion"', "output.flush_every_cycles=100"], 41),
     "ipu": ("ipu_gpt2_even.toml", ["run.steps=24"], 2),
     "decode": ("wse2_llama3_8b_decode.toml", ["workload.output_tokens=40"], 1),
+    "ipu_decode": ("ipu_gpt2_xl_decode.toml", ["workload.output_tokens=40"], 1),
 }
-DEFAULT = ("uniform", "hotspot_stealing", "pipeline_train", "ipu", "decode")
+DEFAULT = ("uniform", "hotspot_stealing", "pipeline_train", "ipu", "decode", "ipu_decode")
 
 
 def _scenario(name, extra=()):
@@ -80,12 +81,13 @@ def _stop_after(k):
 def first_calls(monkeypatch):
     """The progress (cycles; ipu: steps) at which each run's first kernel call starts, in order: a
     resumed run's must be its checkpoint's, not 0."""
+    from meshsim.ipu.decode import IpuDecodeRun
     from meshsim.ipu.run import IpuRun
     from meshsim.mesh.decode import DecodeRun
     from meshsim.mesh.run import MeshRun
 
     starts = []
-    for cls in (MeshRun, IpuRun, DecodeRun):
+    for cls in (MeshRun, IpuRun, DecodeRun, IpuDecodeRun):
         def spy(self, _advance=cls.advance):
             if not getattr(self, "_spied", False):
                 self._spied = True

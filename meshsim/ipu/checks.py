@@ -9,11 +9,39 @@ def check_scenario(ok, get, add, shown) -> None:
     mtype, wtype = "machine.type", "workload.type"
     if not ok(wtype):
         return
-    if get(wtype) != "transformer":
-        add(wtype, [mtype], 'must be "transformer" when machine.type is "ipu" (the ipu runs a model mapped '
-                            'onto its tiles)')
+    if get(wtype) not in ("transformer", "decode"):
+        add(wtype, [mtype], 'must be "transformer" or "decode" when machine.type is "ipu" (the ipu runs a model '
+                            'mapped onto its tiles, or generates tokens with one)')
         return
     _check_transformer(ok, get, add, shown)
+    if get(wtype) == "decode":
+        _check_decode(ok, get, add, shown)
+
+
+#: Keys of the mesh's decode workload, which the ipu's generation does not use (docs/decode.md).
+MESH_DECODE_KEYS = ("workload.kv_policy", "workload.decode_group", "machine.decode_add_cycles",
+                    "machine.decode_phase_cycles", "machine.pe_flops_per_cycle", "machine.sram_kib")
+
+
+def _check_decode(ok, get, add, shown) -> None:
+    """A generation's own rules (docs/ipu.md, "Generation")."""
+    from ..params import param
+
+    wtype = "workload.type"
+    if ok("workload.context") and get("workload.context") < 1:
+        add("workload.context", [wtype], "must be at least 1 for decode on the ipu: the prompt's last token gives "
+                                         "the first output token")
+    if ok("workload.microbatches") and get("workload.microbatches") != 1:
+        add("workload.microbatches", [wtype], "must be 1 for decode on the ipu: a generation is sharded, every "
+                                              "sequence of the batch going through the IPUs together (pipelined "
+                                              "generation is not modelled)")
+    if ok("workload.training") and get("workload.training"):
+        add("workload.training", [wtype], "must be false for decode, which generates tokens")
+    for key in MESH_DECODE_KEYS:
+        p = param(*key.split("."))
+        if ok(key) and get(key) != p.default_value():
+            add(key, ["machine.type"], "applies only when machine.type is \"mesh\" (the mesh's decode); the ipu "
+                                       "does not use it")
 
 
 def _check_transformer(ok, get, add, shown) -> None:

@@ -9,7 +9,7 @@ pipeline's transfer costs. `kernels.ipu.run_steps` then runs the schedule.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from kernels import ipu as K
 from ..errors import InputError
 from ..topology import node_link
 from ..transformer import (
+    FINAL_NORM,
+    HEAD,
+    NORMS,
     PHASES,
     TP_ALLREDUCE_AFTER,
     Model,
@@ -75,6 +78,10 @@ class IpuSpec:
     # training: "interleaved" (the key's default) or "grouped" (GPipe); a scenario written before the key
     # (an older result file's) ran grouped
     pipeline_schedule: str = "grouped"
+    # generation (workload.type "decode", docs/ipu.md, "Generation"): the micro model is one step of one
+    # token a sequence over a static cache of `cache_tokens` positions, and IPU 0 holds the output head
+    decode: bool = False
+    cache_tokens: int = 0
 
     @property
     def interleaved(self) -> bool:
@@ -132,6 +139,13 @@ def spec_of(values: dict) -> IpuSpec:
     model = model_from_workload(w)
     mb = w["microbatches"]
     micro = model_from_workload(w, batch=w["batch"] // (w["replicas"] * mb))
+    decode = w.get("type") == "decode"
+    cache = 0
+    if decode:
+        # one new token a sequence, attending over the whole static buffer (docs/ipu.md, "Generation")
+        cache = w["context"] + w["output_tokens"]
+        model = replace(model, seq_len=1, context=cache - 1)
+        micro = replace(micro, seq_len=1, context=cache - 1)
     split = tuple(w["layers_per_stage"]) or (w["n_layers"],)
     keys = ("tiles", "tile_sram_kib", "clock_ghz", "macs_per_cycle", "worker_threads", "exchange_bytes_per_cycle",
             "ipu_link_gbps", "streaming_memory_gbps", "sync_cycles", "ipu_sync_cycles", "exchange_latency_cycles",
@@ -143,7 +157,7 @@ def spec_of(values: dict) -> IpuSpec:
                    master_weights=w.get("master_weights", "same"), ipus_per_node=m.get("ipus_per_node", 16),
                    node_link_gbps=m.get("node_link_gbps", 6.25), node_sync_cycles=m.get("node_sync_cycles", 20000),
                    host_seconds=m.get("host_seconds", 0.0),
-                   pipeline_schedule=w.get("pipeline_schedule", "grouped"))
+                   pipeline_schedule=w.get("pipeline_schedule", "grouped"), decode=decode, cache_tokens=cache)
 
 
 def bytes_cycles(nbytes: int, gbps: float, clock_ghz: float) -> int:
@@ -279,6 +293,33 @@ class IpuProgram:
         return (m + n - 1) * (2 if self.spec.training else 1) + end
 
 
+def head_operators(spec: IpuSpec) -> tuple[Operator, list[Operator]]:
+    """Generation's operators after the blocks (docs/ipu.md, "Generation"): the final norm (on the last
+    IPU), and the output head and the choice of the next token (on IPU 0). With T tokens, H hidden size,
+    V vocab_size, n and m the norm's FLOPs and parameters an element and e element bytes:
+
+        op               kind         flops    weights           in       out
+        head.final_norm  norm         n T H    m H               T H      T H
+        head.logits      gemm         2 T H V  V H (0 if tied)   T H      T V
+        head.argmax      elementwise  T V      0                 T V      T V
+
+    A tied head reads the embedding's token table, which IPU 0 holds already; argmax compares every
+    logit once and is cut into slices over the logits as every elementwise operator is."""
+    m = spec.micro
+    e, t, h, v = m.element_bytes, m.tokens, m.hidden_size, spec.vocab_size
+    n_flops, n_params = NORMS[m.norm]
+    end = m.n_layers
+    norm = Operator(FINAL_NORM, end, "norm", "forward", n_flops * t * h, n_params * h * e, t * h * e, t * h * e)
+    head = [Operator(HEAD, end, "gemm", "forward", 2 * t * h * v, 0 if m.tied_head else v * h * e, t * h * e,
+                     t * v * e),
+            Operator(ARGMAX, end, "elementwise", "forward", t * v, 0, t * v * e, t * v * e)]
+    return norm, head
+
+
+#: The operator that picks each sequence's next token from its logits (generation, greedy).
+ARGMAX = "head.argmax"
+
+
 def _stage_ops(spec: IpuSpec) -> list[list[tuple[Operator, str]]]:
     # each stage's t IPUs hold the split operators (docs/ipu.md, "Tensor parallelism")
     ops = [tensor_split(op, spec.tensor_parallel) for op in operators(spec.micro, training=False)]
@@ -290,7 +331,22 @@ def _stage_ops(spec: IpuSpec) -> list[list[tuple[Operator, str]]]:
             items.insert(0, (_embedding(spec), "embedding"))
         out.append(items)
         first += count
+    if spec.decode and spec.vocab_size > 0:
+        # generation: the final norm ends the last IPU's list; the head and argmax end IPU 0's, which
+        # runs them after the hidden state comes back to it (docs/ipu.md, "Generation")
+        norm, head = head_operators(spec)
+        out[-1].append((norm, "norm"))
+        out[0].extend((op, op.kind) for op in head)
     return out
+
+
+def cache_bytes(spec: IpuSpec, layers: int, filled: int | None = None) -> int:
+    """Bytes of the key-value cache an IPU holding `layers` blocks keeps for its micro-batch's sequences:
+    keys and values of `filled` positions (the whole static buffer when None), of the n_kv_heads / t heads
+    it holds (docs/ipu.md, "Generation")."""
+    m = spec.micro
+    positions = spec.cache_tokens if filled is None else filled
+    return layers * 2 * m.batch * positions * (m.kv_size // spec.tensor_parallel) * m.element_bytes
 
 
 #: Limits that keep a compile, a run, and report and plot on its file within memory (docs/ipu.md,
@@ -353,6 +409,7 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
     mem = np.zeros((spec.stages, n_tiles), np.int64)
     weights = np.zeros((spec.stages, n_tiles), np.int64)
     acts = np.zeros((spec.stages, n_tiles), np.int64)
+    caches = np.zeros((spec.stages, n_tiles), np.int64)
     code = spec.code_kib_per_tile * 1024
     e, th = spec.micro.element_bytes, spec.micro.tokens * spec.micro.hidden_size
     tp = spec.tensor_parallel
@@ -448,8 +505,10 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
             act = inputs + np.max(np.array(list(groups.values())), axis=0) + ins.max(axis=0)
         weights[s] = w
         acts[s] = act
-        mem[s] = code + w + act
-    _check_memory(spec, mem, weights, acts, code, stage_layers)
+        # generation: the stage's key-value cache, spread over its tiles (docs/ipu.md, "Generation")
+        caches[s] = _ceil_div(cache_bytes(spec, len(stage_layers[s])), n_tiles) if spec.decode else 0
+        mem[s] = code + w + act + caches[s]
+    _check_memory(spec, mem, weights, acts, code, stage_layers, caches)
 
     def csr(lists):
         ptr = np.zeros(len(lists) + 1, np.int64)
@@ -482,7 +541,8 @@ def compile_program(spec: IpuSpec) -> IpuProgram:
                       t_sync=np.array([t.sync for t in templates], np.int64),
                       t_exch=np.array([t.exchange for t in templates], np.int64), io0=io0, transfer=transfer,
                       allreduce=allreduce, update=update, memory=mem,
-                      memory_parts=dict(code=code, weights=weights, activations=acts), stage_layers=stage_layers)
+                      memory_parts=dict(code=code, weights=weights, activations=acts, cache=caches),
+                      stage_layers=stage_layers)
     _check_cycles(prog)
     return prog
 
@@ -517,7 +577,7 @@ def _layers_text(layers: list[int]) -> str:
     return f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}-{layers[-1]}"
 
 
-def _check_memory(spec, mem, weights, acts, code, stage_layers) -> None:
+def _check_memory(spec, mem, weights, acts, code, stage_layers, caches) -> None:
     cap = spec.tile_sram_kib * 1024
     problems = []
     for s in range(spec.stages):
@@ -525,11 +585,15 @@ def _check_memory(spec, mem, weights, acts, code, stage_layers) -> None:
         if mem[s, t] > cap:
             held = _layers_text(stage_layers[s]) + (" and the embedding" if s == 0 and spec.vocab_size and
                                                     stage_layers[s] else "")
+            cache = (f", {int(caches[s, t]):,} key-value cache for {spec.cache_tokens:,} positions"
+                     if spec.decode else "")
             problems.append(
                 f"machine.tile_sram_kib = {spec.tile_sram_kib}: IPU {s} ({held}) does not fit: tile {t} needs "
                 f"{int(mem[s, t]):,} bytes ({code:,} code, {int(weights[s, t]):,} weights"
-                f"{' and their gradients' if spec.training else ''}, {int(acts[s, t]):,} activations) of "
-                f"{cap:,}; spread the layers over more IPUs (workload.layers_per_stage), "
+                f"{' and their gradients' if spec.training else ''}, {int(acts[s, t]):,} activations{cache}) of "
+                f"{cap:,}; "
+                + ("a shorter prompt or generation (workload.context, workload.output_tokens), " if spec.decode else "")
+                + "spread the layers over more IPUs (workload.layers_per_stage), "
                 + ("use more micro-batches of fewer sequences (workload.microbatches), "
                    if spec.micro.batch > 1 else "")
                 + ("smaller GEMM blocks (machine.gemm_block)" if spec.gemm_block > 1

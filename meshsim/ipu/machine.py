@@ -9,6 +9,10 @@ from ..machine import Machine, register
 from . import checks, keys
 
 
+def _decoding(scenario) -> bool:
+    return scenario.get("workload", "type") == "decode"
+
+
 class IpuMachine(Machine):
     name = "ipu"
     unit = "step"
@@ -16,7 +20,7 @@ class IpuMachine(Machine):
     busy_dataset = "units/tile_busy_cycles"
     series_group = "supersteps"
     target_li = 0.80
-    workloads = ("transformer",)
+    workloads = ("transformer", "decode")
     params = keys.PARAMS
     presets = keys.PRESETS
     default_preset = keys.DEFAULT_PRESET
@@ -26,11 +30,19 @@ class IpuMachine(Machine):
     levers = checks.LEVERS
 
     def compile_scenario(self, scenario):
+        if _decoding(scenario):
+            from .decode import decode_program
+
+            return decode_program(scenario)
         from .compiler import compile_scenario
 
         return compile_scenario(scenario)  # with the memory check: what a run would refuse
 
     def start(self, scenario, inputs, per_call: int | None = None):
+        if _decoding(scenario):
+            from .decode import IpuDecodeRun
+
+            return IpuDecodeRun(scenario, inputs, per_call)
         from .run import IpuRun
 
         return IpuRun(inputs, per_call)
@@ -41,6 +53,11 @@ class IpuMachine(Machine):
     def trace_events(self, f, values: dict, timeline) -> None:
         from .perfetto import trace_events
 
+        if values.get("workload", {}).get("type") == "decode":
+            from ..errors import InputError
+
+            raise InputError("an ipu decode result has no timeline to export yet (its tokens/ table has each "
+                             "token's start and length, its templates/ table a step's supersteps)")
         trace_events(f, values, timeline)
 
     def check_scenario(self, ok, get, add, shown, path=None) -> None:
@@ -48,6 +65,11 @@ class IpuMachine(Machine):
 
     def describe(self, label: str, scenario, inputs) -> str:
         m = scenario.values["machine"]
+        if _decoding(scenario):
+            w, prog = scenario.values["workload"], inputs.prog
+            return (f"{label}: valid (ipu {m['preset']}, decode of {w['output_tokens']:,} tokens after "
+                    f"{w['context']:,} on {prog.stages} IPU(s), {len(prog.templates)} supersteps a step; fullest "
+                    f"tile {int(prog.memory.max()):,} of {m['tile_sram_kib'] * 1024:,} bytes)")
         tp = inputs.spec.tensor_parallel
         return (f"{label}: valid (ipu {m['preset']}, {inputs.stages} stage(s) x "
                 + (f"{tp} tensor-parallel x " if tp > 1 else "") + f"{inputs.spec.replicas} replica(s), "
@@ -85,11 +107,17 @@ class IpuMachine(Machine):
     def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
         from . import report
 
+        if "decode_tokens" in summary:
+            from .decode import summary_lines
+
+            return summary_lines(summary)
         return report.summary_lines(summary, regions)
 
-    def analyse(self, f, values: dict, cycles: int, window, path) -> dict:
+    def analyse(self, f, values: dict, cycles: int, window, path) -> dict | None:
         from . import analysis
 
+        if values.get("workload", {}).get("type") == "decode":
+            return None  # the load balance of units/tile_busy_cycles (meshsim.analysis.busy_only)
         return analysis.analyse(f, values, cycles, path)
 
     def judged(self, analysis: dict) -> dict:
