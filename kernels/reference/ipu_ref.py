@@ -12,6 +12,8 @@ Public: `simulate(values)` runs a whole scenario (the resolved `values` of a sce
 "machine", "workload" and "run" tables) and returns every observable as plain lists and ints.  A
 tile over its SRAM raises ValueError (one line per IPU, as docs/ipu.md "Memory" says) before
 anything runs.  The scenario is taken as already checked: the oracle does not validate it.
+`simulate_decode(values)` runs one step of the `decode` workload (docs/ipu.md "Generation") and the
+token schedule that follows from it; its own choices are listed above it, at the end of this file.
 
 Choices made where docs/ipu.md is ambiguous or silent (each is also noted at its spot below):
 
@@ -215,7 +217,7 @@ def _update_cost(optimizer, master_weights, e):
     return read, written, phi
 
 
-def _block_operators(layer, T, B, S, H, A, F, K=None, gated=False, bias=True, shape=None):
+def _block_operators(layer, T, B, S, H, A, F, K=None, gated=False, bias=True, shape=None, L=None):
     """The forward operators of transformer block `layer`, in execution order, as the table of
     docs/ipu.md "The transformer's operators" gives them: (name, op, kind, FLOPs, weight elements,
     input elements, output elements), `op` being the name without its "layer<i>." prefix, for T
@@ -226,8 +228,12 @@ def _block_operators(layer, T, B, S, H, A, F, K=None, gated=False, bias=True, sh
     by side and its activation's FLOPs an element; from `gated` by default), act (the activation
     operator's name, "gelu" by default), n and m (the norm's FLOPs
     and parameters an element, 8 and 2), beta_q (biases of Q, K and V; `bias` by default) and
-    shared (one norm a block: no ln2)."""
+    shared (one norm a block: no ln2).  `L` is the keys each query attends to (None: S, the table at the
+    top of docs/ipu.md; a decode step has S = 1 and L = context + output_tokens, "Generation"): the
+    attentions then have FLOPs 2 B S L D + 5 B A S L and 2 B S L D, inputs T D + B L K and
+    B A S L + B L K, output B A S L (with L = S these are the table's, B L K = T K)."""
     K = H if K is None else K
+    L = S if L is None else L
     shape = shape or {}
     D = shape.get("D", H)
     Q = D + 2 * K
@@ -239,8 +245,9 @@ def _block_operators(layer, T, B, S, H, A, F, K=None, gated=False, bias=True, sh
     table = [
         ("ln1", "norm", n * T * H, m * H, T * H, T * H),
         ("qkv_proj", "gemm", 2 * T * H * Q, H * Q + beta_q * Q, T * H, T * Q),
-        ("attn_scores_softmax", "attention", 2 * B * S * S * D + 5 * B * A * S * S, 0, T * D + T * K, B * A * S * S),
-        ("attn_v", "attention", 2 * B * S * S * D, 0, B * A * S * S + T * K, T * D),
+        ("attn_scores_softmax", "attention", 2 * B * S * L * D + 5 * B * A * S * L, 0, T * D + B * L * K,
+         B * A * S * L),
+        ("attn_v", "attention", 2 * B * S * L * D, 0, B * A * S * L + B * L * K, T * D),
         ("out_proj", "gemm", 2 * T * D * H, D * H + beta * H, T * D, T * H),
         ("residual1", "elementwise", T * H, 0, 2 * T * H, T * H),
         ("ln2", "norm", n * T * H, m * H, T * H, T * H),
@@ -418,7 +425,9 @@ def _forward_operators(nm, s, layers) -> list:
                          Wb=nm.vocab * H * e, I=0, O=T * H * e, backward_name="embedding.backward",
                          backward_flops=T * H))
     for layer in layers:
-        block = _block_operators(layer, T, nm.B_m, nm.S, H, nm.A, nm.F_width, nm.K_kv, nm.gated, nm.bias, nm.shape)
+        # nm.L: the keys a query attends to, absent (None: S) outside a decode step (simulate_decode).
+        block = _block_operators(layer, T, nm.B_m, nm.S, H, nm.A, nm.F_width, nm.K_kv, nm.gated, nm.bias, nm.shape,
+                                 L=getattr(nm, "L", None))
         for name, op, kind, flops, w_el, i_el, o_el in block:
             Wb, I_b, O_b = w_el * e, i_el * e, o_el * e
             if op in TP_SPLIT:
@@ -900,4 +909,217 @@ def simulate(values: dict) -> dict:
         cycles=cycle,
         microbatch_latency=latency,
         shares=run.shares,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# docs/ipu.md "Generation": the `decode` workload, one step of one token of every sequence through the
+# whole model, over a static key-value cache.  Written from the doc alone, reusing the helpers above
+# where the contract is the same ("Mapping", "Work units", "Dealing", "Memory", "One superstep",
+# "Topology"); what differs in a decode step is below.
+#
+# Choices made reading docs/ipu.md, Generation:
+#  1. The batch of a step is `B = batch / (replicas x microbatches)` ("Batches"; `microbatches` must be
+#     1, asserted), so `T = B` tokens with `S = 1`; the scenario refuses `workload.replicas` for decode,
+#     so `B` is `workload.batch`.  The same `B` is in the cache's bytes, the filled cache and the prompt's token
+#     ids (`4 B context` bytes, streamed once on IPU 0 of the simulated replica).
+#  2. `workload.training` (and so recomputation, the optimiser and the pipeline schedule) is ignored:
+#     "there is no training"; a step is forward only and memory is the inference rule.
+#  3. The blocks' operators are the table's with `S = 1` and `L = C = context + output_tokens` in the
+#     two attentions (FLOPs `2 B S L D + 5 B A S L` and `2 B S L D`, inputs `T D + B L K` and
+#     `B A S L + B L K`, output `B A S L`); every other operator is the table's with `T = B`.  An
+#     attention has `B A' ceil(1 / b) = B A'` units of `r = 1` row, its `u_in = I(o) r / D` carrying
+#     its head's whole cached keys (or values): "as for any attention unit".
+#  4. The head's operators are named `head.final_norm`, `head.logits`, `head.argmax` (the table's `op`
+#     column); `final_norm` is a norm with the block norms' `n` and `m` (`workload.norm`), `logits` a
+#     GEMM (`K = H` inputs, `C = V` outputs a token, no bias), `argmax` an elementwise operator of
+#     `phi = 1`.  `logits` holds `V H` weights unless `workload.tied_head` (a missing key means tied,
+#     its default), then 0.
+#  5. With `vocab_size = 0` all three `head.*` operators are left out (the doc's "no embedding and no
+#     head"; they are the one group `head_operators`), the final norm included.
+#  6. The head's operators are not split by tensor parallelism (the doc lists only the blocks'
+#     operators as split): on each of the `t` IPUs they are whole, like the norms and the embedding.
+#  7. Order of a stage's list: IPU 0 is the embedding, its blocks, then (the last IPU's final norm when
+#     `n = 1`) `head.logits`, `head.argmax`; the last IPU (n > 1) its blocks then `head.final_norm`.
+#     With `n = 1` the one list is embedding, blocks, final norm, logits, argmax.
+#  8. Dealing is per stage from unit 0, over that stage's list in order ("Dealing"; "one IPU's list
+#     after another" read as the order of the templates, not a dealing counter running across IPUs,
+#     whose tiles are distinct).  The exchange of a list's last superstep receives nothing (on the last
+#     IPU, the final norm's: its output crosses to IPU 0 by the back transfer, not by an exchange).
+#  9. The transfers: `n - 1` forward, each over Choice 25's link (the pairs `{(ti, s, ri), (ti, s + 1,
+#     ri)}` of every `s < n - 1`, as a transfer between pipeline stages), and one back from `n - 1` to 0
+#     over the link of the pairs `{(ti, n - 1, ri), (ti, 0, ri)}`; each `sync_L + bytes_cycles(T H e,
+#     gbps_L)`.  `T H e` is not split by tensor parallelism (Choice 15).  None with `n = 1`.
+# 10. The step is `sum over stages of (compute + sync + exchange of every superstep) + the n transfers`
+#     (n > 1); the prompt's token ids are not in any step (`prompt_io`, once, before the first);
+#     `stage_cycles[s]` excludes them too.  Output token `k` ends at `prompt_io + (context + k) step`.
+# 11. The cache: `Cb_s = layers_s x 2 x B x C x K' x e` bytes on IPU `s` (`K' = K / t`, exact), each
+#     tile holding `ceil(Cb_s / N)` more bytes, added to "Memory"'s code + weights + activations (the
+#     activations' inference rule, `max over i of in(i) + out(i)`, already counts a cache block being
+#     received by an attention unit; the cache share is the buffer itself).  A tile over its SRAM raises
+#     ValueError naming the IPU, the (lowest) tile, and the cache's bytes (per tile and `Cb_s`).
+# 12. `cache_filled[k][s]` is `layers_s x 2 x B x p x K' x e` with `p = context + k` positions once
+#     token k is known: `context + k` steps have run, each writing the position of the token it took.
+# 13. A tensor-parallel stage (t > 1) adds the all-reduce of the forward `out_proj` and `ffn_down` to
+#     their exchange, as in a transformer step, with `T = B` (Choices 16, 24).
+# ---------------------------------------------------------------------------------------------------
+
+
+def _decode_names(values: dict) -> SimpleNamespace:
+    """The names of docs/ipu.md for a decode step (Choices 1-3 of Generation): `_names` with `S = 1`,
+    `T = B`, `L = C = context + output_tokens`, no training."""
+    nm = _names(values)
+    wl = values["workload"]
+    assert nm.m == 1, "decode: workload.microbatches must be 1"
+    nm.training = False
+    nm.recompute = False
+    nm.interleaved = False
+    nm.context = int(wl["context"])
+    nm.output_tokens = int(wl["output_tokens"])
+    assert nm.context >= 1, nm.context
+    nm.C = nm.context + nm.output_tokens
+    nm.S = 1
+    nm.L = nm.C
+    nm.T = nm.B_m * nm.S
+    tied = wl.get("tied_head")
+    nm.tied_head = True if tied is None else bool(tied)
+    nm.K_ipu = _exact_div(nm.K_kv, nm.tp)
+    return nm
+
+
+def _head_operator(name, kind, flops, w_el, i_el, o_el, e) -> dict:
+    """One of the head's operators (Choices 4 and 6: whole on each tensor-parallel IPU), as a stage
+    operator dict of `_forward_operators`."""
+    return dict(name="head." + name, op=name, kind=kind, block=-2, F=flops, Wb=w_el * e, I=i_el * e, O=o_el * e,
+                backward_name="head." + name + ".backward", backward_flops=BACKWARD_FLOPS_FACTOR[kind] * flops)
+
+
+def _decode_stage_operators(nm, layers_of_stages) -> list:
+    """Per stage, its decode list of operators (Choice 7) with their units, dealt to its tiles (Choice
+    8), as `_stage_operators` does for a transformer step."""
+    T, H, V, e = nm.T, nm.H, nm.vocab, nm.e
+    n_fl, m_w = nm.shape["n"], nm.shape["m"]
+    stage_fops = []
+    for s in range(nm.n):
+        fops = _forward_operators(nm, s, layers_of_stages[s])
+        if V > 0:  # Choice 5: no head at all without a vocabulary
+            if s == nm.n - 1:
+                fops.append(_head_operator("final_norm", "norm", n_fl * T * H, m_w * H, T * H, T * H, e))
+            if s == 0:
+                fops.append(_head_operator("logits", "gemm", 2 * T * H * V, 0 if nm.tied_head else V * H,
+                                           T * H, T * V, e))
+                fops.append(_head_operator("argmax", "elementwise", T * V, 0, T * V, T * V, e))
+        for fo in fops:
+            fo["units"] = [dict(tile=-1, thread=-1, c_f=u[0], c_b=u[1], u_out=u[2], u_in=u[3])
+                           for u in _work_units(nm, fo)]
+        _deal(nm, fops)
+        stage_fops.append(fops)
+    return stage_fops
+
+
+def _cache_bytes(nm, layers, positions) -> int:
+    """`layers x 2 x B x positions x K' x e`: keys and values of `positions` positions (Choices 11-12)."""
+    return layers * 2 * nm.B_m * positions * nm.K_ipu * nm.e
+
+
+def _decode_memory(nm, stage_fops, layers_of_stages) -> list:
+    """docs/ipu.md "Memory" plus the cache's share (Choice 11): [stage][tile] bytes, checked before
+    anything runs; ValueError naming, for every stage with a tile over its SRAM, the lowest such tile."""
+    memory = []
+    problems = []
+    for s in range(nm.n):
+        split = _stage_memory(nm, s, stage_fops[s])
+        cache = _cache_bytes(nm, len(layers_of_stages[s]), nm.C)
+        cache_share = _ceil_div(cache, nm.N)
+        mem = [code + wsh + act + cache_share for code, wsh, act in split]
+        memory.append(mem)
+        for t in range(nm.N):
+            if mem[t] > nm.sram_bytes:
+                code, wsh, act = split[t]
+                problems.append(
+                    "IPU %d tile %d needs %d bytes but has %d (tile_sram_kib = %d): code %d + weights %d + "
+                    "activations %d + key-value cache %d (the cache: %d bytes on IPU %d, %d positions)"
+                    % (s, t, mem[t], nm.sram_bytes, nm.sram_bytes // 1024, code, wsh, act, cache_share, cache, s,
+                       nm.C))
+                break
+    if problems:
+        raise ValueError("\n".join(problems))
+    return memory
+
+
+def _pair_link(nm, a, b) -> tuple:
+    """(gbps_L, sync_L) of the back transfer from stage a to stage b (Choice 9): the node's link when every
+    pair {(ti, a, ri), (ti, b, ri)} lies in one node, else the link between nodes."""
+    def node_of(ti, s, ri):
+        return ((ri * nm.n + s) * nm.tp + ti) // nm.ipus_per_node
+
+    for ri in range(nm.r_replicas):
+        for ti in range(nm.tp):
+            if node_of(ti, a, ri) != node_of(ti, b, ri):
+                return nm.node_link_gbps, nm.node_sync_cycles
+    return nm.ipu_link_gbps, nm.ipu_sync_cycles
+
+
+def _decode_transfers(nm, top) -> list:
+    """The step's transfers (Choice 9): n - 1 forward, then one back from the last IPU to IPU 0; none
+    with n = 1.  Each `sync_L + bytes_cycles(T H e, gbps_L)`."""
+    if nm.n == 1:
+        return []
+    links = [top.stage_link] * (nm.n - 1) + [_pair_link(nm, nm.n - 1, 0)]
+    return [sync_L + _bytes_cycles(nm, nm.T * nm.H * nm.e, gbps_L) for gbps_L, sync_L in links]
+
+
+def simulate_decode(values: dict) -> dict:
+    """Run an ipu `decode` scenario (its resolved values; docs/ipu.md "Generation") and return: the
+    step's `templates` (stage by stage, each stage's list in order), `stage_cycles` (each IPU's
+    supersteps in one step), `transfers`, `step_cycles`, `prompt_io`, `ttft`, `token_end` (per output
+    token, the cycle it is known), `memory` [stage][tile] (the cache's share included), `cache_bytes`
+    (per stage, the whole buffer), `cache_filled` [token][stage], `tile_busy` [stage][tile] (one step)
+    and the step's `shares` (compute, sync, exchange summed over every stage; transfer)."""
+    nm = _decode_names(values)
+    top = _topology(nm)
+    layers_of_stages = _stage_layers(nm)
+    stage_fops = _decode_stage_operators(nm, layers_of_stages)
+    memory = _decode_memory(nm, stage_fops, layers_of_stages)
+    templates = []
+    stage_cycles = []
+    tile_busy = []
+    shares = dict(compute=0, sync=0, exchange=0, transfer=0)
+    for s in range(nm.n):
+        lst = [(fo, DIR_FORWARD) for fo in stage_fops[s]]
+        busy = [0] * nm.N
+        total = 0
+        for i in range(len(lst)):
+            tpl = _template(nm, s, lst, i, top.tp_allreduce)  # Choice 13: the forward all-reduces
+            templates.append(tpl)
+            total += _superstep_length(tpl)
+            for key in ("compute", "sync", "exchange"):
+                shares[key] += tpl[key]
+            for t in range(nm.N):
+                busy[t] += tpl["busy"][t]
+        stage_cycles.append(total)
+        tile_busy.append(busy)
+    transfers = _decode_transfers(nm, top)
+    shares["transfer"] = sum(transfers)
+    # Choice 10: the step is every IPU's supersteps in turn plus the transfers.
+    step_cycles = sum(stage_cycles) + sum(transfers)
+    prompt_io = _bytes_cycles(nm, 4 * nm.B_m * nm.context, nm.streaming_gbps)
+    token_end = [prompt_io + (nm.context + k) * step_cycles for k in range(nm.output_tokens)]
+    cache_bytes = [_cache_bytes(nm, len(layers_of_stages[s]), nm.C) for s in range(nm.n)]
+    # Choice 12: once token k is known, context + k + 1 positions.
+    cache_filled = [[_cache_bytes(nm, len(layers_of_stages[s]), nm.context + k) for s in range(nm.n)]
+                    for k in range(nm.output_tokens)]
+    return dict(
+        templates=templates,
+        stage_cycles=stage_cycles,
+        transfers=transfers,
+        step_cycles=step_cycles,
+        prompt_io=prompt_io,
+        ttft=prompt_io + nm.context * step_cycles,
+        token_end=token_end,
+        memory=memory,
+        cache_bytes=cache_bytes,
+        cache_filled=cache_filled,
+        tile_busy=tile_busy,
+        shares=shares,
     )

@@ -54,8 +54,8 @@ class DecodeProgram:
         return self.prompt_io + (self.context + k) * self.step_cycles
 
     def filled_bytes(self, k: int) -> np.ndarray:
-        """int64[stages]: the cache's filled bytes on each IPU once output token k is known: every
-        position up to the one its step wrote."""
+        """int64[stages]: the cache's filled bytes on each IPU once output token k is known: the context + k
+        positions of the tokens the steps so far took."""
         spec = self.spec
         return np.array([cache_bytes(spec, len(layers), self.context + k) for layers in self.prog.stage_layers],
                         np.int64)
@@ -120,8 +120,8 @@ class IpuDecodeState:
         rows = []
         for k in ks:
             start = 0 if k == 0 else dp.token_end(k - 1)
-            rows.append((k, start, dp.token_end(k) - start, dp.context + k + 1))
-        caches = [dp.filled_bytes(k + 1) for k in ks]
+            rows.append((k, start, dp.token_end(k) - start, dp.context + k))
+        caches = [dp.filled_bytes(k) for k in ks]
         self.tokens_done += len(ks)
         return (np.array(rows, np.int64).reshape(len(rows), len(TOKEN_COLUMNS)),
                 np.array(caches, np.int64).reshape(len(rows), dp.prog.stages))
@@ -220,7 +220,7 @@ def summarise(dp: DecodeProgram, state: IpuDecodeState, wall: float, kernel_seco
     per_step = prog.t_comp + prog.t_sync + prog.t_exch
     parts = {name: int(a.sum()) for name, a in (("compute", prog.t_comp), ("sync", prog.t_sync),
                                                  ("exchange", prog.t_exch))}
-    filled = dp.filled_bytes(done) if done else np.zeros(n, np.int64)
+    filled = dp.filled_bytes(done - 1) if done else np.zeros(n, np.int64)
     cache = metrics.load_balance(filled.astype(np.float64)) if filled.any() else {"li": nan}
     st = dp.stage_cycles
     stage_lb = metrics.load_balance(st)
@@ -246,7 +246,7 @@ def summarise(dp: DecodeProgram, state: IpuDecodeState, wall: float, kernel_seco
         "decode_tokens": done,
         "decode_steps": steps,
         "decode_context_start": dp.context,
-        "decode_context_end": dp.context + done,
+        "decode_context_end": dp.context + done - 1 if done else dp.context,
         "cache_positions": spec.cache_tokens,
         "sequences": sequences,
         "step_cycles": dp.step_cycles,
