@@ -23,7 +23,8 @@ PUBLISHED = {"gpt2": 124_439_808, "gpt2-xl": 1_557_611_200, "llama-2-7b": 6_738_
              "mistral-7b": 7_241_732_096, "qwen2-0.5b": 494_032_768, "phi-3-mini-4k": 3_821_079_552,
              "gemma-2b": 2_506_172_416, "gemma-7b": 8_537_680_896, "falcon-7b": 6_921_720_704,
              "opt-125m": 125_239_296, "pythia-160m": 162_322_944, "bert-base-uncased": 109_482_240,
-             "bert-large-uncased": 335_141_888, "llama-3-8b": 8_030_261_248}
+             "bert-large-uncased": 335_141_888, "llama-3-8b": 8_030_261_248,
+             "llama-3.1-8b": 8_030_261_248}
 PUBLISHED_WITHOUT_EMBEDDINGS = {"pythia-160m": 85_056_000}
 
 
