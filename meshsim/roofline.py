@@ -27,7 +27,7 @@ its FLOPs and bytes moved (weights, inputs and outputs), unless the machine plac
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import machine as machines
 from .transformer import Model, model_from_workload, operators
@@ -57,8 +57,11 @@ class Platform:
 
 def rdu_platform(name: str, keys: dict, rate=1) -> Platform:
     """An rdu chip's roofline from its keys: peak = PCUs x lanes x stages x 2 x clock x rate (the
-    compute rate at the precision, meshsim.transformer.compute_rate); DDR bandwidth."""
+    compute rate at the precision, meshsim.transformer.compute_rate); its HBM's bandwidth where it has
+    HBM (the SN40L), else its DDR's."""
     peak = keys["pcus"] * keys["pcu_lanes"] * keys["pcu_stages"] * 2 * keys["clock_ghz"] * 1e9 * float(rate)
+    if keys.get("hbm_gib"):
+        return Platform(name, peak, keys["hbm_bandwidth_gbps"] * 1e9, "HBM")
     return Platform(name, peak, keys["ddr_bandwidth_gbps"] * 1e9, "DDR")
 
 
@@ -78,8 +81,11 @@ def platform_of(values: dict) -> Platform | None:
 
 
 def model_of(values: dict) -> tuple[Model, bool] | None:
-    """(the transformer, training) of a scenario whose workload is one, else None."""
+    """(the transformer, training) of a scenario whose workload is one, else None; a decode workload's
+    is its first step after the prompt: one token a sequence over the context."""
     w = values["workload"]
+    if w["type"] == "decode":
+        return replace(model_from_workload(w), seq_len=1), False
     if w["type"] not in ("layer_pipeline", "transformer"):
         return None
     return model_from_workload(w), w["training"]
@@ -121,6 +127,8 @@ def kernels_title(rows: list[dict]) -> str:
     """What the rows of `kernels_of` are, for a table's or a figure's title."""
     if rows and rows[0]["kind"] == "section":
         return "sections holding layer 0, as compiled"
+    if rows and rows[0]["kind"] == "kernel call":
+        return "kernel calls of the first decode step"
     if rows and "stage" in rows[0]:
         return "supersteps of layer 0 for one micro-batch, as compiled"
     return "kernels of one layer"

@@ -336,8 +336,8 @@ def test_bad_ipu_scenarios_name_the_key_the_value_and_what_is_allowed():
     assert problems(IPU, "workload.fusion=o3") == [
         'override workload.fusion=o3: workload.fusion = "o3": applies only when machine.type is "rdu" (it is "ipu")']
     assert problems('[machine]\ntype = "ipu"\n') == [
-        's.toml: workload.type = "uniform" (default): must be "transformer" when machine.type is "ipu" (the ipu '
-        'runs a model mapped onto its tiles)']
+        's.toml: workload.type = "uniform" (default): must be "transformer" or "decode" when machine.type is "ipu" '
+        '(the ipu runs a model mapped onto its tiles, or generates tokens with one)']
     assert problems('[machine]\ntype = "rdu"\n[workload]\ntype = "transformer"\nreplicas = 2\n') == [
         's.toml: workload.replicas = 2: must be 1 when machine.type is "rdu"; its data-parallel copies are the D '
         'of workload.parallelism']

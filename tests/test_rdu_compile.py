@@ -34,12 +34,12 @@ def problems(text, *overrides):
     return e.value.problems
 
 
-@pytest.mark.parametrize("preset, tflops", [("sn10", 320), ("sn30", 688)])
-def test_a_preset_peaks_at_its_published_rate(preset, tflops):
+@pytest.mark.parametrize("preset, tflops, sram_mib", [("sn10", 320, 320), ("sn30", 688, 640), ("sn40l", 638, 520)])
+def test_a_preset_peaks_at_its_published_rate(preset, tflops, sram_mib):
     p = RDU_PRESETS[preset]
     peak = p["pcus"] * p["pcu_lanes"] * p["pcu_stages"] * 2 * p["clock_ghz"] * 1e9
     assert peak == pytest.approx(tflops * 1e12, rel=1e-3)
-    assert p["pmus"] * p["pmu_kib"] * 1024 == (320 if preset == "sn10" else 640) * 2**20
+    assert p["pmus"] * p["pmu_kib"] * 1024 == sram_mib * 2**20
 
 
 def test_the_preset_fills_the_keys_the_scenario_leaves_out():
@@ -53,8 +53,8 @@ def test_the_preset_fills_the_keys_the_scenario_leaves_out():
 
 def test_rdu_scenarios_are_checked_key_by_key():
     assert problems('[machine]\ntype = "rdu"\n') == [
-        's.toml: workload.type = "uniform" (default): must be "transformer" when machine.type is "rdu" '
-        "(the rdu runs a compiled model)"]
+        's.toml: workload.type = "uniform" (default): must be "transformer" or "decode" when machine.type is "rdu" '
+        "(the rdu runs a compiled model, or generates tokens with one)"]
     assert problems('[workload]\ntype = "transformer"\n') == [
         's.toml: workload.type = "transformer": applies only when machine.type is "rdu" or "ipu"; the mesh runs a '
         'transformer as "layer_pipeline"']
@@ -76,8 +76,8 @@ def test_rdu_scenarios_are_checked_key_by_key():
         "divide workload.n_heads = 12 (default) (each chip of a tensor group holds whole heads)"]
     # one slip, one message: an rdu given the mesh's transformer workload is told only that
     assert problems(RDU, "workload.type=layer_pipeline") == [
-        'override workload.type=layer_pipeline: workload.type = "layer_pipeline": must be "transformer" when '
-        'machine.type is "rdu" (the rdu runs a compiled model)']
+        'override workload.type=layer_pipeline: workload.type = "layer_pipeline": must be "transformer" or "decode" '
+        'when machine.type is "rdu" (the rdu runs a compiled model, or generates tokens with one)']
     assert problems(RDU, "workload.parallelism=T1P13D1") == [
         'override workload.parallelism=T1P13D1: workload.parallelism = "T1P13D1": has pipeline degree 13 but '
         "workload.n_layers = 12 (default): at most one stage per layer"]

@@ -22,14 +22,47 @@ def check_scenario(ok, get, add, shown) -> None:
     mtype, wtype, reps = "machine.type", "workload.type", "workload.replicas"
     if not ok(wtype):
         return
-    if get(wtype) != "transformer":
-        add(wtype, [mtype], 'must be "transformer" when machine.type is "rdu" (the rdu runs a compiled model)')
+    if get(wtype) not in ("transformer", "decode"):
+        add(wtype, [mtype], 'must be "transformer" or "decode" when machine.type is "rdu" (the rdu runs a compiled '
+                            'model, or generates tokens with one)')
+        return
+    if get(wtype) == "decode":
+        _check_decode(ok, get, add, shown)
         return
     if ok(reps) and get(reps) != 1:
         add(reps, [mtype], 'must be 1 when machine.type is "rdu"; its data-parallel copies are the D of '
                            'workload.parallelism')
     _check_transformer(ok, get, add, shown)
     _check_tiles(ok, get, add, shown)
+
+
+def _check_decode(ok, get, add, shown) -> None:
+    """A generation's own rules (docs/rdu.md, "Generation")."""
+    from .. import params
+
+    wtype, par = "workload.type", "workload.parallelism"
+    degrees = _check_degrees(ok, get, add, shown)
+    if degrees is not None:
+        t, p, d = degrees
+        if p != 1:
+            add(par, [wtype], f"has pipeline degree {p}; must be 1 for decode on the rdu (tensor and data degrees "
+                              "only: a pipelined generation is not modelled)")
+        elif ok("workload.batch") and get("workload.batch") % d:
+            add("workload.batch", [par], f"must be a multiple of data degree {d} (each replica generates for whole "
+                                         "sequences)")
+    if ok("workload.context") and get("workload.context") < 1:
+        add("workload.context", [wtype], "must be at least 1 for decode on the rdu: the prompt gives the first "
+                                         "output token")
+    if ok("workload.training") and get("workload.training"):
+        add("workload.training", [wtype], "must be false for decode, which generates tokens")
+    if ok("machine.hbm_gib", "machine.hbm_bandwidth_gbps") and get("machine.hbm_gib") \
+            and not get("machine.hbm_bandwidth_gbps"):
+        add("machine.hbm_bandwidth_gbps", ["machine.hbm_gib"], "must be above 0 when machine.hbm_gib is: a "
+                                                               "generation streams from the HBM")
+    for key in ("workload.microbatches", "workload.layers_per_stage", "machine.num_tiles"):
+        if ok(key) and get(key) != params.param(*key.split(".")).default_value():
+            add(key, [wtype], "does not apply to decode on the rdu, which runs one fused kernel call a layer on "
+                              "the whole chip (docs/rdu.md, \"Generation\")")
 
 
 def _check_tiles(ok, get, add, shown) -> None:
@@ -47,23 +80,22 @@ def _check_tiles(ok, get, add, shown) -> None:
             return
 
 
-def _check_transformer(ok, get, add, shown) -> None:
-    """Problems of an rdu scenario that involve several keys (docs/rdu.md, "Operators"), each
-    reported through `add`."""
-    par, mb, batch, seq = "workload.parallelism", "workload.microbatches", "workload.batch", "workload.seq_len"
-    tile, layers, nh = "workload.tile_tokens", "workload.n_layers", "workload.n_heads"
+def _check_degrees(ok, get, add, shown) -> tuple | None:
+    """workload.parallelism's degrees (t, p, d), each problem with them or with the tensor split reported
+    through `add`; None when it cannot be read."""
+    par, nh = "workload.parallelism", "workload.n_heads"
     if not ok(par):
-        return
+        return None
     try:
         t, p, d = parse_parallelism(get(par))
     except ValueError:
         meant = _parallelism_meant(get(par))
         add(par, [], "must be written T<tensor>P<pipeline>D<data> with degrees >= 1" +
             (f'; did you mean "{meant}"?' if meant else ', e.g. "T4P2D1"'))
-        return
+        return None
     if t * p * d > 4096:
         add(par, [], f"asks for {t * p * d} chips; at most 4096")
-        return
+        return None
     if ok(nh) and get(nh) % t != 0:
         add(par, [nh], f"has tensor degree {t}, which must divide {nh} = {shown(nh)} (each chip of a tensor group "
                        "holds whole heads)")
@@ -75,6 +107,18 @@ def _check_transformer(ok, get, add, shown) -> None:
         add(par, ["workload.ffn_width"], f"has tensor degree {t}, which must divide workload.ffn_width = "
                                          f"{shown('workload.ffn_width')} (each chip of a tensor group holds whole "
                                          "columns of the MLP)")
+    return t, p, d
+
+
+def _check_transformer(ok, get, add, shown) -> None:
+    """Problems of an rdu scenario that involve several keys (docs/rdu.md, "Operators"), each
+    reported through `add`."""
+    par, mb, batch, seq = "workload.parallelism", "workload.microbatches", "workload.batch", "workload.seq_len"
+    tile, layers = "workload.tile_tokens", "workload.n_layers"
+    degrees = _check_degrees(ok, get, add, shown)
+    if degrees is None:
+        return
+    t, p, d = degrees
     if ok(layers) and p > get(layers):
         add(par, [layers], f"has pipeline degree {p} but {layers} = {shown(layers)}: at most one stage per layer")
     lps = "workload.layers_per_stage"

@@ -29,6 +29,12 @@ PRESETS = {
     "sn30": dict(pcus=1280, pcu_lanes=16, pcu_stages=6, pmus=1280, pmu_kib=512, pmu_bytes_per_cycle=90,
                  ddr_bandwidth_gbps=200.0, clock_ghz=round(688e12 / (1280 * 16 * 6 * 2) / 1e9, 3), fp32_rate=0.5,
                  chip_tiles=8, **RDU_FITTED),
+    # SN40L (Prabhakar et al., MICRO 2024), per socket: 1,040 PCUs and PMUs, 64 GiB of HBM at about
+    # 1.6-1.8 TB/s (the lower taken), DDR at about 100-200 GB/s (the upper), 638 BF16 TFLOP/s; lanes,
+    # stages, PMU bandwidth, fp32_rate, chip_tiles and the fitted keys as the SN30's (assumptions)
+    "sn40l": dict(pcus=1040, pcu_lanes=16, pcu_stages=6, pmus=1040, pmu_kib=512, pmu_bytes_per_cycle=90,
+                  ddr_bandwidth_gbps=200.0, clock_ghz=round(638e12 / (1040 * 16 * 6 * 2) / 1e9, 3), fp32_rate=0.5,
+                  chip_tiles=8, hbm_gib=64, hbm_bandwidth_gbps=1600.0, ddr_gib=1536, **RDU_FITTED),
 }
 
 #: The preset a scenario that names none gets.
@@ -98,6 +104,28 @@ PARAMS: tuple[Param, ...] = (
           "collective or transfer whose chips are not all in one node.", (0.001, 1e6), _RDU),
     Param("machine", "node_interconnect_latency_cycles", "int", "cycles", 20000,
           "Latency of one transfer step between nodes (an assumption, about 7 us).", (0, 1_000_000_000), _RDU),
+    Param("machine", "hbm_gib", "int", "GiB", 0,
+          "HBM of each chip, which a generation streams its weights and key-value cache from (preset: SN40L "
+          "64; SN10 and SN30 0: none, a generation streams from DDR; docs/rdu.md, \"Generation\").",
+          (0, 1_048_576), _RDU),
+    Param("machine", "hbm_bandwidth_gbps", "float", "GB/s", 0.0,
+          "HBM bandwidth of each chip (preset: SN40L 1,600, the lower of the published 1.6-1.8 TB/s; 0 without "
+          "HBM).", (0.0, 1e6), _RDU),
+    Param("machine", "ddr_gib", "int", "GiB", 1536,
+          "DDR of each chip, which holds the models a generation switches between (SN40L: up to 1.5 TiB; taken "
+          "for every preset).", (1, 1_048_576), _RDU),
+    Param("machine", "stream_efficiency", "float", "", 0.85,
+          "Generation: the share of the memory's bandwidth a kernel's stream of weights and cache reaches (the "
+          "SN40L paper: more than 85% of HBM bandwidth while decoding).", (0.01, 1.0), _RDU),
+    Param("machine", "orchestration", "str", "", "hardware",
+          "Generation: who starts each kernel call: hardware (the chip itself) or software (the host, adding "
+          "machine.host_launch_us to every call).", ("hardware", "software"), _RDU),
+    Param("machine", "kernel_launch_cycles", "int", "cycles", 3000,
+          "Generation: cycles a kernel call's start costs on the chip, its synchronisation with the call before "
+          "(an assumption).", (0, 1_000_000_000), _RDU),
+    Param("machine", "host_launch_us", "float", "us", 10.0,
+          "Generation with software orchestration: what the host adds to every kernel call's start (an "
+          "assumption).", (0.0, 1e6), _RDU),
     Param("workload", "fusion", "str", "", "o1",
           "How operators are fused into sections: o0 one per section, o1 by rules (LayerNorm and "
           "elementwise into their GEMMs), o3 o1's sections merged within machine.section_fill of the PCUs, "

@@ -11,6 +11,10 @@ from ..machine import Machine, register
 from . import checks, keys
 
 
+def _decoding(scenario) -> bool:
+    return scenario.get("workload", "type") == "decode"
+
+
 class RduMachine(Machine):
     name = "rdu"
     unit = "section"
@@ -19,18 +23,26 @@ class RduMachine(Machine):
     compile_seconds = 6  # measured: a fresh Numba cache, two cores (docs/design.md, "Performance")
     busy_dataset = "units/pcu_busy_cycles"
     target_li = 0.85
-    workloads = ("transformer",)
+    workloads = ("transformer", "decode")
     params = keys.PARAMS
     presets = keys.PRESETS
     default_preset = keys.DEFAULT_PRESET
     levers = checks.LEVERS
 
     def compile_scenario(self, scenario):
+        if _decoding(scenario):
+            from .decode import decode_spec
+
+            return decode_spec(scenario)
         from .compiler import compile_scenario
 
         return compile_scenario(scenario)
 
     def start(self, scenario, inputs, per_call: int | None = None):
+        if _decoding(scenario):
+            from .decode import RduDecodeRun
+
+            return RduDecodeRun(scenario, inputs, per_call)
         from .run import RduRun
 
         return RduRun(inputs, per_call)
@@ -41,6 +53,11 @@ class RduMachine(Machine):
     def trace_events(self, f, values: dict, timeline) -> None:
         from .perfetto import trace_events
 
+        if values.get("workload", {}).get("type") == "decode":
+            from ..errors import InputError
+
+            raise InputError("an rdu decode result has no timeline to export yet (its tokens/ table has each "
+                             "token's start and length, and what its step is made of)")
         trace_events(f, values, timeline)
 
     def check_scenario(self, ok, get, add, shown, path=None) -> None:
@@ -48,6 +65,12 @@ class RduMachine(Machine):
 
     def describe(self, label: str, scenario, inputs) -> str:
         m, w = scenario.values["machine"], scenario.values["workload"]
+        if _decoding(scenario):
+            from .decode import longest_context
+
+            return (f"{label}: valid (rdu {m['preset']}, decode of {w['output_tokens']:,} tokens after "
+                    f"{w['context']:,} on {w['parallelism']}; the memory holds at most "
+                    f"{longest_context(inputs):,} positions)")
         return (f"{label}: valid (rdu {m['preset']}, {inputs.chips_total} chip(s) {w['parallelism']}, fusion "
                 f"{w['fusion']}: {len(inputs.sections)} sections, {int(inputs.n_instances.sum())} to run)")
 
@@ -70,6 +93,10 @@ class RduMachine(Machine):
         return rdu_platform(f"rdu {m['preset']} ({m['pcus']} PCUs{', ' + precision if precision else ''})", m, rate)
 
     def roofline_kernels(self, values: dict, platform) -> list:
+        if values.get("workload", {}).get("type") == "decode":
+            from .decode import roofline_rows
+
+            return roofline_rows(values, platform)
         from .compiler import roofline_rows
 
         return roofline_rows(values, platform)
@@ -77,6 +104,10 @@ class RduMachine(Machine):
     def summary_lines(self, summary: dict, regions: dict | None = None) -> list:
         from . import report
 
+        if "decode_tokens" in summary:
+            from .decode import summary_lines
+
+            return summary_lines(summary)
         return report.summary_lines(summary, regions)
 
     def judged(self, analysis: dict) -> dict:
@@ -93,6 +124,10 @@ class RduMachine(Machine):
     def analyse(self, f, values: dict, cycles: int, window, path) -> dict:
         from . import analysis
 
+        if values.get("workload", {}).get("type") == "decode":
+            from ..analysis import busy_only
+
+            return busy_only(f, "units/socket_busy_cycles", cycles, path)
         return analysis.analyse(f, values, cycles, window, path)
 
 
