@@ -18,11 +18,12 @@ from meshsim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: A small model on a 12 x 12 region: H 96, 4 heads of 24 (2 key-value), a gated MLP of 256, 3 layers.
+#: A small model on a 12 x 12 region: H 96, 4 heads of 24 (2 key-value), a gated MLP of 256, 3 layers; its
+#: PEs' 6 KiB fill after a few dozen tokens, and the prompt is prefilled on a 24 x 24 region beside it.
 SMALL = ("machine.type=mesh", "machine.rows=12", "machine.cols=12", "migration.policy=none", "workload.type=decode",
          "workload.hidden_size=96", "workload.n_layers=3", "workload.n_heads=4", "workload.n_kv_heads=2",
          "workload.ffn_width=256", "workload.mlp=gated", "workload.bias=false", "workload.batch=1",
-         "workload.context=30", "workload.output_tokens=12", "machine.sram_kib=6")
+         "workload.context=30", "workload.output_tokens=12", "machine.sram_kib=6", "workload.prefill_region=24")
 
 
 def spec_of(*overrides):
@@ -112,6 +113,8 @@ def test_a_run_is_the_same_on_one_thread_and_two(tmp_path):
     ("workload.n_layers=12", "the model's weights need 17,664 bytes on each PE of a 12 x 12 region"),
     ("workload.context=500", "workload.context = 500: the first token's cache needs 42 tokens on a row, and a "
                              "row has room for 36"),
+    ("workload.prefill_region=12", "workload.prefill_region = 12: the prefill needs 6,314 bytes on each PE of a 12 "
+                                   "x 12 region"),
 ])
 def test_bad_decode_scenarios_are_refused_naming_the_key(tmp_path, override, message):
     (tmp_path / "d.toml").write_text("")
@@ -128,3 +131,32 @@ def test_the_shipped_scenario_is_valid_and_says_what_the_cache_holds(tmp_path):
     assert "region 660 x 660, decode of 128 tokens after 4,095, cache shift; the cache holds at most 28,380" in p.stdout
     with pytest.raises(InputError, match='must be one of "shift", "append"'):
         load_scenario(ROOT / "scenarios" / "wse2_llama3_8b_decode.toml", ["workload.kv_policy=paged"])
+
+
+@pytest.mark.parametrize("extra", [
+    (),
+    ("workload.prefill_region=16", "workload.context=50"),
+    ("workload.prefill_region=0", "machine.sram_kib=48", "workload.decode_group=5"),
+    ("workload.prefill_region=9", "machine.sram_kib=48", "workload.context=7", "machine.hop_latency_cycles=2",
+     "workload.mlp=gelu", "workload.n_kv_heads=4"),
+], ids=["beside", "larger-prompt", "same-region", "smaller-region"])
+def test_the_prefill_is_the_reference_s(extra):
+    from kernels.reference.prefill_ref import simulate_prefill
+
+    sc = load_scenario(None, [*SMALL, *extra], text="")
+    pre, ref = decode_spec(sc).prefill, simulate_prefill(sc.values)
+    assert pre.pp == ref["pp"] and list(pre.layer_steps) == ref["layer_steps"]
+    assert (pre.cycles, pre.reshuffle, pre.ttft, pre.bytes_per_pe) == (
+        ref["prefill_cycles"], ref["reshuffle_cycles"], ref["ttft_cycles"], ref["bytes_per_pe"])
+    assert (pre.reshuffle == 0) == (pre.pp == 12)
+
+
+def test_a_run_gives_its_time_to_first_token_and_the_shipped_prefill_is_the_reference_s(tmp_path):
+    from kernels.reference.prefill_ref import simulate_prefill
+
+    s = meshsim.run({}, list(SMALL), out=tmp_path / "d.h5").summary
+    pre = decode_spec(load_scenario(None, list(SMALL), text="")).prefill
+    assert s["time_to_first_token_ms"] == pytest.approx(pre.ttft / 1.1e6) and s["prefill_region"] == 24
+    assert s["prefill_cycles"] == 3 * s["prefill_cycles_per_layer"] and s["reshuffle_cycles"] > 0
+    shipped = load_scenario(ROOT / "scenarios" / "wse2_llama3_8b_decode.toml")
+    assert decode_spec(shipped).prefill.ttft == simulate_prefill(shipped.values)["ttft_cycles"] == 77_569_984

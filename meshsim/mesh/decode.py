@@ -7,7 +7,7 @@ cache's rows kept by workload.kv_policy.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -56,6 +56,7 @@ class DecodeSpec:
     element_bytes: int
     sram_bytes: int
     clock_ghz: float
+    prefill: object = None  # meshsim.mesh.prefill.Prefill: the prompt's pass and the reshuffle
 
     @property
     def weight_bytes_per_pe(self) -> int:
@@ -113,7 +114,12 @@ def decode_spec(scenario) -> DecodeSpec:
         raise InputError([f"workload.context = {spec.context:,}: the first token's cache needs {need:,} tokens on a "
                           f"row, and a row has room for {spec.row_capacity:,} beside the weights "
                           f"({spec.token_bytes_per_pe:,} bytes a token on each PE)"])
-    return spec
+    from .prefill import check_prefill, prefill_of
+
+    pp = int(w.get("prefill_region", 0)) or p
+    pre = prefill_of(spec, model, pp, int(w["decode_group"]) or default_group(pp), spread(p, spec.context))
+    check_prefill(pre, spec.sram_bytes)
+    return replace(spec, prefill=pre)
 
 
 def spread(p: int, tokens: int) -> np.ndarray:
@@ -300,12 +306,26 @@ def summarise(spec: DecodeSpec, state: DecodeState, wall: float, kernel_seconds:
         "cache_max_row_tokens": int(state.rows.max()),
         "cache_row_capacity": spec.row_capacity,
         "weight_bytes_per_pe": spec.weight_bytes_per_pe,
+        **_prefill_figures(spec),
         "clock_ghz": spec.clock_ghz,
         "simulated_seconds": cycles * ms / 1e3,
         "wall_seconds": wall,
         "kernel_seconds": kernel_seconds,
         "pe_cycles_per_second": p * p * (cycles - start_cycle) / kernel_seconds if kernel_seconds else nan,
         "threads": threads,
+    }
+
+
+def _prefill_figures(spec: DecodeSpec) -> dict:
+    """The prefill's summary figures (docs/decode.md, "Result file")."""
+    pre = spec.prefill
+    return {
+        "time_to_first_token_ms": pre.ttft / (spec.clock_ghz * 1e6),
+        "prefill_region": pre.pp,
+        "prefill_cycles": pre.cycles,
+        "prefill_cycles_per_layer": pre.layer_cycles,
+        "reshuffle_cycles": pre.reshuffle,
+        "prefill_bytes_per_pe": pre.bytes_per_pe,
     }
 
 
@@ -390,9 +410,15 @@ def summary_lines(s: dict) -> list:
     from ..report import fmt as _f
 
     full = " (the cache filled: the generation stopped early)" if s.get("decode_cache_full") else ""
+    first = []
+    if "time_to_first_token_ms" in s:
+        first = [f"first token   {_f(s['time_to_first_token_ms'])} ms: the prompt's prefill on a "
+                 f"{_f(s['prefill_region'])} x {_f(s['prefill_region'])} region, {_f(s['prefill_cycles_per_layer'])} "
+                 f"cycles a layer, then {_f(s['reshuffle_cycles'])} cycles of reshuffle onto the decode region"]
     return [
         f"decode        {_f(s['decode_tokens'])} tokens{full} on a {_f(s['region'])} x {_f(s['region'])} region, "
         f"context {_f(s['decode_context_start'])} -> {_f(s['decode_context_end'])} tokens",
+        *first,
         f"time/token    mean {_f(s['time_per_token_ms_mean'])} ms, p50 {_f(s['time_per_token_ms_p50'])}, p99 "
         f"{_f(s['time_per_token_ms_p99'])}; {_f(s['tokens_per_second'])} tokens/s per request; "
         f"{_f(s['cycles_per_layer'])} cycles a layer",

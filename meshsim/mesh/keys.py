@@ -96,6 +96,10 @@ PARAMS: tuple[Param, ...] = (
           "and rows pass their oldest entries to the row above to stay within a token of each other, "
           "WaferLLM's) or append (the new tokens stay in the last row, as a paged cache's tail does).",
           ("shift", "append"), _DECODE),
+    Param("workload", "prefill_region", "int", "PEs", 0,
+          "decode: side of the square region the prompt's prefill runs on before the first token (WaferLLM "
+          "prefills on a larger region than it decodes on); 0: the decode region's (docs/decode.md, \"Prefill "
+          "and the time to first token\").", (0, 4096), _DECODE),
     Param("workload", "decode_group", "int", "PEs", 0,
           "decode: PEs of a group of the collectives' two-level tree; 0: the whole number nearest "
           "sqrt(machine.rows).", (0, 4096), _DECODE),

@@ -1,0 +1,230 @@
+"""Plain reference ("oracle") of the wafer decode's prefill and time to first token, from docs/decode.md alone.
+
+Written from docs/decode.md, "Prefill and the time to first token", and the sections it points to
+("The region and the layout", "A collective on a line", "The key-value cache", "Scenario").  It is
+slow and literal: a MeshGEMM is counted shift by shift and Cannon step by Cannon step, every row
+reduction is the decode collective simulated wavelet by wavelet by `decode_ref.line_collective`,
+the reshuffle's fullest row is found by spreading the prompt over the decode region's rows one row
+at a time, and the memory is summed term by term.  It takes nothing from meshsim and, from the
+kernels, only `decode_ref`'s `line_collective` and `_work_cycles` (the doc's `local(x)`).
+
+Public:
+
+- `simulate_prefill(values)`: from a resolved scenario's values (`values["machine"]`,
+  `values["workload"]`) to `{"pp", "layer_steps", "layer_cycles", "prefill_cycles",
+  "reshuffle_cycles", "ttft_cycles", "bytes_per_pe", "fits"}`.
+
+Choices made where docs/decode.md is ambiguous or silent (each is also noted at its spot below):
+
+1. "its completion on the last PE" (a reduction along the rows) is read as the LAST completion
+   over the line's positions (the PE that completes last, the farthest from the line's root), not
+   the completion at position `Pp - 1`: the step is over when every PE holds the result, and
+   position `Pp - 1` is often the line's root itself (e.g. Pp = 4, G = 2).
+2. A step with local work and a reduction ("`local(x)` + a sum of `m` elements") takes the two
+   added: every PE does the same local work, so every PE is ready for the reduction at the same
+   cycle and the collective's time from "all ready at 0" applies shifted.
+3. The group size of the prefill's reductions is `workload.decode_group` when it is not 0 (even if
+   it is larger than `Pp`: one group, as decode_ref's choice 13), else the whole number nearest
+   `sqrt(Pp)` (never a tie for a whole `Pp`; at least 1).
+4. The multiply-add rate is `machine.pe_flops_per_cycle / 2`, taken exactly (a float at its
+   shortest decimal string, as decode_ref's choice 9); `local(x) = ceil(x / rate)`, 0 for x = 0.
+5. The MeshGEMM formula is taken as written for every product: the alignment is `floor(Pp / 2)`
+   shifts of `o + Mt Kt + h` each (only the left blocks' size, as written), then `Pp` steps of
+   `o + max(local(Mt Kt Nt), max(Mt Kt, Kt Nt) + 2 h)`; `Pp = 1` thus has no alignment and one step.
+   The product's inner dimension (the doc's `K` in `[M, K] @ [K, N]`) is NOT the key-value width
+   `K`; here it is called `Kin` and the key-value width `K`.
+6. The scores' product is `[S, D] @ [D, S]` and the values' `[S, S] @ [S, D]` over the whole width
+   `D` as the table says (grouped-query attention changes nothing: "the same multiply-adds"); no
+   causal mask halves any work.
+7. The prefill layer's time is the plain sum of its ten steps (every PE in lockstep, "one after
+   another"), and the prefill is `n_layers` times it.
+8. The reshuffle happens when `Pp != P` (also when `Pp > P`), taking `o + 2 L_n max_y(n_y) kp + h
+   (Pp + P - 2)` with `kp = ceil(K / P)` (the decode region's `P`) and `n_y` the prompt's spread
+   over the decode region's `P` rows ("The key-value cache": `floor(S / P)` a row, one more on the
+   last `S mod P` rows); with `Pp = P` it is 0.
+9. Memory counts every term in elements of the precision's bytes `e` (the scores too), the
+   working set's maximum taken over the six MeshGEMM products of a layer (steps 2, 3, 6, 7, 9, 10;
+   the norms and the softmax are not products), and the weight terms exactly as the Memory
+   paragraph writes them (`ceil(H/Pp) ceil(gF/Pp)` for up and gate, `ceil(D/Pp) ceil(H/Pp)` for
+   the output projection), not decode's `dp g fp` and `dp dp`.  "fits" is `bytes <= sram_kib x
+   1024` ("more than sram_kib is refused").
+10. Model shape: `head_dim` 0 means `H / A`, taken as `H // A` (the doc and the brief give no
+    rounding; an H not divisible by A is floored); `n_kv_heads` 0 means `A`; `ffn_width` 0 means
+    `ffn_multiplier x H`, rounded to the nearest whole number when it is not one; `g` is 2 for
+    `mlp` "gated" or "geglu", else 1.  `workload.prefill_region` 0 means `machine.rows`.
+11. A prompt of `S = 0` tokens is timed literally (`St = 0`: reductions of no elements take 0,
+    the products still pay their shifts and set-ups), not refused; the oracle asserts only what it
+    relies on (`Pp >= 1`, `P >= 1`, `S >= 0`).
+"""
+
+import math
+from fractions import Fraction
+
+from kernels.reference.decode_ref import _work_cycles, line_collective
+
+_PRECISION_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+def _exact(x):
+    """An int, or a float at its shortest decimal string, as an exact Fraction (Choice 4)."""
+    if isinstance(x, float):
+        return Fraction(repr(x))
+    return Fraction(x)
+
+
+def _nearest_sqrt(n):
+    """The whole number nearest sqrt(n), n >= 1 (Choice 3): k or k + 1, k = isqrt(n)."""
+    k = math.isqrt(n)
+    # sqrt(n) >= k + 1/2  <=>  n >= k^2 + k + 1/4  <=>  n >= k^2 + k + 1 for whole n
+    return k + 1 if n >= k * k + k + 1 else max(k, 1)
+
+
+def _shape(values):
+    """The model's names of docs/decode.md "Scenario" from the resolved values (Choice 10)."""
+    w, m = values["workload"], values["machine"]
+    H = int(w["hidden_size"])
+    A = int(w["n_heads"])
+    kv_heads = int(w["n_kv_heads"]) or A
+    head = int(w["head_dim"]) or H // A
+    F = int(w["ffn_width"])
+    if F == 0:
+        F = round(_exact(w["ffn_multiplier"]) * H)
+    g = 2 if w["mlp"] in ("gated", "geglu") else 1
+    D = A * head
+    K = kv_heads * head
+    return {
+        "H": H, "A": A, "D": D, "K": K, "Q": D + 2 * K, "F": F, "g": g,
+        "L": int(w["n_layers"]), "S": int(w["context"]), "e": _PRECISION_BYTES[w["precision"]],
+        "P": int(m["rows"]), "h": int(m["hop_latency_cycles"]), "c": int(m["decode_add_cycles"]),
+        "o": int(m["decode_phase_cycles"]), "rate": _exact(m["pe_flops_per_cycle"]) / 2,
+        "sram_bytes": _exact(m["sram_kib"]) * 1024, "group": int(w["decode_group"]),
+        "Pp": int(w["prefill_region"]) or int(m["rows"]),
+    }
+
+
+def _gemm(M, Kin, N, Pp, o, h, rate):
+    """Cycles of the MeshGEMM `[M, Kin] @ [Kin, N]` on `Pp x Pp` PEs, shift by shift (Choice 5)."""
+    Mt, Kt, Nt = math.ceil(M / Pp), math.ceil(Kin / Pp), math.ceil(N / Pp)
+    cycles = 0
+    for _ in range(Pp // 2):  # the left blocks' alignment: one hop each, the set-up, a wavelet a cycle
+        cycles += o + Mt * Kt + h
+    for _ in range(Pp):  # Cannon's steps: multiply this pair while the next pair streams in, two hops
+        compute = _work_cycles(Mt * Kt * Nt, rate)
+        stream = max(Mt * Kt, Kt * Nt) + 2 * h
+        cycles += o + max(compute, stream)
+    return cycles
+
+
+def _working_set(M, Kin, N, Pp):
+    """A product's working set on a PE, `2 (Mt Kt + Kt Nt) + Mt Nt` elements."""
+    Mt, Kt, Nt = math.ceil(M / Pp), math.ceil(Kin / Pp), math.ceil(N / Pp)
+    return 2 * (Mt * Kt + Kt * Nt) + Mt * Nt
+
+
+def _reduction(m, op, sh, cache):
+    """Cycles of a reduction of `m` elements along a row of `Pp` PEs, every PE ready at 0 (Choice 1)."""
+    key = (m, op)
+    if key not in cache:
+        done = line_collective([0] * sh["Pp"], m, sh["G"], sh["h"], sh["c"], sh["o"], op)
+        cache[key] = max(done)  # the last PE to complete
+    return cache[key]
+
+
+def _products(sh):
+    """The six MeshGEMM products of a prefill layer, by step number: (M, Kin, N)."""
+    S, H, D, Q, F, g = sh["S"], sh["H"], sh["D"], sh["Q"], sh["F"], sh["g"]
+    return {
+        2: (S, H, Q),  # Q, K and V
+        3: (S, D, S),  # scores (Choice 6)
+        6: (S, S, D),  # scores times values
+        7: (S, D, H),  # output projection
+        9: (S, H, g * F),  # up and gate
+        10: (S, F, H),  # down projection
+    }
+
+
+def _layer_steps(sh):
+    """The ten steps' cycles of one prefill layer, in the doc's order (Choices 2, 7)."""
+    Pp, St, A = sh["Pp"], sh["St"], sh["A"]
+    dpp = math.ceil(sh["H"] / Pp)  # dp'
+    products = _products(sh)
+    cache = {}
+
+    def gemm(k):
+        M, Kin, N = products[k]
+        return _gemm(M, Kin, N, Pp, sh["o"], sh["h"], sh["rate"])
+
+    def norm():
+        return _work_cycles(St * dpp, sh["rate"]) + _reduction(St, "sum", sh, cache)
+
+    def softmax(op):
+        return _work_cycles(A * St * St, sh["rate"]) + _reduction(A * St, op, sh, cache)
+
+    return [
+        norm(),  # 1 first norm
+        gemm(2),  # 2 Q, K and V
+        gemm(3),  # 3 scores
+        softmax("max"),  # 4 softmax: the maximum
+        softmax("sum"),  # 5 softmax: the sum
+        gemm(6),  # 6 scores times values
+        gemm(7),  # 7 output projection
+        norm(),  # 8 second norm, as step 1
+        gemm(9),  # 9 up and gate
+        gemm(10),  # 10 down projection
+    ]
+
+
+def _rows_tokens(S, P):
+    """The prompt spread over the decode region's rows: floor(S / P) a row, one more on the last S mod P."""
+    rows = [S // P] * P
+    for y in range(P - S % P, P):
+        rows[y] += 1
+    assert sum(rows) == S
+    return rows
+
+
+def _reshuffle(sh):
+    """Cycles of the reshuffle from the prefill region to the decode region (Choice 8)."""
+    P, Pp = sh["P"], sh["Pp"]
+    if Pp == P:
+        return 0  # the prefill writes the keys and values where decode keeps them
+    kp = math.ceil(sh["K"] / P)
+    fullest = max(_rows_tokens(sh["S"], P))
+    return sh["o"] + 2 * sh["L"] * fullest * kp + sh["h"] * (Pp + P - 2)
+
+
+def _bytes_per_pe(sh):
+    """A prefill PE's memory as the Memory paragraph counts it, in bytes (Choice 9)."""
+    Pp, St, H, D, K, Q, F, g, A, L = (sh[k] for k in ("Pp", "St", "H", "D", "K", "Q", "F", "g", "A", "L"))
+
+    def cl(x):
+        return math.ceil(x / Pp)
+
+    weights = L * (cl(H) * cl(Q) + cl(D) * cl(H) + cl(H) * cl(g * F) + cl(F) * cl(H) + 2 * cl(H))
+    cache = 2 * L * St * cl(K)
+    scores = A * St * St
+    working = max(_working_set(M, Kin, N, Pp) for M, Kin, N in _products(sh).values())
+    return (weights + cache + scores + working) * sh["e"]
+
+
+def simulate_prefill(values):
+    """The prefill's and the time to first token's cycles and the prefill PE's memory (docs/decode.md)."""
+    sh = _shape(values)
+    assert sh["Pp"] >= 1 and sh["P"] >= 1 and sh["S"] >= 0, (sh["Pp"], sh["P"], sh["S"])  # Choice 11
+    sh["St"] = math.ceil(sh["S"] / sh["Pp"])
+    sh["G"] = sh["group"] or _nearest_sqrt(sh["Pp"])  # Choice 3
+    steps = _layer_steps(sh)
+    layer_cycles = sum(steps)
+    prefill_cycles = sh["L"] * layer_cycles
+    reshuffle_cycles = _reshuffle(sh)
+    bytes_per_pe = _bytes_per_pe(sh)
+    return {
+        "pp": sh["Pp"],
+        "layer_steps": steps,
+        "layer_cycles": layer_cycles,
+        "prefill_cycles": prefill_cycles,
+        "reshuffle_cycles": reshuffle_cycles,
+        "ttft_cycles": prefill_cycles + reshuffle_cycles,
+        "bytes_per_pe": bytes_per_pe,
+        "fits": bytes_per_pe <= sh["sram_bytes"],
+    }
