@@ -391,10 +391,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=_cmd_report)
 
     pl = sub.add_parser("plot", help="draw a result file's figures (heat map, animation, timeline, latency, busy "
-                                     "time, links, Gantt, roofline), or a metric of a sweep's table (.csv)")
+                                     "time, links, Gantt, roofline, generation), or a metric of a sweep's table "
+                                     "(.csv)")
     pl.add_argument("result", help="result file (.h5), or a sweep's summary table (.csv)")
     pl.add_argument("--kind", action="append", help="plot kinds, comma-separated or repeated (default: every kind "
-                    "the file has data for): heatmap, animation, timeline, latency, busy, links, gantt, roofline")
+                    "the file has data for): heatmap, animation, timeline, latency, busy, links, gantt, roofline, "
+                    "generation")
     pl.add_argument("-o", "--output", help="folder for the figures (default: beside the file, named after it)")
     pl.add_argument("--format", default="png", help="png (default), svg or pdf")
     pl.add_argument("--cycle", type=int, default=None, help="heatmap: the frame nearest this cycle (default: last)")

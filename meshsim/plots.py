@@ -35,7 +35,11 @@ from .report import read_summary
 MAX_POINTS = 4000
 MAX_FRAMES = 60
 FORMATS = ("png", "svg", "pdf")
-KINDS = ("heatmap", "animation", "timeline", "latency", "busy", "links", "gantt", "roofline")
+KINDS = ("heatmap", "animation", "timeline", "latency", "busy", "links", "gantt", "roofline", "generation")
+
+#: A generation's cache per token and unit (docs/decode.md, docs/ipu.md and docs/rdu.md, "Generation"):
+#: dataset -> (what it counts, the units it is over).
+_CACHES = {"occupancy/cache_tokens": ("tokens", "row of PEs"), "occupancy/cache_bytes": ("bytes", None)}
 
 
 def _figure(w=8.0, h=5.0) -> Figure:
@@ -663,6 +667,54 @@ def _cell_values(fig, ax, grid) -> None:
         t.remove()
 
 
+def generation(path, out, fmt: str = "png") -> list[Path]:
+    """A generation's key-value cache over the tokens, unit by unit, as a heat map (which unit fills, and
+    when), and every token's time over the generation, mean and p99 marked."""
+    with open_result_file(path) as f:
+        title = _title(f)
+        name = next(n for n in _CACHES if n in f)
+        cache = f[name][()]
+        what, unit = _CACHES[name]
+        if unit is None:
+            unit = "socket" if "socket" in f else "IPU"
+        cycles = f["tokens/cycles"][()]
+        clock = float(f["summary"].attrs["clock_ghz"])
+    if cycles.size == 0:
+        raise InputError(f"{path}: no token was generated: nothing to draw")
+    fig = _figure(15, 4.5)
+    a1, a3, a2 = fig.subplots(1, 3)
+    im = a1.imshow(cache.T, cmap="cividis", interpolation="none", aspect="auto", origin="lower")
+    fig.colorbar(im, ax=a1, label=f"cache ({what})")
+    a1.set_xlabel("token (index)")
+    a1.set_ylabel(f"{unit} (index)")
+    a1.set_title("the key-value cache")
+    # the fullest unit against the mean: a cache that piles up on one unit shows here when a map's
+    # single row would not
+    tokens = np.arange(cache.shape[0])
+    a3.plot(tokens, cache.max(axis=1), color="#D55E00", label=f"the fullest {unit}")
+    a3.plot(tokens, cache.mean(axis=1), color="#0072B2", label="the mean")
+    a3.set_xlabel("token (index)")
+    a3.set_ylabel(f"cache ({what})")
+    a3.set_title(f"LI at the end {cache[-1].mean() / max(1, cache[-1].max()):.3g}")
+    legend_beside(a3)
+    ms = cycles / (clock * 1e6)
+    a2.plot(np.arange(len(ms)), ms, color="#0072B2", drawstyle="steps-mid", label="time of each token")
+    # where the first token's time holds the prompt's (the ipu and the rdu), the figures are of the rest
+    prompt = len(ms) > 1 and ms[0] > 10 * float(ms[1:].mean())
+    rest = ms[1:] if prompt else ms
+    mean, p99 = float(rest.mean()), float(np.quantile(rest, 0.99, method="inverted_cdf"))
+    a2.axhline(mean, color="#D55E00", label=f"mean {mean:.4g} ms")
+    a2.axhline(p99, color="#CC79A7", ls="--", label=f"p99 {p99:.4g} ms")
+    a2.set_xlabel("token (index)")
+    a2.set_ylabel("time (ms)")
+    if prompt:
+        a2.set_yscale("log")
+    a2.set_title("every token's time")
+    legend_beside(a2, title="after the first token" if prompt else "every token")
+    fig.suptitle(f"{title}: the generation")
+    return [_save(fig, out, "generation", fmt)]
+
+
 def applicable(path) -> list[str]:
     """The kinds of plot a result file has the data for, in KINDS order."""
     from .roofline import model_of, values_of_file
@@ -687,8 +739,11 @@ def applicable(path) -> list[str]:
             out.append("links")
         if "sections" in f:
             out.append("gantt")
+        gen = "tokens/cycles" in f and any(n in f for n in _CACHES) and f["tokens/cycles"].shape[0] > 0
     if model_of(values_of_file(path)) is not None:
         out.append("roofline")
+    if gen:
+        out.append("generation")
     return out
 
 

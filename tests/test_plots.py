@@ -43,6 +43,18 @@ def files(tmp_path_factory):
         "workload": {"type": "transformer", "hidden_size": 64, "n_layers": 2, "n_heads": 4, "seq_len": 40, "batch": 4,
                      "vocab_size": 100, "training": True, "layers_per_stage": [0, 1, 1], "microbatches": 2}}),
         d / "ipu.h5", progress=False).path
+    model = {"hidden_size": 64, "n_layers": 2, "n_heads": 4, "batch": 1, "context": 20, "output_tokens": 6}
+    out["mesh_decode"] = run_scenario(scenario_from_dict({
+        "machine": {"rows": 8, "cols": 8}, "migration": {"policy": "none"},
+        "workload": {"type": "decode", **model, "kv_policy": "append"}}), d / "md.h5", progress=False).path
+    out["ipu_decode"] = run_scenario(scenario_from_dict({
+        "machine": {"type": "ipu", "tiles": 16}, "workload": {"type": "decode", **model, "vocab_size": 100,
+                                                              "layers_per_stage": [0, 1, 1]}}),
+        d / "id.h5", progress=False).path
+    out["rdu_decode"] = run_scenario(scenario_from_dict({
+        "machine": {"type": "rdu", "preset": "sn40l"},
+        "workload": {"type": "decode", **model, "vocab_size": 100, "parallelism": "T2P1D1"}}),
+        d / "rd.h5", progress=False).path
     return out
 
 
@@ -50,7 +62,10 @@ EXPECTED = {"hotspot": ["heatmap", "animation", "timeline", "latency", "busy"],
             "traffic": ["heatmap", "animation", "timeline", "latency", "busy", "links"],
             "pipeline": ["heatmap", "animation", "timeline", "latency", "busy", "links", "roofline"],
             "rdu": ["timeline", "latency", "busy", "gantt", "roofline"],
-            "ipu": ["timeline", "latency", "busy", "roofline"]}
+            "ipu": ["timeline", "latency", "busy", "roofline"],
+            "mesh_decode": ["busy", "roofline", "generation"],
+            "ipu_decode": ["busy", "roofline", "generation"],
+            "rdu_decode": ["roofline", "generation"]}
 
 
 def drawn_texts(fig) -> list:
