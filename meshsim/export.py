@@ -215,6 +215,45 @@ def export(path, fmt: str = "perfetto", out=None, *, points: int = DEFAULT_POINT
 
 HOST_PID = 1_000_000  # the host's process in the trace, apart from every chip's
 
+#: A generation's cache datasets (docs/decode.md, docs/ipu.md and docs/rdu.md): name -> what it counts.
+_GENERATION_CACHES = {"occupancy/cache_tokens": "tokens", "occupancy/cache_bytes": "bytes"}
+
+
+def generation_events(f, tl: Timeline, unit: str) -> None:
+    """A decode run's timeline, for every machine: the prompt's part (the wafer's prefill and reshuffle,
+    before its tokens; on the ipu and the rdu the first token's step holds the prompt), each token a
+    slice with its tokens/ row as arguments, and counters of the cache on its fullest unit and its mean
+    over the units (`unit`: what they are)."""
+    summary = {k: v for k, v in f["summary"].attrs.items()}
+    cols = {k: f[f"tokens/{k}"][()] for k in f["tokens"] if k != "token_row"}
+    n = len(cols.get("cycles", ()))
+    tl.process(1, "generation")
+    tl.thread(1, 1, "tokens")
+    offset = 0
+    if "prefill_cycles" in summary:  # the wafer: its prefill and reshuffle come first
+        pre, shuffle = int(summary["prefill_cycles"]), int(summary["reshuffle_cycles"])
+        tl.thread(1, 2, "prompt")
+        tl.slice(1, 2, "prefill", 0, pre, cat="prefill",
+                 args={"region": summary["prefill_region"], "cycles_a_layer": summary["prefill_cycles_per_layer"]})
+        if shuffle:
+            tl.slice(1, 2, "reshuffle", pre, shuffle, cat="prefill")
+        offset = pre + shuffle
+    shown = min(n, max(0, tl.slices_left - 2))
+    for i in range(shown):
+        name = "prompt and token 0" if i == 0 and not offset else f"token {int(cols['token'][i])}"
+        tl.slice(1, 1, name, offset + int(cols["start_cycle"][i]), int(cols["cycles"][i]), cat="token",
+                 args={k: v[i] for k, v in cols.items() if k not in ("token", "start_cycle", "cycles")})
+    if shown < n:
+        tl.notes.append(f"tokens: the first {shown:,} of {n:,}")
+    name = next((k for k in _GENERATION_CACHES if k in f), None)
+    if name is not None and n:
+        cache = f[name][()][:n].astype(np.float64)
+        starts = offset + cols["start_cycle"].astype(np.float64)
+        ends = starts + cols["cycles"]
+        what = _GENERATION_CACHES[name]
+        tl.counter(1, f"cache on the fullest {unit} ({what})", starts, cache.max(axis=1), ends)
+        tl.counter(1, f"cache, mean over the {unit}s ({what})", starts, cache.mean(axis=1), ends)
+
 
 def _host_slices(tl: Timeline, root: dict, summary: dict) -> None:
     """The host's part of every step (`host_seconds`) as slices of its own process, after the chip's

@@ -1,6 +1,7 @@
 """The mesh's decode workload (docs/decode.md): the cache's policies, the run, its file and summary,
 its refusals, and each token's cycles against the reference."""
 
+import json
 import subprocess
 import sys
 from fractions import Fraction
@@ -158,5 +159,12 @@ def test_a_run_gives_its_time_to_first_token_and_the_shipped_prefill_is_the_refe
     pre = decode_spec(load_scenario(None, list(SMALL), text="")).prefill
     assert s["time_to_first_token_ms"] == pytest.approx(pre.ttft / 1.1e6) and s["prefill_region"] == 24
     assert s["prefill_cycles"] == 3 * s["prefill_cycles_per_layer"] and s["reshuffle_cycles"] > 0
+    # the timeline: the prefill and the reshuffle, then the tokens after them
+    from meshsim.export import export
+
+    events = json.loads(export(tmp_path / "d.h5", out=tmp_path / "d.json").read_text())["traceEvents"]
+    slices = {e["name"]: e for e in events if e["ph"] == "X"}
+    assert {"prefill", "reshuffle", "token 0", "token 11"} <= set(slices)
+    assert slices["token 0"]["ts"] == pytest.approx(round(pre.ttft / 1.1) / 1000)
     shipped = load_scenario(ROOT / "scenarios" / "wse2_llama3_8b_decode.toml")
     assert decode_spec(shipped).prefill.ttft == simulate_prefill(shipped.values)["ttft_cycles"] == 77_569_984

@@ -2,6 +2,7 @@
 scenario against the reference written from the page, the schedule of the tokens, the cache in the
 tiles' memory, the file, and what a generation refuses."""
 
+import json
 from pathlib import Path
 
 import h5py
@@ -93,8 +94,12 @@ def test_a_run_writes_its_tokens_cache_and_figures(tmp_path, capsys):
     assert main(["report", str(out)]) == 0
     text = capsys.readouterr().out
     assert "first token" in text and "exchange" in text and "cache" in text
-    assert main(["export", str(out), "-o", str(tmp_path / "t.json")]) == 2
-    assert "no timeline" in capsys.readouterr().err and not (tmp_path / "t.json").exists()
+    # the timeline: the first token's step holds the prompt, then one slice a token, and the cache's counters
+    assert main(["export", str(out), "-o", str(tmp_path / "t.json")]) == 0
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    tokens = [e for e in events if e["ph"] == "X" and e.get("cat") == "token"]
+    assert [e["name"] for e in tokens[:2]] == ["prompt and token 0", "token 1"] and len(tokens) == len(cycles)
+    assert any(e["ph"] == "C" and e["name"].startswith("cache on the fullest") for e in events)
 
 
 def test_a_run_is_the_same_on_one_thread_and_two_and_again(tmp_path):

@@ -54,10 +54,9 @@ class IpuMachine(Machine):
         from .perfetto import trace_events
 
         if values.get("workload", {}).get("type") == "decode":
-            from ..errors import InputError
+            from ..export import generation_events
 
-            raise InputError("an ipu decode result has no timeline to export yet (its tokens/ table has each "
-                             "token's start and length, its templates/ table a step's supersteps)")
+            return generation_events(f, timeline, "IPU")
         trace_events(f, values, timeline)
 
     def check_scenario(self, ok, get, add, shown, path=None) -> None:

@@ -65,12 +65,12 @@ class MeshMachine(Machine):
         return default_threads(inputs.rows * inputs.cols)
 
     def trace_events(self, f, values: dict, timeline) -> None:
-        from ..errors import InputError
         from .perfetto import trace_events
 
         if values.get("workload", {}).get("type") == "decode":
-            raise InputError("a mesh decode result has no timeline to export yet (its tokens/ table has each "
-                             "token's start and length)")
+            from ..export import generation_events
+
+            return generation_events(f, timeline, "row of PEs")
         trace_events(f, values, timeline)
 
     def check_scenario(self, ok, get, add, shown, path=None) -> None:

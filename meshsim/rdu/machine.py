@@ -54,10 +54,9 @@ class RduMachine(Machine):
         from .perfetto import trace_events
 
         if values.get("workload", {}).get("type") == "decode":
-            from ..errors import InputError
+            from ..export import generation_events
 
-            raise InputError("an rdu decode result has no timeline to export yet (its tokens/ table has each "
-                             "token's start and length, and what its step is made of)")
+            return generation_events(f, timeline, "socket")
         trace_events(f, values, timeline)
 
     def check_scenario(self, ok, get, add, shown, path=None) -> None:
