@@ -679,3 +679,14 @@ def test_a_scenario_resolved_before_the_rename_reads_as_it_ran():
     mesh = load_scenario_text('[machine]\ntype = "mesh"\n[workload]\nmicrobatches = 1\ngradient_accumulation = 1\n'
                               "layers_per_stage = []\nlayers_per_ipu = []\n")
     assert mesh.get("workload", "microbatches") == 1
+
+
+def test_the_mesh_presets_fill_the_wafer_and_the_default_is_the_keys_defaults():
+    from meshsim.mesh.keys import PRESETS
+
+    plain = scenario_from_dict({}).values["machine"]
+    assert plain["preset"] == "wse2" and all(plain[k] == v for k, v in PRESETS["wse2"].items())
+    three = scenario_from_dict({"machine": {"preset": "wse3"}}).values["machine"]
+    assert (three["rows"], three["cols"]) == (762, 1172) and three["sram_kib"] == 48
+    # a key the scenario sets wins over the preset
+    assert scenario_from_dict({"machine": {"preset": "wse3", "rows": 100}}).values["machine"]["rows"] == 100

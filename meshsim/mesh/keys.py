@@ -34,9 +34,15 @@ _DECODE = ("workload.type", ("decode",))
 #: "Calibration"; `meshsim calibrate`).
 DECODE_PHASE_CYCLES = 252
 
-#: The mesh has no presets: its keys' defaults are the WSE-2's.
-PRESETS: dict = {}
-DEFAULT_PRESET = ""
+#: Mesh presets (docs/mesh.md, "Presets"): the wafers whose figures machine.preset fills the keys with;
+#: the keys' defaults are the WSE-2's. WSE-3 (Cerebras, 2024): 900,000 cores and 44 GB of on-chip SRAM,
+#: about 48 KiB a core as on the WSE-2; 762 x 1,172 of its fabric usable in hardware builds (WaferLLM's
+#: WSE-3 kernels); its clock and a core's multiply-adds a cycle are taken as the WSE-2's (assumptions).
+PRESETS: dict = {
+    "wse2": dict(rows=757, cols=996, sram_kib=48, clock_ghz=1.1, pe_flops_per_cycle=WSE2_PE_FLOPS_PER_CYCLE),
+    "wse3": dict(rows=762, cols=1172, sram_kib=48, clock_ghz=1.1, pe_flops_per_cycle=WSE2_PE_FLOPS_PER_CYCLE),
+}
+DEFAULT_PRESET = "wse2"
 
 PARAMS: tuple[Param, ...] = (
     Param("run", "cycles", "int", "cycles", 1000,
