@@ -111,7 +111,9 @@ def test_a_run_is_the_same_on_one_thread_and_two(tmp_path):
     ("machine.cols=13", "machine.cols = 13: must equal machine.rows = 12: decode runs on a square region"),
     ("workload.batch=2", "workload.batch = 2: must be 1 for decode"),
     ("workload.training=true", "workload.training = true: must be false for decode"),
-    ("workload.n_layers=12", "the model's weights need 17,664 bytes on each PE of a 12 x 12 region"),
+    ("workload.n_layers=12", "machine.rows = 12: the weights of 12 layer(s) need 17,664 bytes on each PE of a "
+                             "12 x 12 region"),
+    ("workload.decode_regions=4", "workload.decode_regions = 4: must be at most workload.n_layers = 3"),
     ("workload.context=500", "workload.context = 500: the first token's cache needs 42 tokens on a row, and a "
                              "row has room for 36"),
     ("workload.prefill_region=12", "workload.prefill_region = 12: the prefill needs 6,314 bytes on each PE of a 12 "
@@ -136,20 +138,26 @@ def test_the_shipped_scenario_is_valid_and_says_what_the_cache_holds(tmp_path):
 
 @pytest.mark.parametrize("extra", [
     (),
+    ("workload.context=0",),
+    ("workload.n_layers=5", "workload.decode_regions=2"),
+    ("workload.n_layers=5", "workload.decode_regions=0", "machine.sram_kib=5"),
     ("workload.prefill_region=16", "workload.context=50"),
     ("workload.prefill_region=0", "machine.sram_kib=48", "workload.decode_group=5"),
     ("workload.prefill_region=9", "machine.sram_kib=48", "workload.context=7", "machine.hop_latency_cycles=2",
      "workload.mlp=gelu", "workload.n_kv_heads=4"),
-], ids=["beside", "larger-prompt", "same-region", "smaller-region"])
+], ids=["beside", "no-prompt", "two-regions", "fewest-regions", "larger-prompt", "same-region", "smaller-region"])
 def test_the_prefill_is_the_reference_s(extra):
     from kernels.reference.prefill_ref import simulate_prefill
 
     sc = load_scenario(None, [*SMALL, *extra], text="")
-    pre, ref = decode_spec(sc).prefill, simulate_prefill(sc.values)
+    spec = decode_spec(sc)
+    pre, ref = spec.prefill, simulate_prefill(sc.values)
     assert pre.pp == ref["pp"] and list(pre.layer_steps) == ref["layer_steps"]
     assert (pre.cycles, pre.reshuffle, pre.ttft, pre.bytes_per_pe) == (
         ref["prefill_cycles"], ref["reshuffle_cycles"], ref["ttft_cycles"], ref["bytes_per_pe"])
-    assert (pre.reshuffle == 0) == (pre.pp == 12)
+    assert (spec.regions, list(spec.region_layers), pre.pass_cycles) == (ref["regions"], ref["layers"],
+                                                                         ref["pass_cycles"])
+    assert (pre.reshuffle == 0) == (pre.pp == 12 or spec.context == 0)
 
 
 def test_a_run_gives_its_time_to_first_token_and_the_shipped_prefill_is_the_reference_s(tmp_path):
@@ -168,3 +176,29 @@ def test_a_run_gives_its_time_to_first_token_and_the_shipped_prefill_is_the_refe
     assert slices["token 0"]["ts"] == pytest.approx(round(pre.ttft / 1.1) / 1000)
     shipped = load_scenario(ROOT / "scenarios" / "wse2_llama3_8b_decode.toml")
     assert decode_spec(shipped).prefill.ttft == simulate_prefill(shipped.values)["ttft_cycles"] == 77_569_984
+
+
+def test_a_model_over_several_regions_runs_them_one_after_another(tmp_path):
+    # five layers over two regions: 3 and 2, each region's layers as one region's, a pass between them
+    five = [*SMALL, "workload.n_layers=5", "workload.output_tokens=4"]
+    spec = decode_spec(load_scenario(None, [*five, "workload.decode_regions=2"], text=""))
+    assert spec.region_layers == (3, 2) and spec.pass_cycles == spec.phase + spec.dp + 12
+    assert spec.weight_bytes_per_pe == 3 * (128 + 64 + 352 + 176 + 16) * 2  # the fuller region's three layers
+    res = meshsim.run({}, [*five, "workload.decode_regions=2"], out=tmp_path / "r.h5")
+    with h5py.File(tmp_path / "r.h5") as f:
+        layers = f["tokens/layer_cycles"][()]
+        cache = f["occupancy/cache_tokens"][()]
+        busy = f["units/busy_cycles"][()]
+    rate = Fraction(8, 2)
+    for i in range(4):
+        ref = sum(R.token(12, 96, 96 + 2 * 48, 256, True, 4, n, cache[i].tolist(), spec.group, 1, 1, spec.phase,
+                          rate)["cycles"] for n in (3, 2))
+        assert layers[i] == ref + spec.pass_cycles
+    # the busy map holds both regions' PEs; the second, with two layers of five, 2/3 of the first's work
+    assert busy.shape == (24, 12) and res.summary["n_units"] == 2 * 144
+    assert busy[12:].sum() * 3 == busy[:12].sum() * 2
+    # 0: the fewest regions that hold the model with room for the first token
+    auto = decode_spec(load_scenario(None, [*five, "workload.decode_regions=0"], text=""))
+    assert auto.regions == 2
+    with pytest.raises(InputError, match="machine.rows = 12: the weights of 5 layer"):
+        decode_spec(load_scenario(None, [*five, "workload.decode_regions=1"], text=""))

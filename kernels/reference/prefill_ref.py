@@ -1,18 +1,20 @@
 """Plain reference ("oracle") of the wafer decode's prefill and time to first token, from docs/decode.md alone.
 
-Written from docs/decode.md, "Prefill and the time to first token", and the sections it points to
-("The region and the layout", "A collective on a line", "The key-value cache", "Scenario").  It is
+Written from docs/decode.md, "Prefill and the time to first token" and "A model over several regions",
+and the sections they point to ("The region and the layout", "A collective on a line", "The key-value
+cache", "Scenario").  It is
 slow and literal: a MeshGEMM is counted shift by shift and Cannon step by Cannon step, every row
 reduction is the decode collective simulated wavelet by wavelet by `decode_ref.line_collective`,
 the reshuffle's fullest row is found by spreading the prompt over the decode region's rows one row
-at a time, and the memory is summed term by term.  It takes nothing from meshsim and, from the
+at a time, the memory is summed term by term, and `workload.decode_regions = 0` is resolved by trying
+1, 2, ... regions in turn against the decode region's memory.  It takes nothing from meshsim and, from the
 kernels, only `decode_ref`'s `line_collective` and `_work_cycles` (the doc's `local(x)`).
 
 Public:
 
 - `simulate_prefill(values)`: from a resolved scenario's values (`values["machine"]`,
   `values["workload"]`) to `{"pp", "layer_steps", "layer_cycles", "prefill_cycles",
-  "reshuffle_cycles", "ttft_cycles", "bytes_per_pe", "fits"}`.
+  "reshuffle_cycles", "ttft_cycles", "bytes_per_pe", "fits", "regions", "layers", "pass_cycles"}`.
 
 Choices made where docs/decode.md is ambiguous or silent (each is also noted at its spot below):
 
@@ -52,9 +54,34 @@ Choices made where docs/decode.md is ambiguous or silent (each is also noted at 
     rounding; an H not divisible by A is floored); `n_kv_heads` 0 means `A`; `ffn_width` 0 means
     `ffn_multiplier x H`, rounded to the nearest whole number when it is not one; `g` is 2 for
     `mlp` "gated" or "geglu", else 1.  `workload.prefill_region` 0 means `machine.rows`.
-11. A prompt of `S = 0` tokens is timed literally (`St = 0`: reductions of no elements take 0,
-    the products still pay their shifts and set-ups), not refused; the oracle asserts only what it
-    relies on (`Pp >= 1`, `P >= 1`, `S >= 0`).
+11. A prompt of `S = 0` tokens has no prefill ("with no prompt (`S = 0`) there is none"; "with no
+    prompt, no prefill and no pass"): every cycle count and the memory are 0; the oracle asserts only
+    what it relies on (`Pp >= 1`, `P >= 1`, `S >= 0`).
+12. "A model over several regions": `workload.decode_regions` is read with 1 when the values lack
+    it.  A given `R` must satisfy `1 <= R <= max(L_n, 1)` ("`R` is at most `L_n`"; `L_n = 0` keeps
+    `R = 1` possible): the oracle asserts it rather than clamping.  The layers split as written,
+    `divmod(L_n, R)`: the first `L_n mod R` regions `ceil(L_n / R)`, the rest `floor(L_n / R)`.
+13. `R = 0` is the fewest `R` in `1 ... max(L_n, 1)` whose region 0 (`L_0` layers, the fullest)
+    satisfies `e (L_0 (dp qp + dp dp + dp g fp + fp dp + 2 dp) + 2 kp L_0 n) <= sram_kib x 1024`
+    (decode's `dp, qp, fp, kp` over the decode region's `P`; "has room for" taken as `<=`, as
+    Choice 9's "fits"), with `n` the fullest row of `S + 1` tokens spread by the prompt's rule,
+    `ceil((S + 1) / P)`: "one token a row beyond the prompt's spread" read as the row holding the
+    most of the prompt plus the first decoded token once it has joined the cache (the shift
+    policy's spread, the "first token whose cache would not fit" check), for every `kv_policy`
+    (not `ceil(S / P) + 1`, which append's last row would hold: the two agree when `P` divides `S`
+    and otherwise the latter is one more).  The prefill region's memory plays no part.  When no
+    `R` up to `L_n` fits, `R = max(L_n, 1)` (the most the doc allows; the decode itself would then
+    refuse), not an error.
+14. The prefill's memory counts `L_0` layers in both per-layer terms: the weight blocks and the
+    cache of its tokens (`2 L_0 St ceil(K/Pp)`: "each holds its layers' weight blocks", and a
+    region keeps only its layers' share of every cached token); the scores and the working set are
+    a layer's, unchanged.
+15. The prefill's pass between two regions is `o + St dp' + h Pp` (0 with `R = 1`), paid `R - 1`
+    times and added to `prefill_cycles` (`n_layers` layers + `(R - 1)` passes); like Choice 11 it
+    is 0 with `S = 0` (Choice 11).  `layer_cycles` stays one layer's time.
+16. The reshuffle is Choice 8's with `L_0` for `L_n` (every region reshuffles its layers at once,
+    so the slowest, region 0, sets it), still 0 when `Pp = P`; `ttft_cycles = prefill_cycles +
+    reshuffle_cycles`.
 """
 
 import math
@@ -99,6 +126,7 @@ def _shape(values):
         "o": int(m["decode_phase_cycles"]), "rate": _exact(m["pe_flops_per_cycle"]) / 2,
         "sram_bytes": _exact(m["sram_kib"]) * 1024, "group": int(w["decode_group"]),
         "Pp": int(w["prefill_region"]) or int(m["rows"]),
+        "regions": int(w.get("decode_regions", 1)),  # Choice 12: 0 is resolved by `_regions`
     }
 
 
@@ -184,18 +212,18 @@ def _rows_tokens(S, P):
 
 
 def _reshuffle(sh):
-    """Cycles of the reshuffle from the prefill region to the decode region (Choice 8)."""
+    """Cycles of the reshuffle from the prefill regions to the decode regions (Choices 8, 16)."""
     P, Pp = sh["P"], sh["Pp"]
     if Pp == P:
         return 0  # the prefill writes the keys and values where decode keeps them
     kp = math.ceil(sh["K"] / P)
     fullest = max(_rows_tokens(sh["S"], P))
-    return sh["o"] + 2 * sh["L"] * fullest * kp + sh["h"] * (Pp + P - 2)
+    return sh["o"] + 2 * sh["L0"] * fullest * kp + sh["h"] * (Pp + P - 2)  # Choice 16: L_0 for L_n
 
 
 def _bytes_per_pe(sh):
-    """A prefill PE's memory as the Memory paragraph counts it, in bytes (Choice 9)."""
-    Pp, St, H, D, K, Q, F, g, A, L = (sh[k] for k in ("Pp", "St", "H", "D", "K", "Q", "F", "g", "A", "L"))
+    """A prefill PE's memory as the Memory paragraph counts it, in bytes, with L_0 layers (Choices 9, 14)."""
+    Pp, St, H, D, K, Q, F, g, A, L = (sh[k] for k in ("Pp", "St", "H", "D", "K", "Q", "F", "g", "A", "L0"))
 
     def cl(x):
         return math.ceil(x / Pp)
@@ -207,17 +235,55 @@ def _bytes_per_pe(sh):
     return (weights + cache + scores + working) * sh["e"]
 
 
+def _split_layers(L, R):
+    """The layers `L_r` of the `R` regions: the first `L mod R` regions `ceil(L / R)`, the rest `floor(L / R)`."""
+    q, extra = divmod(L, R)
+    layers = [q + 1] * extra + [q] * (R - extra)
+    assert sum(layers) == L and layers == sorted(layers, reverse=True)
+    return layers
+
+
+def _decode_region_fits(sh, L0):
+    """Whether a decode region of `L0` layers has room for its weights and the first token's fullest row (Choice 13)."""
+    P, H, Q, F, g, K = (sh[k] for k in ("P", "H", "Q", "F", "g", "K"))
+    dp, qp, fp, kp = math.ceil(H / P), math.ceil(Q / P), math.ceil(F / P), math.ceil(K / P)
+    weights = L0 * (dp * qp + dp * dp + dp * g * fp + fp * dp + 2 * dp)
+    row_tokens = max(_rows_tokens(sh["S"] + 1, P))  # the prompt and the first decoded token, spread
+    cache = 2 * kp * L0 * row_tokens
+    return (weights + cache) * sh["e"] <= sh["sram_bytes"]
+
+
+def _regions(sh):
+    """`R` as resolved: the given one, or with 0 the fewest whose fullest region fits (Choices 12, 13)."""
+    most = max(sh["L"], 1)  # "R is at most L_n"
+    R = sh["regions"]
+    if R != 0:
+        assert 1 <= R <= most, (R, sh["L"])  # Choice 12
+        return R
+    for R in range(1, most + 1):
+        if _decode_region_fits(sh, _split_layers(sh["L"], R)[0]):
+            return R
+    return most  # Choice 13: none fits
+
+
 def simulate_prefill(values):
     """The prefill's and the time to first token's cycles and the prefill PE's memory (docs/decode.md)."""
     sh = _shape(values)
     assert sh["Pp"] >= 1 and sh["P"] >= 1 and sh["S"] >= 0, (sh["Pp"], sh["P"], sh["S"])  # Choice 11
     sh["St"] = math.ceil(sh["S"] / sh["Pp"])
     sh["G"] = sh["group"] or _nearest_sqrt(sh["Pp"])  # Choice 3
+    R = _regions(sh)
+    layers = _split_layers(sh["L"], R)
+    sh["L0"] = layers[0]  # the fullest region's layers
     steps = _layer_steps(sh)
     layer_cycles = sum(steps)
-    prefill_cycles = sh["L"] * layer_cycles
+    # the prompt's activations pass between two prefill regions: o + St dp' + h Pp (Choice 15)
+    pass_cycles = 0 if R == 1 else sh["o"] + sh["St"] * math.ceil(sh["H"] / sh["Pp"]) + sh["h"] * sh["Pp"]
+    prefill_cycles = sh["L"] * layer_cycles + (R - 1) * pass_cycles
     reshuffle_cycles = _reshuffle(sh)
     bytes_per_pe = _bytes_per_pe(sh)
+    if sh["S"] == 0:  # "with no prompt, no prefill and no pass" (Choice 11)
+        steps, layer_cycles, pass_cycles, prefill_cycles, reshuffle_cycles, bytes_per_pe = [0] * 10, 0, 0, 0, 0, 0
     return {
         "pp": sh["Pp"],
         "layer_steps": steps,
@@ -227,4 +293,7 @@ def simulate_prefill(values):
         "ttft_cycles": prefill_cycles + reshuffle_cycles,
         "bytes_per_pe": bytes_per_pe,
         "fits": bytes_per_pe <= sh["sram_bytes"],
+        "regions": R,
+        "layers": layers,
+        "pass_cycles": pass_cycles,
     }

@@ -108,7 +108,11 @@ def check_scenario(ok, get, add, shown, path=None) -> None:
 
 
 def _check_decode(ok, get, add, shown) -> None:
-    """A decode scenario's own rules (docs/decode.md): a square region, one sequence, no training."""
+    """A decode scenario's own rules (docs/decode.md): a square region, one sequence, no training, at most
+    a region a layer."""
+    regions, layers = "workload.decode_regions", "workload.n_layers"
+    if ok(regions, layers) and get(regions) > get(layers):
+        add(regions, [layers], f"must be at most {layers} = {shown(layers)}: every region holds at least one layer")
     rows, cols = "machine.rows", "machine.cols"
     if ok(rows, cols) and get(rows) != get(cols):
         add(cols, [rows], f"must equal {rows} = {shown(rows)}: decode runs on a square region of PEs")

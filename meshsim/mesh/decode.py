@@ -57,17 +57,35 @@ class DecodeSpec:
     sram_bytes: int
     clock_ghz: float
     prefill: object = None  # meshsim.mesh.prefill.Prefill: the prompt's pass and the reshuffle
+    regions: int = 1  # R: regions the layers are split over (docs/decode.md, "A model over several regions")
+
+    @property
+    def region_layers(self) -> tuple:
+        """L_r: the layers of each region, the first n_layers mod R one more."""
+        base, extra = divmod(self.n_layers, self.regions)
+        return tuple(base + (1 if r < extra else 0) for r in range(self.regions))
+
+    @property
+    def most_layers(self) -> int:
+        """L_0: the layers of the fullest region, which sets the memory and the shift."""
+        return self.region_layers[0]
+
+    @property
+    def pass_cycles(self) -> int:
+        """A token's hidden state from one region to the next: o + dp + h P (0 with one region)."""
+        return self.phase + self.dp + self.hop * self.p if self.regions > 1 else 0
 
     @property
     def weight_bytes_per_pe(self) -> int:
-        """Bytes of every layer's weight blocks and its two norms' scales on one PE."""
+        """Bytes of the weight blocks and the two norms' scales of every layer of the fullest region on one PE."""
         d, f = self.dp, self.fp
-        return self.n_layers * (d * self.qp + d * d + d * self.g * f + f * d + 2 * d) * self.element_bytes
+        return self.most_layers * (d * self.qp + d * d + d * self.g * f + f * d + 2 * d) * self.element_bytes
 
     @property
     def token_bytes_per_pe(self) -> int:
-        """Bytes one cached token takes on each PE of its row: its keys' and values' slices, every layer."""
-        return 2 * self.kp * self.n_layers * self.element_bytes
+        """Bytes one cached token takes on each PE of its row: its keys' and values' slices, every layer of the
+        fullest region."""
+        return 2 * self.kp * self.most_layers * self.element_bytes
 
     @property
     def row_capacity(self) -> int:
@@ -104,12 +122,18 @@ def decode_spec(scenario) -> DecodeSpec:
                       phase=int(m["decode_phase_cycles"]), rate_num=rate.numerator, rate_den=rate.denominator,
                       context=int(w["context"]), output_tokens=int(w["output_tokens"]), policy=str(w["kv_policy"]),
                       element_bytes=model.element_bytes, sram_bytes=int(m["sram_kib"]) * 1024,
-                      clock_ghz=float(m["clock_ghz"]))
-    if spec.weight_bytes_per_pe > spec.sram_bytes:
-        raise InputError([f"machine.rows = {p}: the model's weights need {spec.weight_bytes_per_pe:,} bytes on each PE "
-                          f"of a {p} x {p} region, and a PE has {spec.sram_bytes:,} (machine.sram_kib); use a larger "
-                          "region, or fewer layers (workload.n_layers): decode over several regions is not modelled"])
+                      clock_ghz=float(m["clock_ghz"]), regions=max(1, int(w.get("decode_regions", 1))))
     need = int(spread(p, spec.context + 1).max())
+    if int(w.get("decode_regions", 1)) == 0:  # the fewest regions that hold the model and the first token
+        spec = next((replace(spec, regions=r) for r in range(1, spec.n_layers + 1)
+                     if replace(spec, regions=r).row_capacity >= need), replace(spec, regions=spec.n_layers))
+    where = "workload.decode_regions" if spec.regions > 1 else "machine.rows"
+    if spec.weight_bytes_per_pe > spec.sram_bytes:
+        value = spec.regions if spec.regions > 1 else p
+        raise InputError([f"{where} = {value}: the weights of {spec.most_layers} layer(s) need "
+                          f"{spec.weight_bytes_per_pe:,} bytes on each PE of a {p} x {p} region, and a PE has "
+                          f"{spec.sram_bytes:,} (machine.sram_kib); use a larger region, or more regions "
+                          "(workload.decode_regions; 0: the fewest that hold the model)"])
     if need > spec.row_capacity:
         raise InputError([f"workload.context = {spec.context:,}: the first token's cache needs {need:,} tokens on a "
                           f"row, and a row has room for {spec.row_capacity:,} beside the weights "
@@ -147,12 +171,25 @@ def add_token(spec: DecodeSpec, rows: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def token_busy(spec: DecodeSpec, rows: np.ndarray) -> np.ndarray:
-    """Cycles of local work (multiply-adds) each row's PEs do in one token, every layer."""
+    """int64[regions, rows]: cycles of local work (multiply-adds) each row's PEs of each region do in one
+    token, every layer of the region."""
     d, f, a = spec.dp, spec.fp, spec.heads
     macs = [np.full(spec.p, d), np.full(spec.p, d * spec.qp), d * rows, a * rows, a * rows, rows * d,
             np.full(spec.p, d * d), np.full(spec.p, d), np.full(spec.p, d * spec.g * f), np.full(spec.p, f * d)]
     cycles = sum((np.asarray(x, np.int64) * spec.rate_den + spec.rate_num - 1) // spec.rate_num for x in macs)
-    return spec.n_layers * cycles
+    return np.array(spec.region_layers, np.int64)[:, None] * cycles[None, :]
+
+
+def token_cycles(spec: DecodeSpec, rows: np.ndarray) -> int:
+    """A token's layers, region by region, and the passes between the regions (docs/decode.md, "A token",
+    "A model over several regions")."""
+    total = spec.pass_cycles * (spec.regions - 1)
+    for layers in sorted(set(spec.region_layers)):
+        count = spec.region_layers.count(layers)
+        done = np.zeros(layers, np.int64)
+        total += count * int(K.token(spec.p, spec.dp, spec.qp, spec.fp, spec.g, spec.heads, layers, rows, spec.group,
+                                     spec.hop, spec.add, spec.phase, spec.rate_num, spec.rate_den, done))
+    return total
 
 
 class DecodeState:
@@ -163,7 +200,7 @@ class DecodeState:
         self.tokens_done = 0
         self.cycle = 0
         self.rows = spread(spec.p, spec.context)
-        self.busy = np.zeros(spec.p, np.int64)
+        self.busy = np.zeros((spec.regions, spec.p), np.int64)
         self.moved = 0
         self.layer_cycles = 0  # the tokens' layers, without the shifts between them
         self.full = False  # the cache took no more: the generation ended early
@@ -174,14 +211,12 @@ class DecodeState:
         rows after each)."""
         spec = self.spec
         out, caches = [], []
-        layer_done = np.zeros(spec.n_layers, np.int64)
         while len(out) < n and not self.finished:
             rows, moved = add_token(spec, self.rows)
             if rows.max() > spec.row_capacity:
                 self.full = True
                 break
-            cycles = int(K.token(spec.p, spec.dp, spec.qp, spec.fp, spec.g, spec.heads, spec.n_layers, rows,
-                                 spec.group, spec.hop, spec.add, spec.phase, spec.rate_num, spec.rate_den, layer_done))
+            cycles = token_cycles(spec, rows)
             shift = spec.shift_cycles if moved else 0
             out.append((self.tokens_done, self.cycle, cycles + shift, cycles, shift, int(rows.sum()), int(rows.max()),
                         int(np.argmax(rows)), moved))
@@ -242,9 +277,12 @@ class DecodeResultWriter(ResultFile):
         self.cache.dims[1].attach_scale(self.row)
         u = f.create_group("units")
         u.attrs["description"] = "per-PE totals over the tokens decoded"
-        self.busy = u.create_dataset("busy_cycles", data=np.zeros((p, p), np.int64), chunks=True, **self.comp)
+        r = spec.regions
+        rows = self.row if r == 1 else self._scale(f, "region_row", np.arange(r * p, dtype=np.int32), "1",
+                                                   "row of PEs, region by region (region r: rows r P to r P + P - 1)")
+        self.busy = u.create_dataset("busy_cycles", data=np.zeros((r * p, p), np.int64), chunks=True, **self.comp)
         describe(self.busy, "cycles", "cycles of local work (multiply-adds) each PE did")
-        self.busy.dims[0].attach_scale(self.row)
+        self.busy.dims[0].attach_scale(rows)
         self.busy.dims[1].attach_scale(self.col)
         f.create_group("summary").attrs["description"] = "the run's figures (docs/decode.md, \"Result file\")"
 
@@ -261,7 +299,8 @@ class DecodeResultWriter(ResultFile):
         self.n = n0 + len(table)
 
     def write_busy(self, busy_rows) -> None:
-        self.busy[...] = np.repeat(np.asarray(busy_rows, np.int64)[:, None], self.busy.shape[1], axis=1)
+        """busy_rows: int64[regions, rows], every PE of a row of a region alike."""
+        self.busy[...] = np.repeat(np.asarray(busy_rows, np.int64).reshape(-1, 1), self.busy.shape[1], axis=1)
 
     def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
         self._finishing()
@@ -275,14 +314,14 @@ def summarise(spec: DecodeSpec, state: DecodeState, wall: float, kernel_seconds:
     """A decode run's figures: the stable names (docs/design.md, "Result files") and its own (docs/decode.md)."""
     nan = float("nan")
     p, cycles, done = spec.p, state.cycle, state.tokens_done
-    busy = np.repeat(state.busy[:, None], p, axis=1)
+    busy = np.repeat(state.busy.reshape(-1, 1), p, axis=1)  # every region's rows of PEs
     lat = np.array(state.latencies, np.int64)
     la = metrics.sample_latency_stats(lat)
     ms = 1e3 / (spec.clock_ghz * 1e9)
     cache = metrics.load_balance(state.rows)
     return {
         "cycles": cycles,
-        "n_units": p * p,
+        "n_units": spec.regions * p * p,
         **metrics.balance_figures(busy, cycles),
         **metrics.latency_figures(la),
         "injected": done,
@@ -311,7 +350,8 @@ def summarise(spec: DecodeSpec, state: DecodeState, wall: float, kernel_seconds:
         "simulated_seconds": cycles * ms / 1e3,
         "wall_seconds": wall,
         "kernel_seconds": kernel_seconds,
-        "pe_cycles_per_second": p * p * (cycles - start_cycle) / kernel_seconds if kernel_seconds else nan,
+        "pe_cycles_per_second": spec.regions * p * p * (cycles - start_cycle) / kernel_seconds if kernel_seconds
+        else nan,
         "threads": threads,
     }
 
@@ -324,6 +364,8 @@ def _prefill_figures(spec: DecodeSpec) -> dict:
         "prefill_region": pre.pp,
         "prefill_cycles": pre.cycles,
         "prefill_cycles_per_layer": pre.layer_cycles,
+        "decode_regions": spec.regions,
+        "region_pass_cycles": spec.pass_cycles,
         "reshuffle_cycles": pre.reshuffle,
         "prefill_bytes_per_pe": pre.bytes_per_pe,
     }
@@ -391,9 +433,9 @@ class DecodeRun(Run):
 
     def restore(self, values: dict, arrays: dict, writer) -> None:
         s = self.state
-        for name in ("rows", "busy"):
+        for name, shape in (("rows", (self.spec.p,)), ("busy", (self.spec.regions, self.spec.p))):
             a = arrays.get(name)
-            if a is None or a.shape != (self.spec.p,):
+            if a is None or a.shape != shape:
                 raise InputError(f"checkpoint array {name}: does not fit this run's region, so the run cannot resume; "
                                  "run the scenario again")
             setattr(s, name, a.astype(np.int64, copy=True))
@@ -405,6 +447,17 @@ class DecodeRun(Run):
         s.latencies = list(writer.cols["cycles"][:writer.n].astype(np.int64)) if writer.n else []
 
 
+def _regions(s: dict) -> str:
+    from ..report import fmt as _f
+
+    side = f"{_f(s['region'])} x {_f(s['region'])}"
+    n = int(s.get("decode_regions", 1))
+    if n == 1:
+        return f"a {side} region"
+    return (f"{n} regions of {side}, the layers split over them ({_f(s['region_pass_cycles'])} cycles from one to the "
+            "next)")
+
+
 def summary_lines(s: dict) -> list:
     """The one-screen summary of a decode run."""
     from ..report import fmt as _f
@@ -412,11 +465,14 @@ def summary_lines(s: dict) -> list:
     full = " (the cache filled: the generation stopped early)" if s.get("decode_cache_full") else ""
     first = []
     if "time_to_first_token_ms" in s:
-        first = [f"first token   {_f(s['time_to_first_token_ms'])} ms: the prompt's prefill on a "
-                 f"{_f(s['prefill_region'])} x {_f(s['prefill_region'])} region, {_f(s['prefill_cycles_per_layer'])} "
-                 f"cycles a layer, then {_f(s['reshuffle_cycles'])} cycles of reshuffle onto the decode region"]
+        n = int(s.get("decode_regions", 1))
+        where = (f"a {_f(s['prefill_region'])} x {_f(s['prefill_region'])} region" if n == 1 else
+                 f"{n} regions of {_f(s['prefill_region'])} x {_f(s['prefill_region'])}")
+        first = [f"first token   {_f(s['time_to_first_token_ms'])} ms: the prompt's prefill on {where}, "
+                 f"{_f(s['prefill_cycles_per_layer'])} cycles a layer, then {_f(s['reshuffle_cycles'])} cycles of "
+                 "reshuffle onto the decode region"]
     return [
-        f"decode        {_f(s['decode_tokens'])} tokens{full} on a {_f(s['region'])} x {_f(s['region'])} region, "
+        f"decode        {_f(s['decode_tokens'])} tokens{full} on {_regions(s)}, "
         f"context {_f(s['decode_context_start'])} -> {_f(s['decode_context_end'])} tokens",
         *first,
         f"time/token    mean {_f(s['time_per_token_ms_mean'])} ms, p50 {_f(s['time_per_token_ms_p50'])}, p99 "

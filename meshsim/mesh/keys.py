@@ -106,6 +106,10 @@ PARAMS: tuple[Param, ...] = (
           "decode: side of the square region the prompt's prefill runs on before the first token (WaferLLM "
           "prefills on a larger region than it decodes on); 0: the decode region's (docs/decode.md, \"Prefill "
           "and the time to first token\").", (0, 4096), _DECODE),
+    Param("workload", "decode_regions", "int", "regions", 1,
+          "decode: regions of machine.rows x machine.cols PEs the layers are split over, a token running them "
+          "one after another (a model whose weights do not fit one region); 0: the fewest that hold the model "
+          "(docs/decode.md, \"A model over several regions\").", (0, 4096), _DECODE),
     Param("workload", "decode_group", "int", "PEs", 0,
           "decode: PEs of a group of the collectives' two-level tree; 0: the whole number nearest "
           "sqrt(machine.rows).", (0, 4096), _DECODE),

@@ -28,6 +28,8 @@ class Prefill:
     n_layers: int
     reshuffle: int
     bytes_per_pe: int
+    regions: int = 1
+    pass_cycles: int = 0  # the prompt's activations from one prefill region to the next
 
     @property
     def layer_cycles(self) -> int:
@@ -35,7 +37,7 @@ class Prefill:
 
     @property
     def cycles(self) -> int:
-        return self.n_layers * self.layer_cycles
+        return self.n_layers * self.layer_cycles + (self.regions - 1) * self.pass_cycles
 
     @property
     def ttft(self) -> int:
@@ -47,7 +49,8 @@ def prefill_of(spec, model, pp: int, group: int, decode_rows: np.ndarray) -> Pre
     the decode region's rows of the prompt (decode_rows: tokens a row)."""
     s, h, f, g, a = spec.context, model.hidden_size, model.ffn_size, spec.g, model.n_heads
     if s == 0:  # no prompt, no prefill
-        return Prefill(pp=pp, layer_steps=(0,) * 10, n_layers=spec.n_layers, reshuffle=0, bytes_per_pe=0)
+        return Prefill(pp=pp, layer_steps=(0,) * 10, n_layers=spec.n_layers, reshuffle=0, bytes_per_pe=0,
+                       regions=spec.regions)
     d, kv = model.attention_size, model.kv_size
     q = d + 2 * kv
     st = _cdiv(s, pp)
@@ -73,16 +76,17 @@ def prefill_of(spec, model, pp: int, group: int, decode_rows: np.ndarray) -> Pre
              gemm(s, h, g * f), gemm(s, f, h))
     reshuffle = 0
     if pp != spec.p:
-        reshuffle = o + 2 * spec.n_layers * int(decode_rows.max()) * spec.kp + hop * (pp + spec.p - 2)
+        reshuffle = o + 2 * spec.most_layers * int(decode_rows.max()) * spec.kp + hop * (pp + spec.p - 2)
     products = ((s, h, q), (s, d, s), (s, s, d), (s, d, h), (s, h, g * f), (s, f, h))
     work = max(2 * (_cdiv(m, pp) * _cdiv(k, pp) + _cdiv(k, pp) * _cdiv(n, pp)) + _cdiv(m, pp) * _cdiv(n, pp)
                for m, k, n in products)
     c = _cdiv
-    weights = spec.n_layers * (c(h, pp) * c(q, pp) + c(d, pp) * c(h, pp) + c(h, pp) * c(g * f, pp)
+    weights = spec.most_layers * (c(h, pp) * c(q, pp) + c(d, pp) * c(h, pp) + c(h, pp) * c(g * f, pp)
                                + c(f, pp) * c(h, pp) + 2 * c(h, pp))
-    elements = weights + 2 * spec.n_layers * st * c(kv, pp) + a * st * st + work
+    elements = weights + 2 * spec.most_layers * st * c(kv, pp) + a * st * st + work
+    passing = o + st * dp + hop * pp if spec.regions > 1 else 0  # the prompt's activations to the next region
     return Prefill(pp=pp, layer_steps=steps, n_layers=spec.n_layers, reshuffle=reshuffle,
-                   bytes_per_pe=elements * spec.element_bytes)
+                   bytes_per_pe=elements * spec.element_bytes, regions=spec.regions, pass_cycles=passing)
 
 
 def check_prefill(pre: Prefill, sram_bytes: int) -> None:
