@@ -202,3 +202,15 @@ def test_a_model_over_several_regions_runs_them_one_after_another(tmp_path):
     assert auto.regions == 2
     with pytest.raises(InputError, match="machine.rows = 12: the weights of 5 layer"):
         decode_spec(load_scenario(None, [*five, "workload.decode_regions=1"], text=""))
+
+
+def test_a_layers_time_splits_into_local_work_set_up_and_the_network(tmp_path):
+    a = meshsim.run({}, list(SMALL), out=tmp_path / "a.h5").summary
+    b = meshsim.run({}, [*SMALL, "machine.decode_phase_cycles=0"], out=tmp_path / "b.h5").summary
+    parts = ("layer_local_fraction", "layer_setup_fraction", "layer_network_fraction")
+    assert sum(a[k] for k in parts) == pytest.approx(1) and b["layer_setup_fraction"] == 0
+    # the set-up is what the layers lose with it: 30 o a layer, on the path that finishes last
+    with h5py.File(tmp_path / "a.h5") as fa, h5py.File(tmp_path / "b.h5") as fb:
+        diff = fa["tokens/layer_cycles"][()] - fb["tokens/layer_cycles"][()]
+    assert (diff == 3 * 30 * 252).all()
+    assert a["layer_local_fraction"] < 0.2  # decode on the wafer waits on its collectives, not on arithmetic

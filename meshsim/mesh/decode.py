@@ -170,14 +170,25 @@ def add_token(spec: DecodeSpec, rows: np.ndarray) -> tuple[np.ndarray, int]:
     return out, int((below_before[1:] + 1 - below_after[1:]).sum())
 
 
-def token_busy(spec: DecodeSpec, rows: np.ndarray) -> np.ndarray:
-    """int64[regions, rows]: cycles of local work (multiply-adds) each row's PEs of each region do in one
-    token, every layer of the region."""
+def _step_cycles(spec: DecodeSpec, rows: np.ndarray) -> list:
+    """The ten steps' local work in cycles on each row's PEs (docs/decode.md, "One layer")."""
     d, f, a = spec.dp, spec.fp, spec.heads
     macs = [np.full(spec.p, d), np.full(spec.p, d * spec.qp), d * rows, a * rows, a * rows, rows * d,
             np.full(spec.p, d * d), np.full(spec.p, d), np.full(spec.p, d * spec.g * f), np.full(spec.p, f * d)]
-    cycles = sum((np.asarray(x, np.int64) * spec.rate_den + spec.rate_num - 1) // spec.rate_num for x in macs)
+    return [(np.asarray(x, np.int64) * spec.rate_den + spec.rate_num - 1) // spec.rate_num for x in macs]
+
+
+def token_busy(spec: DecodeSpec, rows: np.ndarray) -> np.ndarray:
+    """int64[regions, rows]: cycles of local work (multiply-adds) each row's PEs of each region do in one
+    token, every layer of the region."""
+    cycles = sum(_step_cycles(spec, rows))
     return np.array(spec.region_layers, np.int64)[:, None] * cycles[None, :]
+
+
+def layer_parts(spec: DecodeSpec, rows: np.ndarray) -> tuple[int, int]:
+    """(local, set-up) cycles of a layer's time as docs/decode.md, "Where a token's time goes", attributes
+    them: each step's longest local work, and the set-up of the ten collectives' three phases, 30 o."""
+    return int(sum(int(c.max()) for c in _step_cycles(spec, rows))), 30 * spec.phase
 
 
 def token_cycles(spec: DecodeSpec, rows: np.ndarray) -> int:
@@ -203,6 +214,7 @@ class DecodeState:
         self.busy = np.zeros((spec.regions, spec.p), np.int64)
         self.moved = 0
         self.layer_cycles = 0  # the tokens' layers, without the shifts between them
+        self.last_layers = 0  # the last token's layers
         self.full = False  # the cache took no more: the generation ended early
         self.latencies: list = []
 
@@ -224,6 +236,7 @@ class DecodeState:
             self.busy += token_busy(spec, rows)
             self.cycle += cycles + shift
             self.layer_cycles += cycles
+            self.last_layers = cycles
             self.rows, self.moved = rows, self.moved + moved
             self.tokens_done += 1
             self.latencies.append(cycles + shift)
@@ -341,6 +354,7 @@ def summarise(spec: DecodeSpec, state: DecodeState, wall: float, kernel_seconds:
         "time_per_token_ms_p99": la["p99"] * ms if done else nan,
         "tokens_per_second": done / (cycles * ms / 1e3) if cycles else nan,
         "cycles_per_layer": state.layer_cycles / (done * spec.n_layers) if done else nan,
+        **_layer_shares(spec, state),
         "cache_li": cache["li"],
         "cache_max_row_tokens": int(state.rows.max()),
         "cache_row_capacity": spec.row_capacity,
@@ -354,6 +368,18 @@ def summarise(spec: DecodeSpec, state: DecodeState, wall: float, kernel_seconds:
         else nan,
         "threads": threads,
     }
+
+
+def _layer_shares(spec: DecodeSpec, state) -> dict:
+    """The last token's layers split as docs/decode.md, "Where a token's time goes", says: local work,
+    the collectives' set-up and the rest, their hops and streaming (shares of its layer cycles)."""
+    nan = float("nan")
+    if not state.tokens_done:
+        return dict(layer_local_fraction=nan, layer_setup_fraction=nan, layer_network_fraction=nan)
+    per_layer = (state.last_layers - spec.pass_cycles * (spec.regions - 1)) / spec.n_layers
+    local, setup = layer_parts(spec, state.rows)
+    return dict(layer_local_fraction=local / per_layer, layer_setup_fraction=setup / per_layer,
+                layer_network_fraction=(per_layer - local - setup) / per_layer)
 
 
 def _prefill_figures(spec: DecodeSpec) -> dict:
@@ -445,6 +471,7 @@ class DecodeRun(Run):
             raise InputError(f"{writer.path}: holds {writer.n} tokens and its checkpoint {s.tokens_done}; the run "
                              "cannot resume")
         s.latencies = list(writer.cols["cycles"][:writer.n].astype(np.int64)) if writer.n else []
+        s.last_layers = int(writer.cols["layer_cycles"][writer.n - 1]) if writer.n else 0
 
 
 def _regions(s: dict) -> str:
@@ -478,6 +505,9 @@ def summary_lines(s: dict) -> list:
         f"time/token    mean {_f(s['time_per_token_ms_mean'])} ms, p50 {_f(s['time_per_token_ms_p50'])}, p99 "
         f"{_f(s['time_per_token_ms_p99'])}; {_f(s['tokens_per_second'])} tokens/s per request; "
         f"{_f(s['cycles_per_layer'])} cycles a layer",
+        f"a layer       local work {_f(s['layer_local_fraction'])}, the collectives' set-up "
+        f"{_f(s['layer_setup_fraction'])}, their hops and streaming {_f(s['layer_network_fraction'])} (the last "
+        "token's)",
         f"cache         {s['kv_policy']}: LI {_f(s['cache_li'])} over the rows (mean/max tokens); the fullest row "
         f"holds {_f(s['cache_max_row_tokens'])} of {_f(s['cache_row_capacity'])}; longest context "
         f"{_f(s['decode_longest_context'])} tokens; {_f(s['migrated'])} tokens shifted between rows",
