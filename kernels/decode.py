@@ -108,8 +108,9 @@ def _local(macs, rate_num, rate_den):
 
 
 @njit(cache=True)
-def _step_shape(step, dp, qp, fp, g, heads, n_y):
-    """(local multiply-adds, message elements) of a step on a PE of a row holding n_y tokens."""
+def _one_shape(step, dp, qp, fp, g, heads, n_y):
+    """(local multiply-adds, message elements) of a step for one sequence on a PE of a row holding n_y
+    tokens (docs/decode.md, "One layer")."""
     if step == 0 or step == 7:
         return dp, 1
     if step == 1:
@@ -127,10 +128,18 @@ def _step_shape(step, dp, qp, fp, g, heads, n_y):
     return fp * dp, dp
 
 
+@njit(cache=True)
+def _step_shape(step, dp, qp, fp, g, heads, n_y, batch):
+    """(local multiply-adds, message elements) of a step for `batch` sequences: each B times one's
+    ("More than one sequence")."""
+    macs, m = _one_shape(step, dp, qp, fp, g, heads, n_y)
+    return batch * macs, batch * m
+
+
 @njit(cache=True, parallel=True)
-def layer(done, dp, qp, fp, g, heads, rows_tokens, group, hop, add, phase, rate_num, rate_den):
-    """One layer (docs/decode.md, "One layer"): `done[y, x]` holds the cycle the layer starts on each
-    PE and ends holding the cycle it completes there."""
+def layer(done, dp, qp, fp, g, heads, rows_tokens, group, hop, add, phase, rate_num, rate_den, batch):
+    """One layer (docs/decode.md, "One layer") of `batch` sequences: `done[y, x]` holds the cycle the
+    layer starts on each PE and ends holding the cycle it completes there."""
     p = done.shape[0]
     for step in range(10):
         if STEP_LINES[step] == COLUMN:
@@ -140,7 +149,7 @@ def layer(done, dp, qp, fp, g, heads, rows_tokens, group, hop, add, phase, rate_
                 out = np.empty(p, np.int64)
                 m = 0
                 for y in range(p):
-                    macs, m = _step_shape(step, dp, qp, fp, g, heads, rows_tokens[y])
+                    macs, m = _step_shape(step, dp, qp, fp, g, heads, rows_tokens[y], batch)
                     ready[y] = done[y, x] + _local(macs, rate_num, rate_den)
                 line_collective(ready, m, group, hop, add, phase, out)
                 for y in range(p):
@@ -149,7 +158,7 @@ def layer(done, dp, qp, fp, g, heads, rows_tokens, group, hop, add, phase, rate_
             for y in prange(p):
                 ready = np.empty(p, np.int64)
                 out = np.empty(p, np.int64)
-                macs, m = _step_shape(step, dp, qp, fp, g, heads, rows_tokens[y])
+                macs, m = _step_shape(step, dp, qp, fp, g, heads, rows_tokens[y], batch)
                 for x in range(p):
                     ready[x] = done[y, x] + _local(macs, rate_num, rate_den)
                 line_collective(ready, m, group, hop, add, phase, out)
@@ -158,22 +167,24 @@ def layer(done, dp, qp, fp, g, heads, rows_tokens, group, hop, add, phase, rate_
 
 
 @njit(cache=True)
-def token(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, hop, add, phase, rate_num, rate_den, layer_done):
-    """One token (docs/decode.md, "A token"): its cycles; layer_done[k] = layer k's completion, the
-    latest over the PEs. With a token in every row it takes `_token_by_lines`, else the whole grid."""
+def token(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, hop, add, phase, rate_num, rate_den, layer_done,
+          batch):
+    """One token of `batch` sequences (docs/decode.md, "A token"): its cycles; layer_done[k] = layer k's
+    completion, the latest over the PEs. With a token in every row it takes `_token_by_lines`, else the
+    whole grid."""
     if rows_tokens.min() >= 1:
         return _token_by_lines(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, hop, add, phase, rate_num,
-                               rate_den, layer_done)
+                               rate_den, layer_done, batch)
     done = np.zeros((p, p), np.int64)
     for k in range(n_layers):
-        layer(done, dp, qp, fp, g, heads, rows_tokens, group, hop, add, phase, rate_num, rate_den)
+        layer(done, dp, qp, fp, g, heads, rows_tokens, group, hop, add, phase, rate_num, rate_den, batch)
         layer_done[k] = done.max()
     return layer_done[n_layers - 1] if n_layers else 0
 
 
 @njit(cache=True)
 def _token_by_lines(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, hop, add, phase, rate_num, rate_den,
-                    layer_done):
+                    layer_done, batch):
     """`token` computed one line a step. The collectives' recurrences are shift-equivariant (every
     ready cycle later by s makes every cycle later by s), and each PE's local work depends on its row
     alone, so the completion cycles stay the sum of a row part and a column part, done[y, x] = a[y] +
@@ -190,7 +201,7 @@ def _token_by_lines(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, hop, 
     for k in range(n_layers):
         for step in range(10):
             for y in range(p):
-                macs, m = _step_shape(step, dp, qp, fp, g, heads, rows_tokens[y])
+                macs, m = _step_shape(step, dp, qp, fp, g, heads, rows_tokens[y], batch)
                 a[y] += _local(macs, rate_num, rate_den)
                 lens[y] = m
             if STEP_LINES[step] == COLUMN:

@@ -109,7 +109,6 @@ def test_a_run_is_the_same_on_one_thread_and_two(tmp_path):
 
 @pytest.mark.parametrize("override,message", [
     ("machine.cols=13", "machine.cols = 13: must equal machine.rows = 12: decode runs on a square region"),
-    ("workload.batch=2", "workload.batch = 2: must be 1 for decode"),
     ("workload.training=true", "workload.training = true: must be false for decode"),
     ("workload.n_layers=12", "machine.rows = 12: the weights of 12 layer(s) need 17,664 bytes on each PE of a "
                              "12 x 12 region"),
@@ -142,10 +141,13 @@ def test_the_shipped_scenario_is_valid_and_says_what_the_cache_holds(tmp_path):
     ("workload.n_layers=5", "workload.decode_regions=2"),
     ("workload.n_layers=5", "workload.decode_regions=0", "machine.sram_kib=5"),
     ("workload.prefill_region=16", "workload.context=50"),
+    ("workload.batch=3", "machine.sram_kib=12"),
+    ("workload.batch=2", "workload.n_layers=5", "workload.decode_regions=0", "machine.sram_kib=7"),
     ("workload.prefill_region=0", "machine.sram_kib=48", "workload.decode_group=5"),
     ("workload.prefill_region=9", "machine.sram_kib=48", "workload.context=7", "machine.hop_latency_cycles=2",
      "workload.mlp=gelu", "workload.n_kv_heads=4"),
-], ids=["beside", "no-prompt", "two-regions", "fewest-regions", "larger-prompt", "same-region", "smaller-region"])
+], ids=["beside", "no-prompt", "two-regions", "fewest-regions", "larger-prompt", "batch", "batch-regions",
+        "same-region", "smaller-region"])
 def test_the_prefill_is_the_reference_s(extra):
     from kernels.reference.prefill_ref import simulate_prefill
 
@@ -214,3 +216,17 @@ def test_a_layers_time_splits_into_local_work_set_up_and_the_network(tmp_path):
         diff = fa["tokens/layer_cycles"][()] - fb["tokens/layer_cycles"][()]
     assert (diff == 3 * 30 * 252).all()
     assert a["layer_local_fraction"] < 0.2  # decode on the wafer waits on its collectives, not on arithmetic
+
+
+def test_sequences_decode_together_each_step_b_times_one_sequences(tmp_path):
+    three = [*SMALL, "workload.batch=3", "machine.sram_kib=12", "workload.output_tokens=4"]
+    s = meshsim.run({}, three, out=tmp_path / "b.h5").summary
+    spec = decode_spec(load_scenario(None, three, text=""))
+    assert spec.batch == 3 and spec.token_bytes_per_pe == 3 * 2 * 4 * 3 * 2
+    with h5py.File(tmp_path / "b.h5") as f:
+        layers, cache = f["tokens/layer_cycles"][()], f["occupancy/cache_tokens"][()]
+    for i in range(4):
+        ref = R.token(12, 96, 96 + 2 * 48, 256, True, 4, 3, cache[i].tolist(), spec.group, 1, 1, spec.phase,
+                      Fraction(4), batch=3)
+        assert layers[i] == ref["cycles"]
+    assert s["tokens_per_second_total"] == pytest.approx(3 * s["tokens_per_second"]) and s["sequences"] == 3

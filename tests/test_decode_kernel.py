@@ -40,11 +40,12 @@ def test_every_line_collective_equals_the_reference(data):
     assert kernel_line(ready, m, group, hop, add, phase) == R.line_collective(ready, m, group, hop, add, phase)
 
 
-def kernel_token(p, h, q, f, gated, heads, n_layers, rows, group, hop, add, phase, rate):
+def kernel_token(p, h, q, f, gated, heads, n_layers, rows, group, hop, add, phase, rate, batch=1):
     frac = Fraction(repr(rate))
     layer_done = np.zeros(n_layers, np.int64)
     cycles = K.token(p, -(-h // p), -(-q // p), -(-f // p), 2 if gated else 1, heads, n_layers,
-                     np.array(rows, np.int64), group, hop, add, phase, frac.numerator, frac.denominator, layer_done)
+                     np.array(rows, np.int64), group, hop, add, phase, frac.numerator, frac.denominator, layer_done,
+                     batch)
     return dict(cycles=int(cycles), layer_done=layer_done.tolist())
 
 
@@ -59,8 +60,9 @@ def test_every_token_equals_the_reference_cycle_for_cycle(data):
     group, hop = data.draw(st.integers(1, p + 1)), data.draw(st.integers(1, 2))
     add, phase, rate = data.draw(st.integers(0, 2)), data.draw(st.integers(0, 30)), data.draw(st.sampled_from([4.0,
                                                                                                             2.5, 1.0]))
+    batch = data.draw(st.sampled_from([1, 1, 2, 5]))
     args = (p, h, q, f, gated, heads, 2, rows, group, hop, add, phase)
-    assert kernel_token(*args, rate) == R.token(*args, rate)
+    assert kernel_token(*args, rate, batch) == R.token(*args, rate, batch=batch)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -76,22 +78,22 @@ def test_a_token_is_the_same_on_any_number_of_threads(threads):
         numba.set_num_threads(before)
 
 
-def whole_grid(p, h, q, f, gated, heads, n_layers, rows, group, hop, add, phase, rate):
+def whole_grid(p, h, q, f, gated, heads, n_layers, rows, group, hop, add, phase, rate, batch=1):
     frac = Fraction(repr(rate))
     done = np.zeros((p, p), np.int64)
     out = []
     for _ in range(n_layers):
         K.layer(done, -(-h // p), -(-q // p), -(-f // p), 2 if gated else 1, heads, np.array(rows, np.int64), group,
-                hop, add, phase, frac.numerator, frac.denominator)
+                hop, add, phase, frac.numerator, frac.denominator, batch)
         out.append(int(done.max()))
     return dict(cycles=out[-1], layer_done=out)
 
 
-@pytest.mark.parametrize("p,rows", [(24, [3 + (y % 5) for y in range(24)]), (37, [9] * 30 + [10] * 7),
-                                    (16, [1] * 15 + [40])])
-def test_a_token_by_lines_equals_the_whole_grid(p, rows):
+@pytest.mark.parametrize("p,rows,batch", [(24, [3 + (y % 5) for y in range(24)], 1), (37, [9] * 30 + [10] * 7, 1),
+                                          (16, [1] * 15 + [40], 1), (16, [1] * 15 + [40], 3)])
+def test_a_token_by_lines_equals_the_whole_grid(p, rows, batch):
     # with a token in every row the kernel computes one line a step (the completion cycles stay a row
     # part plus a column part); the whole grid, every line, must give the same cycles layer by layer
-    args = (p, 512, 768, 1376, True, 8, 4, rows, 5, 2, 1, 40, 4.0)
+    args = (p, 512, 768, 1376, True, 8, 4, rows, 5, 2, 1, 40, 4.0, batch)
     assert min(rows) >= 1
     assert kernel_token(*args) == whole_grid(*args)

@@ -15,11 +15,15 @@ Public:
 - `line_collective(ready, m, group, hop, add, phase, op="sum")`: the completion cycle of every
   position of ONE line (`ready[i]` = r_i, `m` elements, `group` = G, `hop` = h, `add` = c,
   `phase` = o).
-- `layer(start, P, H, Q, F, gated, heads, rows_tokens, group, hop, add, phase, macs_per_cycle)`: the
-  completion cycle of one layer on every PE (a P x P list of lists, `[y][x]`), the layer starting
-  on PE (y, x) at `start[y][x]`.
-- `token(P, H, Q, F, gated, heads, n_layers, rows_tokens, group, hop, add, phase, macs_per_cycle)`:
+- `layer(start, P, H, Q, F, gated, heads, rows_tokens, group, hop, add, phase, macs_per_cycle, batch=1)`:
+  the completion cycle of one layer on every PE (a P x P list of lists, `[y][x]`), the layer
+  starting on PE (y, x) at `start[y][x]`.
+- `token(P, H, Q, F, gated, heads, n_layers, rows_tokens, group, hop, add, phase, macs_per_cycle, batch=1)`:
   `{"cycles": ..., "layer_done": [...]}` for one token, its first layer starting at 0 everywhere.
+
+`batch` is `B = workload.batch` ("More than one sequence"): every step's local multiply-adds and
+every message's elements are `B` times the table's; `rows_tokens[y]` is `n_y`, the tokens row `y`
+holds of EACH sequence (every sequence's cache spread alike).
 
 The inputs are taken as already checked: the oracle asserts only what it relies on.
 
@@ -61,6 +65,14 @@ Choices made where docs/decode.md is ambiguous or silent (each is also noted at 
 13. A group size `G >= n` makes one group of the whole line; the groups' roots are positions of the
     line, and phase 2's hops between two roots are `|distance|` (the routers between pass the
     wavelet on, `h` cycles each hop, without entering their PEs).
+14. With `B = batch` sequences ("More than one sequence") each step's local multiply-adds are the
+    table's times `B`, rounded up ONCE per step and PE (`ceil(B x macs / rate)`, Choice 9), not
+    `B` separately rounded GEMVs; and each message's `m` is the table's times `B`, carried as one
+    collective of `B m` elements (one set-up `o` per phase, the `B` vectors' elements streamed a
+    wavelet a cycle one after another), not `B` collectives.  Steps 4 and 5 thus carry `A B`
+    elements, step 3 `A n_y B` (still 0 on a row with `n_y = 0`, Choice 10), the norms `B`.
+    `rows_tokens[y]` is `n_y` of one sequence (each sequence holds as many on row `y`).  `batch`
+    must be a whole number >= 1 (asserted); `batch = 1` is the table exactly.
 """
 
 import math
@@ -219,9 +231,15 @@ def _work_cycles(macs, macs_per_cycle):
     return math.ceil(Fraction(macs) / rate)
 
 
-def _step_table(dp, qp, fp, g, heads, n_y):
-    """docs/decode.md "One layer": (local multiply-adds, line, elements, op) of the ten steps."""
-    return [
+def _step_table(dp, qp, fp, g, heads, n_y, batch=1):
+    """docs/decode.md "One layer": (local multiply-adds, line, elements, op) of the ten steps.
+
+    With `batch` = B sequences ("More than one sequence") every step's multiply-adds and elements
+    are B times the table's (Choice 14).
+    """
+    assert batch >= 1 and batch == int(batch), batch  # Choice 14: a whole number of sequences
+    batch = int(batch)
+    table = [
         (dp, "column", 1, "sum"),  # 1 first norm
         (dp * qp, "column", qp, "sum"),  # 2 Q, K and V
         (dp * n_y, "row", heads * n_y, "sum"),  # 3 scores against the cached keys, A a token (Choice 10)
@@ -233,15 +251,19 @@ def _step_table(dp, qp, fp, g, heads, n_y):
         (dp * g * fp, "column", g * fp, "sum"),  # 9 up and gate
         (fp * dp, "row", dp, "sum"),  # 10 down projection
     ]
+    return [(macs * batch, line, m * batch, op) for macs, line, m, op in table]  # Choice 14
 
 
-def layer(start, P, H, Q, F, gated, heads, rows_tokens, group, hop, add, phase, macs_per_cycle):
-    """Completion cycle of one layer on every PE (`[y][x]`), started on PE (y, x) at `start[y][x]`."""
+def layer(start, P, H, Q, F, gated, heads, rows_tokens, group, hop, add, phase, macs_per_cycle, batch=1):
+    """Completion cycle of one layer on every PE (`[y][x]`), started on PE (y, x) at `start[y][x]`.
+
+    `batch` = B sequences decoding together, each holding `rows_tokens[y]` tokens on row y (Choice 14).
+    """
     assert P >= 1 and len(start) == P and all(len(row) == P for row in start), P
     assert len(rows_tokens) == P, (P, rows_tokens)
     dp, fp, qp = math.ceil(H / P), math.ceil(F / P), math.ceil(Q / P)
     g = 2 if gated else 1
-    tables = [_step_table(dp, qp, fp, g, heads, rows_tokens[y]) for y in range(P)]
+    tables = [_step_table(dp, qp, fp, g, heads, rows_tokens[y], batch) for y in range(P)]
     done = [list(row) for row in start]
     for k in range(10):
         # A PE starts a step's local work when the step before has completed on it.
@@ -261,14 +283,17 @@ def layer(start, P, H, Q, F, gated, heads, rows_tokens, group, hop, add, phase, 
     return done
 
 
-def token(P, H, Q, F, gated, heads, n_layers, rows_tokens, group, hop, add, phase, macs_per_cycle):
-    """One token: `n_layers` layers one after the other, the first starting at cycle 0 everywhere."""
+def token(P, H, Q, F, gated, heads, n_layers, rows_tokens, group, hop, add, phase, macs_per_cycle, batch=1):
+    """One token: `n_layers` layers one after the other, the first starting at cycle 0 everywhere.
+
+    With `batch` = B sequences it is one token of every sequence (Choice 14).
+    """
     assert n_layers >= 0, n_layers
     done = [[0] * P for _ in range(P)]
     layer_done = []
     for _ in range(n_layers):
         # Each layer's first step starts on a PE when the layer before completed on it.
-        done = layer(done, P, H, Q, F, gated, heads, rows_tokens, group, hop, add, phase, macs_per_cycle)
+        done = layer(done, P, H, Q, F, gated, heads, rows_tokens, group, hop, add, phase, macs_per_cycle, batch)
         layer_done.append(max(max(row) for row in done))
     cycles = layer_done[-1] if layer_done else 0  # Choice 12
     return {"cycles": cycles, "layer_done": layer_done}

@@ -14,7 +14,8 @@ Public:
 
 - `simulate_prefill(values)`: from a resolved scenario's values (`values["machine"]`,
   `values["workload"]`) to `{"pp", "layer_steps", "layer_cycles", "prefill_cycles",
-  "reshuffle_cycles", "ttft_cycles", "bytes_per_pe", "fits", "regions", "layers", "pass_cycles"}`.
+  "reshuffle_cycles", "ttft_cycles", "bytes_per_pe", "fits", "regions", "layers", "pass_cycles"}`;
+  `workload.batch` (B) prompts pass one after another (Choice 17).
 
 Choices made where docs/decode.md is ambiguous or silent (each is also noted at its spot below):
 
@@ -82,6 +83,18 @@ Choices made where docs/decode.md is ambiguous or silent (each is also noted at 
 16. The reshuffle is Choice 8's with `L_0` for `L_n` (every region reshuffles its layers at once,
     so the slowest, region 0, sets it), still 0 when `Pp = P`; `ttft_cycles = prefill_cycles +
     reshuffle_cycles`.
+17. `B = workload.batch` (read with 1 when the values lack it; a whole number >= 1, asserted): the
+    prompts pass one after another, so `prefill_cycles = B (n_layers layers + (R - 1) passes)`;
+    `layer_steps`, `layer_cycles` and `pass_cycles` stay ONE prompt's (one layer, one pass: the doc
+    gives their B-fold total only through `prefill_cycles`).  Every prompt has the same `S`, and
+    the prompts are not batched into one product (no `[B S, H]` GEMM): B whole prefills in a row.
+    The reshuffle streams `2 L_0 B max_y(n_y) kp` elements (`n_y` one sequence's spread, as
+    decode's), with one set-up `o` and one `h (Pp + P - 2)`, once (not once a prompt).  The
+    prefill memory's cache term is `2 L_0 B St ceil(K/Pp)`; the scores `A St St` and the working
+    set stay one prompt's (a prompt's products and scores are gone before the next prompt's).
+    Choice 13's row room takes `2 kp L_0 B` elements a token, the fullest row's token count
+    `ceil((S + 1) / P)` being one sequence's (every sequence spread alike).  With `S = 0` all is
+    still 0 (Choice 11), whatever `B`.
 """
 
 import math
@@ -127,6 +140,7 @@ def _shape(values):
         "sram_bytes": _exact(m["sram_kib"]) * 1024, "group": int(w["decode_group"]),
         "Pp": int(w["prefill_region"]) or int(m["rows"]),
         "regions": int(w.get("decode_regions", 1)),  # Choice 12: 0 is resolved by `_regions`
+        "B": int(w.get("batch", 1)),  # Choice 17: the sequences, their prompts one after another
     }
 
 
@@ -218,7 +232,8 @@ def _reshuffle(sh):
         return 0  # the prefill writes the keys and values where decode keeps them
     kp = math.ceil(sh["K"] / P)
     fullest = max(_rows_tokens(sh["S"], P))
-    return sh["o"] + 2 * sh["L0"] * fullest * kp + sh["h"] * (Pp + P - 2)  # Choice 16: L_0 for L_n
+    # Choice 16: L_0 for L_n; Choice 17: every one of the B sequences' slices, one stream
+    return sh["o"] + 2 * sh["L0"] * sh["B"] * fullest * kp + sh["h"] * (Pp + P - 2)
 
 
 def _bytes_per_pe(sh):
@@ -229,7 +244,7 @@ def _bytes_per_pe(sh):
         return math.ceil(x / Pp)
 
     weights = L * (cl(H) * cl(Q) + cl(D) * cl(H) + cl(H) * cl(g * F) + cl(F) * cl(H) + 2 * cl(H))
-    cache = 2 * L * St * cl(K)
+    cache = 2 * L * sh["B"] * St * cl(K)  # Choice 17: B prompts' cache; scores and working set one prompt's
     scores = A * St * St
     working = max(_working_set(M, Kin, N, Pp) for M, Kin, N in _products(sh).values())
     return (weights + cache + scores + working) * sh["e"]
@@ -249,7 +264,7 @@ def _decode_region_fits(sh, L0):
     dp, qp, fp, kp = math.ceil(H / P), math.ceil(Q / P), math.ceil(F / P), math.ceil(K / P)
     weights = L0 * (dp * qp + dp * dp + dp * g * fp + fp * dp + 2 * dp)
     row_tokens = max(_rows_tokens(sh["S"] + 1, P))  # the prompt and the first decoded token, spread
-    cache = 2 * kp * L0 * row_tokens
+    cache = 2 * kp * L0 * sh["B"] * row_tokens  # Choice 17: 2 kp L_r B elements a token
     return (weights + cache) * sh["e"] <= sh["sram_bytes"]
 
 
@@ -270,6 +285,7 @@ def simulate_prefill(values):
     """The prefill's and the time to first token's cycles and the prefill PE's memory (docs/decode.md)."""
     sh = _shape(values)
     assert sh["Pp"] >= 1 and sh["P"] >= 1 and sh["S"] >= 0, (sh["Pp"], sh["P"], sh["S"])  # Choice 11
+    assert sh["B"] >= 1, sh["B"]  # Choice 17
     sh["St"] = math.ceil(sh["S"] / sh["Pp"])
     sh["G"] = sh["group"] or _nearest_sqrt(sh["Pp"])  # Choice 3
     R = _regions(sh)
@@ -279,7 +295,8 @@ def simulate_prefill(values):
     layer_cycles = sum(steps)
     # the prompt's activations pass between two prefill regions: o + St dp' + h Pp (Choice 15)
     pass_cycles = 0 if R == 1 else sh["o"] + sh["St"] * math.ceil(sh["H"] / sh["Pp"]) + sh["h"] * sh["Pp"]
-    prefill_cycles = sh["L"] * layer_cycles + (R - 1) * pass_cycles
+    # Choice 17: the B prompts one after another, each its layers and its passes
+    prefill_cycles = sh["B"] * (sh["L"] * layer_cycles + (R - 1) * pass_cycles)
     reshuffle_cycles = _reshuffle(sh)
     bytes_per_pe = _bytes_per_pe(sh)
     if sh["S"] == 0:  # "with no prompt, no prefill and no pass" (Choice 11)

@@ -108,16 +108,13 @@ def check_scenario(ok, get, add, shown, path=None) -> None:
 
 
 def _check_decode(ok, get, add, shown) -> None:
-    """A decode scenario's own rules (docs/decode.md): a square region, one sequence, no training, at most
-    a region a layer."""
+    """A decode scenario's own rules (docs/decode.md): a square region, no training, at most a region a
+    layer."""
     regions, layers = "workload.decode_regions", "workload.n_layers"
     if ok(regions, layers) and get(regions) > get(layers):
         add(regions, [layers], f"must be at most {layers} = {shown(layers)}: every region holds at least one layer")
     rows, cols = "machine.rows", "machine.cols"
     if ok(rows, cols) and get(rows) != get(cols):
         add(cols, [rows], f"must equal {rows} = {shown(rows)}: decode runs on a square region of PEs")
-    if ok("workload.batch") and get("workload.batch") != 1:
-        add("workload.batch", ["workload.type"], "must be 1 for decode: the region decodes one sequence's "
-            "tokens (several sequences at once are not modelled yet)")
     if ok("workload.training") and get("workload.training"):
         add("workload.training", ["workload.type"], "must be false for decode, which generates tokens")

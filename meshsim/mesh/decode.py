@@ -58,6 +58,7 @@ class DecodeSpec:
     clock_ghz: float
     prefill: object = None  # meshsim.mesh.prefill.Prefill: the prompt's pass and the reshuffle
     regions: int = 1  # R: regions the layers are split over (docs/decode.md, "A model over several regions")
+    batch: int = 1  # B: sequences decoding together ("More than one sequence")
 
     @property
     def region_layers(self) -> tuple:
@@ -85,7 +86,7 @@ class DecodeSpec:
     def token_bytes_per_pe(self) -> int:
         """Bytes one cached token takes on each PE of its row: its keys' and values' slices, every layer of the
         fullest region."""
-        return 2 * self.kp * self.most_layers * self.element_bytes
+        return 2 * self.kp * self.most_layers * self.batch * self.element_bytes
 
     @property
     def row_capacity(self) -> int:
@@ -111,7 +112,7 @@ def decode_spec(scenario) -> DecodeSpec:
     """The spec of a decode scenario; InputError where the weights do not fit the region's PEs, or the
     prompt's cache does not fit beside them."""
     m, w = scenario.values["machine"], scenario.values["workload"]
-    model = model_from_workload(w, batch=1)
+    model = model_from_workload(w, batch=1)  # one sequence's shape; B of them decode together
     p = int(m["rows"])
     rate = Fraction(repr(float(m["pe_flops_per_cycle"]))) / 2
     q = model.attention_size + 2 * model.kv_size
@@ -122,7 +123,8 @@ def decode_spec(scenario) -> DecodeSpec:
                       phase=int(m["decode_phase_cycles"]), rate_num=rate.numerator, rate_den=rate.denominator,
                       context=int(w["context"]), output_tokens=int(w["output_tokens"]), policy=str(w["kv_policy"]),
                       element_bytes=model.element_bytes, sram_bytes=int(m["sram_kib"]) * 1024,
-                      clock_ghz=float(m["clock_ghz"]), regions=max(1, int(w.get("decode_regions", 1))))
+                      clock_ghz=float(m["clock_ghz"]), regions=max(1, int(w.get("decode_regions", 1))),
+                      batch=int(w["batch"]))
     need = int(spread(p, spec.context + 1).max())
     if int(w.get("decode_regions", 1)) == 0:  # the fewest regions that hold the model and the first token
         spec = next((replace(spec, regions=r) for r in range(1, spec.n_layers + 1)
@@ -175,7 +177,7 @@ def _step_cycles(spec: DecodeSpec, rows: np.ndarray) -> list:
     d, f, a = spec.dp, spec.fp, spec.heads
     macs = [np.full(spec.p, d), np.full(spec.p, d * spec.qp), d * rows, a * rows, a * rows, rows * d,
             np.full(spec.p, d * d), np.full(spec.p, d), np.full(spec.p, d * spec.g * f), np.full(spec.p, f * d)]
-    return [(np.asarray(x, np.int64) * spec.rate_den + spec.rate_num - 1) // spec.rate_num for x in macs]
+    return [(np.asarray(x, np.int64) * spec.batch * spec.rate_den + spec.rate_num - 1) // spec.rate_num for x in macs]
 
 
 def token_busy(spec: DecodeSpec, rows: np.ndarray) -> np.ndarray:
@@ -199,7 +201,7 @@ def token_cycles(spec: DecodeSpec, rows: np.ndarray) -> int:
         count = spec.region_layers.count(layers)
         done = np.zeros(layers, np.int64)
         total += count * int(K.token(spec.p, spec.dp, spec.qp, spec.fp, spec.g, spec.heads, layers, rows, spec.group,
-                                     spec.hop, spec.add, spec.phase, spec.rate_num, spec.rate_den, done))
+                                     spec.hop, spec.add, spec.phase, spec.rate_num, spec.rate_den, done, spec.batch))
     return total
 
 
@@ -353,6 +355,8 @@ def summarise(spec: DecodeSpec, state: DecodeState, wall: float, kernel_seconds:
         "time_per_token_ms_p50": la["p50"] * ms if done else nan,
         "time_per_token_ms_p99": la["p99"] * ms if done else nan,
         "tokens_per_second": done / (cycles * ms / 1e3) if cycles else nan,
+        "tokens_per_second_total": spec.batch * done / (cycles * ms / 1e3) if cycles else nan,
+        "sequences": spec.batch,
         "cycles_per_layer": state.layer_cycles / (done * spec.n_layers) if done else nan,
         **_layer_shares(spec, state),
         "cache_li": cache["li"],
@@ -503,7 +507,9 @@ def summary_lines(s: dict) -> list:
         f"context {_f(s['decode_context_start'])} -> {_f(s['decode_context_end'])} tokens",
         *first,
         f"time/token    mean {_f(s['time_per_token_ms_mean'])} ms, p50 {_f(s['time_per_token_ms_p50'])}, p99 "
-        f"{_f(s['time_per_token_ms_p99'])}; {_f(s['tokens_per_second'])} tokens/s per request; "
+        f"{_f(s['time_per_token_ms_p99'])}; {_f(s['tokens_per_second'])} tokens/s per request"
+        + (f", {_f(s['tokens_per_second_total'])} in all ({_f(s['sequences'])} sequences)" if s.get("sequences", 1) > 1
+           else "") + "; "
         f"{_f(s['cycles_per_layer'])} cycles a layer",
         f"a layer       local work {_f(s['layer_local_fraction'])}, the collectives' set-up "
         f"{_f(s['layer_setup_fraction'])}, their hops and streaming {_f(s['layer_network_fraction'])} (the last "

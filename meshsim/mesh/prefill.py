@@ -35,9 +35,11 @@ class Prefill:
     def layer_cycles(self) -> int:
         return sum(self.layer_steps)
 
+    batch: int = 1  # B prompts, one after another
+
     @property
     def cycles(self) -> int:
-        return self.n_layers * self.layer_cycles + (self.regions - 1) * self.pass_cycles
+        return self.batch * (self.n_layers * self.layer_cycles + (self.regions - 1) * self.pass_cycles)
 
     @property
     def ttft(self) -> int:
@@ -50,7 +52,7 @@ def prefill_of(spec, model, pp: int, group: int, decode_rows: np.ndarray) -> Pre
     s, h, f, g, a = spec.context, model.hidden_size, model.ffn_size, spec.g, model.n_heads
     if s == 0:  # no prompt, no prefill
         return Prefill(pp=pp, layer_steps=(0,) * 10, n_layers=spec.n_layers, reshuffle=0, bytes_per_pe=0,
-                       regions=spec.regions)
+                       regions=spec.regions, batch=spec.batch)
     d, kv = model.attention_size, model.kv_size
     q = d + 2 * kv
     st = _cdiv(s, pp)
@@ -76,17 +78,19 @@ def prefill_of(spec, model, pp: int, group: int, decode_rows: np.ndarray) -> Pre
              gemm(s, h, g * f), gemm(s, f, h))
     reshuffle = 0
     if pp != spec.p:
-        reshuffle = o + 2 * spec.most_layers * int(decode_rows.max()) * spec.kp + hop * (pp + spec.p - 2)
+        reshuffle = (o + 2 * spec.most_layers * spec.batch * int(decode_rows.max()) * spec.kp
+                     + hop * (pp + spec.p - 2))
     products = ((s, h, q), (s, d, s), (s, s, d), (s, d, h), (s, h, g * f), (s, f, h))
     work = max(2 * (_cdiv(m, pp) * _cdiv(k, pp) + _cdiv(k, pp) * _cdiv(n, pp)) + _cdiv(m, pp) * _cdiv(n, pp)
                for m, k, n in products)
     c = _cdiv
     weights = spec.most_layers * (c(h, pp) * c(q, pp) + c(d, pp) * c(h, pp) + c(h, pp) * c(g * f, pp)
                                + c(f, pp) * c(h, pp) + 2 * c(h, pp))
-    elements = weights + 2 * spec.most_layers * st * c(kv, pp) + a * st * st + work
+    elements = weights + 2 * spec.most_layers * spec.batch * st * c(kv, pp) + a * st * st + work
     passing = o + st * dp + hop * pp if spec.regions > 1 else 0  # the prompt's activations to the next region
     return Prefill(pp=pp, layer_steps=steps, n_layers=spec.n_layers, reshuffle=reshuffle,
-                   bytes_per_pe=elements * spec.element_bytes, regions=spec.regions, pass_cycles=passing)
+                   bytes_per_pe=elements * spec.element_bytes, regions=spec.regions, pass_cycles=passing,
+                   batch=spec.batch)
 
 
 def check_prefill(pre: Prefill, sram_bytes: int) -> None:
