@@ -230,7 +230,8 @@ def generation_events(f, tl: Timeline, unit: str) -> None:
     tl.process(1, "generation")
     tl.thread(1, 1, "tokens")
     offset = 0
-    if "prefill_cycles" in summary:  # the wafer: its prefill and reshuffle come first
+    wafer = "prefill_cycles" in summary  # the wafer's prefill and reshuffle come before its tokens
+    if wafer and int(summary["prefill_cycles"]):
         pre, shuffle = int(summary["prefill_cycles"]), int(summary["reshuffle_cycles"])
         tl.thread(1, 2, "prompt")
         tl.slice(1, 2, "prefill", 0, pre, cat="prefill",
@@ -240,7 +241,7 @@ def generation_events(f, tl: Timeline, unit: str) -> None:
         offset = pre + shuffle
     shown = min(n, max(0, tl.slices_left - 2))
     for i in range(shown):
-        name = "prompt and token 0" if i == 0 and not offset else f"token {int(cols['token'][i])}"
+        name = "prompt and token 0" if i == 0 and not wafer else f"token {int(cols['token'][i])}"
         tl.slice(1, 1, name, offset + int(cols["start_cycle"][i]), int(cols["cycles"][i]), cat="token",
                  args={k: v[i] for k, v in cols.items() if k not in ("token", "start_cycle", "cycles")})
     if shown < n:

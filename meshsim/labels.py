@@ -110,13 +110,38 @@ SUMMARY = {
     "samples_per_second_steady": ("samples, steady state", "samples/s"),
     "time_per_sample_seconds": ("time per sample", "s"),
     "latency_percentile_overflow": ("latency past the histogram", "true or false"),
+    # a generation's (docs/decode.md, docs/ipu.md and docs/rdu.md, "Generation")
+    "decode_tokens": ("tokens generated", "tokens"),
+    "decode_steps": ("generation steps", "steps"),
+    "decode_context_start": ("context at the start", "tokens"),
+    "decode_context_end": ("context at the end", "tokens"),
+    "decode_longest_context": ("longest context the memory holds", "tokens"),
+    "decode_cache_full": ("the cache filled", "true or false"),
+    "decode_regions": ("regions the layers are split over", "regions"),
+    "region": ("side of the decode region", "PEs"),
+    "prefill_region": ("side of the prefill region", "PEs"),
+    "prefill_bytes_per_pe": ("prefill memory of a PE", "bytes"),
+    "weight_bytes_per_pe": ("weights of a PE", "bytes"),
+    "weight_bytes_per_socket": ("weights of a socket", "bytes"),
+    "cycles_per_layer": ("time of a layer", "cycles"),
+    "cache_max_row_tokens": ("cache on the fullest row", "tokens"),
+    "cache_row_capacity": ("a row's room for the cache", "tokens"),
+    "cache_positions": ("positions of the static cache", "tokens"),
+    "cache_max_stage": ("IPU holding the most cache", "index"),
+    "cache_bytes_max_stage": ("cache filled on the fullest IPU", "bytes"),
+    "cache_bytes_buffer_max_tile": ("static cache on the fullest tile", "bytes"),
+    "cache_bytes_per_socket": ("cache of a socket", "bytes"),
+    "sequences": ("sequences", "sequences"),
+    "sockets": ("sockets", "sockets"),
+    "tokens_per_second_total": ("tokens, every sequence", "tokens/s"),
     "packet_latency_complete": ("every measured packet delivered", "true or false"),
 }
 
 #: Name suffixes saying a summary figure's or a scenario key's unit: (suffix, unit, whether the suffix's
 #: words stay in the label), tried longest first.
 SUFFIXES = (("_cycles2", "cycles²", False), ("_cycles", "cycles", False), ("_cycle", "cycles", False),
-            ("_seconds", "s", False), ("_bytes", "bytes", False), ("_gbps", "GB/s", False), ("_ghz", "GHz", False),
+            ("_seconds", "s", False), ("_ms", "ms", False), ("_bytes", "bytes", False), ("_gbps", "GB/s", False),
+            ("_ghz", "GHz", False),
             ("_kib", "KiB", False), ("_fraction", "fraction", False), ("_utilization", "fraction", True),
             ("_utilization_max", "fraction", True), ("_utilization_mean", "fraction", True),
             ("_utilization_min", "fraction", True), ("_li", "fraction", True), ("_li_mean", "fraction", True),
@@ -142,9 +167,9 @@ def _suffixed(name: str) -> tuple[str, str] | None:
             if kept:
                 return words(name), unit
             return words(name[: -len(suffix)]) + (" share" if unit == "fraction" else ""), unit
-    m = re.fullmatch(r"(\w+?)_(cycles|seconds)_(\w+)", name)  # stage_cycles_max: "stage max", cycles
+    m = re.fullmatch(r"(\w+?)_(cycles|seconds|ms)_(\w+)", name)  # stage_cycles_max: "stage max", cycles
     if m:
-        return f"{words(m.group(1))} {words(m.group(3))}", "cycles" if m.group(2) == "cycles" else "s"
+        return f"{words(m.group(1))} {words(m.group(3))}", {"cycles": "cycles", "seconds": "s", "ms": "ms"}[m.group(2)]
     m = re.fullmatch(r"(\w+?)_per_(second|cycle)", name)
     if m:
         return words(m.group(1)), f"{words(m.group(1)).split(' ')[-1]}/{'s' if m.group(2) == 'second' else 'cycle'}"

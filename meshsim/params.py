@@ -21,6 +21,22 @@ from .machine import names as machine_names
 #: integers, each in the key's allowed range.
 TYPES = ("int", "float", "str", "bool", "regions", "ints")
 
+#: Keys of the mesh's decode workload (docs/decode.md) that the ipu's and the rdu's generations do not use:
+#: their conditions name the workload type alone, so those machines refuse them by name.
+MESH_DECODE_KEYS = ("workload.kv_policy", "workload.decode_group", "workload.prefill_region", "workload.decode_regions",
+                    "machine.decode_add_cycles", "machine.decode_phase_cycles", "machine.pe_flops_per_cycle",
+                    "machine.sram_kib")
+
+
+def refuse_mesh_decode_keys(ok, get, add) -> None:
+    """A mesh decode key (MESH_DECODE_KEYS) set to other than its default on another machine's generation:
+    refused by name, through a machine's check_scenario `ok`, `get` and `add`."""
+    for key in MESH_DECODE_KEYS:
+        if ok(key) and get(key) != param(*key.split(".")).default_value():
+            add(key, ["machine.type"], "applies only when machine.type is \"mesh\" (the mesh's decode); this "
+                                       "machine's generation does not use it")
+
+
 #: Workload types whose tasks are Bernoulli injections with a work distribution (docs/mesh.md).
 BERNOULLI_WORKLOADS = ("uniform", "hotspot", "skewed")
 
@@ -122,7 +138,8 @@ SHARED: tuple[Param, ...] = (
           "(network studies); layer_pipeline runs a transformer's kernels as a pipeline of regions; "
           "transformer is the rdu's and the ipu's workload (a model compiled into sections, or "
           "mapped onto tiles); decode generates tokens one by one with a key-value cache, on a square region "
-          "of the mesh (docs/decode.md) or sharded over IPUs (docs/ipu.md, \"Generation\").",
+          "of the mesh (docs/decode.md), sharded over IPUs or on SN40L sockets (docs/ipu.md and docs/rdu.md, "
+          "\"Generation\").",
           ("uniform", "hotspot", "skewed", "trace", "traffic", "layer_pipeline", "transformer", "decode")),
     Param("workload", "hidden_size", "int", "elements", 768,
           "Transformer hidden size H (a multiple of n_heads).", (1, 65536), _MODEL),
@@ -184,7 +201,7 @@ SHARED: tuple[Param, ...] = (
           "besides themselves, the cached keys and values read from memory (a decode step: seq_len = 1, "
           "context = the tokens so far); 0: no cache, a prefill or training step. `meshsim roofline` shows "
           "such a step's operators. The decode workload: the prompt, the tokens cached before the first "
-          "decoded one (on the ipu at least 1: the prompt's last token gives the first output token).",
+          "decoded one (on the ipu and the rdu at least 1: the prompt gives the first output token).",
           (0, 1_048_576), _MODEL),
     Param("workload", "model_config", "str", "", "",
           "Path of a Hugging Face config.json (relative to the scenario file) that fills the model's "

@@ -679,6 +679,8 @@ def generation(path, out, fmt: str = "png") -> list[Path]:
             unit = "socket" if "socket" in f else "IPU"
         cycles = f["tokens/cycles"][()]
         clock = float(f["summary"].attrs["clock_ghz"])
+        machine = f.attrs.get("machine", "")
+        machine = machine.decode() if isinstance(machine, bytes) else str(machine)
     if cycles.size == 0:
         raise InputError(f"{path}: no token was generated: nothing to draw")
     fig = _figure(15, 4.5)
@@ -699,15 +701,16 @@ def generation(path, out, fmt: str = "png") -> list[Path]:
     legend_beside(a3)
     ms = cycles / (clock * 1e6)
     a2.plot(np.arange(len(ms)), ms, color="#0072B2", drawstyle="steps-mid", label="time of each token")
-    # where the first token's time holds the prompt's (the ipu and the rdu), the figures are of the rest
-    prompt = len(ms) > 1 and ms[0] > 10 * float(ms[1:].mean())
+    # on the ipu and the rdu the first token's time holds the prompt's: the figures are of the rest, as the
+    # summary's time per token is (the wafer's prefill is apart from its tokens)
+    prompt = machine in ("ipu", "rdu") and len(ms) > 1
     rest = ms[1:] if prompt else ms
     mean, p99 = float(rest.mean()), float(np.quantile(rest, 0.99, method="inverted_cdf"))
     a2.axhline(mean, color="#D55E00", label=f"mean {mean:.4g} ms")
     a2.axhline(p99, color="#CC79A7", ls="--", label=f"p99 {p99:.4g} ms")
     a2.set_xlabel("token (index)")
     a2.set_ylabel("time (ms)")
-    if prompt:
+    if prompt and ms[0] > 10 * mean:  # a log axis shows the prompt's step and the others both
         a2.set_yscale("log")
     a2.set_title("every token's time")
     legend_beside(a2, title="after the first token" if prompt else "every token")

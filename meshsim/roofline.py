@@ -58,7 +58,7 @@ class Platform:
 def rdu_platform(name: str, keys: dict, rate=1) -> Platform:
     """An rdu chip's roofline from its keys: peak = PCUs x lanes x stages x 2 x clock x rate (the
     compute rate at the precision, meshsim.transformer.compute_rate); its HBM's bandwidth where it has
-    HBM (the SN40L), else its DDR's."""
+    HBM (the SN40L; a generation streams from it, meshsim.rdu.machine.platform), else its DDR's."""
     peak = keys["pcus"] * keys["pcu_lanes"] * keys["pcu_stages"] * 2 * keys["clock_ghz"] * 1e9 * float(rate)
     if keys.get("hbm_gib"):
         return Platform(name, peak, keys["hbm_bandwidth_gbps"] * 1e9, "HBM")

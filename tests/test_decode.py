@@ -196,6 +196,8 @@ def test_a_model_over_several_regions_runs_them_one_after_another(tmp_path):
         ref = sum(R.token(12, 96, 96 + 2 * 48, 256, True, 4, n, cache[i].tolist(), spec.group, 1, 1, spec.phase,
                           rate)["cycles"] for n in (3, 2))
         assert layers[i] == ref + spec.pass_cycles
+    # a layer's mean time leaves the passes out
+    assert res.summary["cycles_per_layer"] == pytest.approx((layers.sum() - 4 * spec.pass_cycles) / (4 * 5))
     # the busy map holds both regions' PEs; the second, with two layers of five, 2/3 of the first's work
     assert busy.shape == (24, 12) and res.summary["n_units"] == 2 * 144
     assert busy[12:].sum() * 3 == busy[:12].sum() * 2
@@ -230,3 +232,12 @@ def test_sequences_decode_together_each_step_b_times_one_sequences(tmp_path):
                       Fraction(4), batch=3)
         assert layers[i] == ref["cycles"]
     assert s["tokens_per_second_total"] == pytest.approx(3 * s["tokens_per_second"]) and s["sequences"] == 3
+
+
+def test_a_generation_without_a_prompt_has_no_prefill_in_its_timeline(tmp_path):
+    from meshsim.export import export
+
+    meshsim.run({}, [*SMALL, "workload.context=0", "workload.output_tokens=3"], out=tmp_path / "z.h5")
+    events = json.loads(export(tmp_path / "z.h5", out=tmp_path / "z.json").read_text())["traceEvents"]
+    names = [e["name"] for e in events if e["ph"] == "X"]
+    assert names == ["token 0", "token 1", "token 2"]

@@ -86,6 +86,8 @@ def test_the_layering_test_sees_a_cycle(tmp_path):
 
 @pytest.mark.parametrize("top, banned", [("kernels", ("meshsim",)), ("kernels/reference", ("meshsim", "kernels"))])
 def test_kernels_import_nothing_of_meshsim_and_oracles_nothing_of_the_kernels(top, banned):
+    # an oracle may use another oracle (each written from the docs, neither the code checked), by its
+    # whole name: kernels.reference.<oracle>
     bad = []
     for p in sorted((ROOT / top).rglob("*.py")):
         if top == "kernels" and "reference" in p.parts:
@@ -95,6 +97,8 @@ def test_kernels_import_nothing_of_meshsim_and_oracles_nothing_of_the_kernels(to
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
             if top == "kernels/reference" and isinstance(node, ast.ImportFrom) and node.level:
                 names = ["kernels"]  # a relative import from an oracle reaches into kernels
+            if top == "kernels/reference":
+                names = [n for n in names if not n.startswith("kernels.reference.")]
             bad += [f"{p.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in banned]
     assert not bad, bad
 

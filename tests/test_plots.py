@@ -386,3 +386,15 @@ def test_the_command_line_draws_a_sweep_table(tmp_path, capsys):
     assert (tmp_path / "summary" / "sweep_latency_mean_cycles_vs_machine_hop_latency_cycles.png").exists()
     assert main(["plot", str(path)]) == 2
     assert "needs --metric and --x" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["ipu_decode", "rdu_decode", "mesh_decode"])
+def test_the_generation_plots_mean_is_the_summarys_time_per_token(files, name, tmp_path, monkeypatch):
+    import meshsim
+
+    figs = tidied(monkeypatch)
+    plots.plot(files[name], tmp_path, kinds=["generation"])
+    with meshsim.load(files[name]) as r:
+        mean = r.summary["time_per_token_ms_mean"]
+    texts = [t.get_text() for ax in figs[0].axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert f"mean {mean:.4g} ms" in texts

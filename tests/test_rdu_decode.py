@@ -134,6 +134,8 @@ def test_a_cache_past_the_memory_is_refused_and_the_longest_context_fits():
     ("workload.microbatches=2", "workload.microbatches = 2: does not apply to decode on the rdu"),
     ('workload.parallelism="T3P1D1"', "has tensor degree 3, which must divide workload.n_heads"),
     ("machine.hbm_bandwidth_gbps=0", "machine.hbm_bandwidth_gbps = 0.0: must be above 0 when machine.hbm_gib is"),
+    ('workload.kv_policy="append"', 'workload.kv_policy = "append": applies only when machine.type is "mesh"'),
+    ("workload.decode_regions=2", "workload.decode_regions = 2: applies only when machine.type is \"mesh\""),
 ])
 def test_bad_generation_scenarios_are_refused_naming_the_key(tmp_path, capsys, override, message):
     out = tmp_path / "x.h5"
@@ -141,3 +143,12 @@ def test_bad_generation_scenarios_are_refused_naming_the_key(tmp_path, capsys, o
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not list(tmp_path.iterdir())
+
+
+def test_the_sn40l_roofline_is_its_hbm_for_a_generation_and_its_ddr_for_a_compiled_step():
+    from meshsim.roofline import platform_of
+
+    decode = load_scenario(SHIPPED)
+    step = scenario_from_dict({"machine": {"type": "rdu", "preset": "sn40l"}, "workload": {"type": "transformer"}})
+    assert platform_of(decode.values).bandwidth == 1600e9 and platform_of(decode.values).memory == "HBM"
+    assert platform_of(step.values).bandwidth == 200e9 and platform_of(step.values).memory == "DDR"

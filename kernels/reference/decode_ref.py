@@ -224,7 +224,7 @@ def _rate(macs_per_cycle):
     return Fraction(macs_per_cycle)
 
 
-def _work_cycles(macs, macs_per_cycle):
+def work_cycles(macs, macs_per_cycle):
     """Cycles of `macs` multiply-adds, rounded up to whole cycles (Choice 9)."""
     rate = _rate(macs_per_cycle)
     assert rate > 0 and macs >= 0, (rate, macs)
@@ -267,7 +267,7 @@ def layer(start, P, H, Q, F, gated, heads, rows_tokens, group, hop, add, phase, 
     done = [list(row) for row in start]
     for k in range(10):
         # A PE starts a step's local work when the step before has completed on it.
-        ready = [[done[y][x] + _work_cycles(tables[y][k][0], macs_per_cycle) for x in range(P)] for y in range(P)]
+        ready = [[done[y][x] + work_cycles(tables[y][k][0], macs_per_cycle) for x in range(P)] for y in range(P)]
         kind = tables[0][k][1]
         if kind == "column":  # line x: positions y = 0 ... P - 1
             m = tables[0][k][2]

@@ -8,7 +8,7 @@ reduction is the decode collective simulated wavelet by wavelet by `decode_ref.l
 the reshuffle's fullest row is found by spreading the prompt over the decode region's rows one row
 at a time, the memory is summed term by term, and `workload.decode_regions = 0` is resolved by trying
 1, 2, ... regions in turn against the decode region's memory.  It takes nothing from meshsim and, from the
-kernels, only `decode_ref`'s `line_collective` and `_work_cycles` (the doc's `local(x)`).
+kernels, only `decode_ref`'s `line_collective` and `work_cycles` (the doc's `local(x)`).
 
 Public:
 
@@ -100,7 +100,7 @@ Choices made where docs/decode.md is ambiguous or silent (each is also noted at 
 import math
 from fractions import Fraction
 
-from kernels.reference.decode_ref import _work_cycles, line_collective
+from kernels.reference.decode_ref import line_collective, work_cycles
 
 _PRECISION_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
@@ -151,7 +151,7 @@ def _gemm(M, Kin, N, Pp, o, h, rate):
     for _ in range(Pp // 2):  # the left blocks' alignment: one hop each, the set-up, a wavelet a cycle
         cycles += o + Mt * Kt + h
     for _ in range(Pp):  # Cannon's steps: multiply this pair while the next pair streams in, two hops
-        compute = _work_cycles(Mt * Kt * Nt, rate)
+        compute = work_cycles(Mt * Kt * Nt, rate)
         stream = max(Mt * Kt, Kt * Nt) + 2 * h
         cycles += o + max(compute, stream)
     return cycles
@@ -197,10 +197,10 @@ def _layer_steps(sh):
         return _gemm(M, Kin, N, Pp, sh["o"], sh["h"], sh["rate"])
 
     def norm():
-        return _work_cycles(St * dpp, sh["rate"]) + _reduction(St, "sum", sh, cache)
+        return work_cycles(St * dpp, sh["rate"]) + _reduction(St, "sum", sh, cache)
 
     def softmax(op):
-        return _work_cycles(A * St * St, sh["rate"]) + _reduction(A * St, op, sh, cache)
+        return work_cycles(A * St * St, sh["rate"]) + _reduction(A * St, op, sh, cache)
 
     return [
         norm(),  # 1 first norm

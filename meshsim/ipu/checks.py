@@ -18,14 +18,8 @@ def check_scenario(ok, get, add, shown) -> None:
         _check_decode(ok, get, add, shown)
 
 
-#: Keys of the mesh's decode workload, which the ipu's generation does not use (docs/decode.md).
-MESH_DECODE_KEYS = ("workload.kv_policy", "workload.decode_group", "machine.decode_add_cycles",
-                    "machine.decode_phase_cycles", "machine.pe_flops_per_cycle", "machine.sram_kib")
-
-
 def _check_decode(ok, get, add, shown) -> None:
     """A generation's own rules (docs/ipu.md, "Generation")."""
-    from ..params import param
 
     wtype = "workload.type"
     if ok("workload.context") and get("workload.context") < 1:
@@ -37,11 +31,9 @@ def _check_decode(ok, get, add, shown) -> None:
                                               "generation is not modelled)")
     if ok("workload.training") and get("workload.training"):
         add("workload.training", [wtype], "must be false for decode, which generates tokens")
-    for key in MESH_DECODE_KEYS:
-        p = param(*key.split("."))
-        if ok(key) and get(key) != p.default_value():
-            add(key, ["machine.type"], "applies only when machine.type is \"mesh\" (the mesh's decode); the ipu "
-                                       "does not use it")
+    from ..params import refuse_mesh_decode_keys
+
+    refuse_mesh_decode_keys(ok, get, add)
 
 
 def _check_transformer(ok, get, add, shown) -> None:

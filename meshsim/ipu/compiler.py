@@ -595,7 +595,8 @@ def _check_memory(spec, mem, weights, acts, code, stage_layers, caches) -> None:
                 + ("a shorter prompt or generation (workload.context, workload.output_tokens), " if spec.decode else "")
                 + "spread the layers over more IPUs (workload.layers_per_stage), "
                 + ("use more micro-batches of fewer sequences (workload.microbatches), "
-                   if spec.micro.batch > 1 else "")
+                   if spec.micro.batch > 1 and not spec.decode else "")
+                + ("fewer sequences (workload.batch), " if spec.micro.batch > 1 and spec.decode else "")
                 + ("smaller GEMM blocks (machine.gemm_block)" if spec.gemm_block > 1
                    else "give each IPU more tiles (machine.tiles)")
                 + (", or recompute activations (workload.recompute)" if spec.training and not spec.recompute else ""))

@@ -129,22 +129,24 @@ def decode_spec(scenario) -> DecodeSpec:
     if int(w.get("decode_regions", 1)) == 0:  # the fewest regions that hold the model and the first token
         spec = next((replace(spec, regions=r) for r in range(1, spec.n_layers + 1)
                      if replace(spec, regions=r).row_capacity >= need), replace(spec, regions=spec.n_layers))
-    where = "workload.decode_regions" if spec.regions > 1 else "machine.rows"
+    given = int(w.get("decode_regions", 1))
+    where = f"workload.decode_regions = {given}" if given != 1 else f"machine.rows = {p}"
+    more = ("use a larger region" if spec.regions == spec.n_layers else
+            "use a larger region, or more regions (workload.decode_regions; 0: the fewest that hold the model)")
     if spec.weight_bytes_per_pe > spec.sram_bytes:
-        value = spec.regions if spec.regions > 1 else p
-        raise InputError([f"{where} = {value}: the weights of {spec.most_layers} layer(s) need "
+        raise InputError([f"{where}: the weights of {spec.most_layers} layer(s) need "
                           f"{spec.weight_bytes_per_pe:,} bytes on each PE of a {p} x {p} region, and a PE has "
-                          f"{spec.sram_bytes:,} (machine.sram_kib); use a larger region, or more regions "
-                          "(workload.decode_regions; 0: the fewest that hold the model)"])
+                          f"{spec.sram_bytes:,} (machine.sram_kib); {more}"])
     if need > spec.row_capacity:
         raise InputError([f"workload.context = {spec.context:,}: the first token's cache needs {need:,} tokens on a "
                           f"row, and a row has room for {spec.row_capacity:,} beside the weights "
-                          f"({spec.token_bytes_per_pe:,} bytes a token on each PE)"])
+                          f"({spec.token_bytes_per_pe:,} bytes a token on each PE, for {spec.batch} sequence(s)); a "
+                          "shorter prompt, fewer sequences (workload.batch), or " + more.replace("use ", "")])
     from .prefill import check_prefill, prefill_of
 
     pp = int(w.get("prefill_region", 0)) or p
     pre = prefill_of(spec, model, pp, int(w["decode_group"]) or default_group(pp), spread(p, spec.context))
-    check_prefill(pre, spec.sram_bytes)
+    check_prefill(pre, spec.sram_bytes, int(w.get("prefill_region", 0)))
     return replace(spec, prefill=pre)
 
 
@@ -256,7 +258,7 @@ TOKEN_COLUMNS = {
     "token": ("1", "decoded token, from 0"),
     "start_cycle": ("cycle", "cycle the token starts (the one before has finished, its cache shifted)"),
     "cycles": ("cycles", "the token's time: its layers and the cache's shift after it"),
-    "layer_cycles": ("cycles", "its layers, one after the other, on the region"),
+    "layer_cycles": ("cycles", "its layers, one after the other, and the passes between regions (if several)"),
     "shift_cycles": ("cycles", "the cache's shift between rows after it (0: none)"),
     "context": ("tokens", "keys it attends to: the cache with its own"),
     "cache_max_row_tokens": ("tokens", "the fullest row's tokens"),
@@ -357,7 +359,8 @@ def summarise(spec: DecodeSpec, state: DecodeState, wall: float, kernel_seconds:
         "tokens_per_second": done / (cycles * ms / 1e3) if cycles else nan,
         "tokens_per_second_total": spec.batch * done / (cycles * ms / 1e3) if cycles else nan,
         "sequences": spec.batch,
-        "cycles_per_layer": state.layer_cycles / (done * spec.n_layers) if done else nan,
+        "cycles_per_layer": (state.layer_cycles - done * (spec.regions - 1) * spec.pass_cycles) / (done * spec.n_layers)
+        if done else nan,
         **_layer_shares(spec, state),
         "cache_li": cache["li"],
         "cache_max_row_tokens": int(state.rows.max()),

@@ -96,7 +96,7 @@ PARAMS: tuple[Param, ...] = (
           "and DSDs set up); fitted to WaferLLM's LLaMA3-8B measurements (docs/decode.md, \"Calibration\").",
           (0, 100_000), _DECODE),
     Param("workload", "output_tokens", "int", "tokens", 128,
-          "decode: tokens to generate, one after another (mesh and ipu).", (1, 1_048_576), _DECODE),
+          "decode: tokens to generate, one after another (mesh, ipu and rdu).", (1, 1_048_576), _DECODE),
     Param("workload", "kv_policy", "str", "", "shift",
           "decode: how the key-value cache's rows take new tokens: shift (the new token enters the last row "
           "and rows pass their oldest entries to the row above to stay within a token of each other, "

@@ -93,11 +93,13 @@ def prefill_of(spec, model, pp: int, group: int, decode_rows: np.ndarray) -> Pre
                    batch=spec.batch)
 
 
-def check_prefill(pre: Prefill, sram_bytes: int) -> None:
-    """InputError when a prefill PE's memory passes its SRAM."""
+def check_prefill(pre: Prefill, sram_bytes: int, given: int) -> None:
+    """InputError when a prefill PE's memory passes its SRAM (`given`: workload.prefill_region as set)."""
     if pre.bytes_per_pe > sram_bytes:
-        raise InputError([f"workload.prefill_region = {pre.pp}: the prefill needs {pre.bytes_per_pe:,} bytes on each "
+        said = f"{given}" if given else f"0 (the decode region's {pre.pp})"
+        raise InputError([f"workload.prefill_region = {said}: the prefill needs {pre.bytes_per_pe:,} bytes on each "
                           f"PE of a {pre.pp} x {pre.pp} region (the weights' blocks, its tokens' cache, the scores and "
                           f"a product's blocks), and a PE has {sram_bytes:,} (machine.sram_kib); a larger prefill "
-                          "region, or a shorter prompt (workload.context)"])
+                          "region, more regions (workload.decode_regions), a shorter prompt (workload.context) or "
+                          "fewer sequences (workload.batch)"])
 

@@ -26,6 +26,10 @@ def check_scenario(ok, get, add, shown) -> None:
         add(wtype, [mtype], 'must be "transformer" or "decode" when machine.type is "rdu" (the rdu runs a compiled '
                             'model, or generates tokens with one)')
         return
+    if ok("machine.hbm_gib", "machine.hbm_bandwidth_gbps") and get("machine.hbm_gib") \
+            and not get("machine.hbm_bandwidth_gbps"):
+        add("machine.hbm_bandwidth_gbps", ["machine.hbm_gib"], "must be above 0 when machine.hbm_gib is: the HBM "
+                                                               "has a bandwidth")
     if get(wtype) == "decode":
         _check_decode(ok, get, add, shown)
         return
@@ -55,10 +59,9 @@ def _check_decode(ok, get, add, shown) -> None:
                                          "output token")
     if ok("workload.training") and get("workload.training"):
         add("workload.training", [wtype], "must be false for decode, which generates tokens")
-    if ok("machine.hbm_gib", "machine.hbm_bandwidth_gbps") and get("machine.hbm_gib") \
-            and not get("machine.hbm_bandwidth_gbps"):
-        add("machine.hbm_bandwidth_gbps", ["machine.hbm_gib"], "must be above 0 when machine.hbm_gib is: a "
-                                                               "generation streams from the HBM")
+    from ..params import refuse_mesh_decode_keys
+
+    refuse_mesh_decode_keys(ok, get, add)
     for key in ("workload.microbatches", "workload.layers_per_stage", "machine.num_tiles"):
         if ok(key) and get(key) != params.param(*key.split(".")).default_value():
             add(key, [wtype], "does not apply to decode on the rdu, which runs one fused kernel call a layer on "

@@ -89,7 +89,9 @@ class RduMachine(Machine):
 
         m, precision = values["machine"], values.get("workload", {}).get("precision")
         rate = compute_rate(precision, m["fp32_rate"]) if precision else 1  # the 16-bit peak without a model
-        return rdu_platform(f"rdu {m['preset']} ({m['pcus']} PCUs{', ' + precision if precision else ''})", m, rate)
+        # a generation streams from the HBM where there is one; a compiled step's sections from DDR
+        keys = m if values.get("workload", {}).get("type") == "decode" else {**m, "hbm_gib": 0}
+        return rdu_platform(f"rdu {m['preset']} ({m['pcus']} PCUs{', ' + precision if precision else ''})", keys, rate)
 
     def roofline_kernels(self, values: dict, platform) -> list:
         if values.get("workload", {}).get("type") == "decode":
