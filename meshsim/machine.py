@@ -118,6 +118,49 @@ class Run(ABC):
         raise NotImplementedError
 
 
+class TokenRun(Run):
+    """A generation between calls, on any machine: its `state` decodes up to `per_call` tokens a call
+    (`state.advance(n)` returns the new rows of its file's tables, `state.tokens_done`, `state.cycle`
+    and `state.finished` say where it is), and its writer appends those rows (meshsim.output.TokenTables).
+    A machine's run adds how it opens its writer, its totals, its summary and its checkpoint."""
+
+    def __init__(self, state, total: int, per_call: int):
+        self.state = state
+        self.total = total
+        self.per_call = per_call
+        self._rows = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state.finished
+
+    @property
+    def done(self) -> int:
+        return self.state.tokens_done
+
+    @property
+    def cycle(self) -> int:
+        return self.state.cycle
+
+    def advance(self) -> int:
+        before = self.state.tokens_done
+        self._rows = self.state.advance(self.per_call)
+        return self.state.tokens_done - before
+
+    def record(self, writer) -> None:
+        writer.append(*self._rows)
+
+    def record_nothing(self) -> None:
+        return None
+
+    def catch_up(self, writer) -> None:
+        if writer.n < self.state.tokens_done:
+            writer.append(*self._rows)
+
+    def flush_due(self, seconds_since_flush: float) -> bool:
+        return seconds_since_flush >= 1.0
+
+
 class MachineRunner(ABC):
     """What a run of a machine needs (meshsim.run, meshsim.cli's validate, meshsim.scenario,
     meshsim.roofline): compile a scenario, check it, start a Run and open its result file."""

@@ -610,3 +610,42 @@ def _rebind(writer, handles) -> None:
             setattr(writer, key, obj)
         else:
             container[key] = obj
+
+
+class TokenTables(ResultFile):
+    """A generation's file (docs/decode.md, docs/ipu.md and docs/rdu.md): a tokens/ table, one row a token,
+    and a cache dataset of one row a token, written as the tokens come; the count moves last, so a write
+    cut short is written again over the same rows."""
+
+    def _tokens(self, columns: dict, description: str, token: str) -> None:
+        """The tokens/ group: its scale and one growing column a name of `columns` (name -> (units, what))."""
+        g = self.f.create_group("tokens")
+        g.attrs["description"] = description
+        self.n = 0
+        self.token = self._scale(g, "token_row", np.zeros(0, np.int64), "1", token, grow=True)
+        self.cols = {}
+        for name, (units, desc) in columns.items():
+            ds = g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(8192,), **self.comp)
+            describe(ds, units, desc)
+            ds.dims[0].attach_scale(self.token)
+            self.cols[name] = ds
+
+    def _resumed(self) -> None:
+        self.n = int(self.token.shape[0])
+
+    def append(self, table, caches) -> None:
+        """Rows of the tokens just generated (the columns in order) and the cache after each, after those
+        written before."""
+        n0 = self.n
+        self._put(self.token, n0, np.arange(n0, n0 + len(table), dtype=np.int64))
+        for i, ds in enumerate(self.cols.values()):
+            self._put(ds, n0, table[:, i])
+        self._put(self.cache, n0, np.asarray(caches).astype(self.cache.dtype))
+        self.n = n0 + len(table)
+
+    def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
+        """As ResultFile.finish; a complete run also records its length as the cycles requested."""
+        self._finishing()
+        if complete:
+            self.f.attrs["cycles_requested"] = cycles_done
+        return super().finish(summary, cycles_done, complete)

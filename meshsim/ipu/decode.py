@@ -11,18 +11,15 @@ computed once, by the ipu compiler (meshsim.ipu.compiler), and the generation is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from .. import metrics
 from ..errors import InputError
-from ..machine import Run
-from ..output import ResultFile, describe
+from ..machine import TokenRun
+from ..output import TokenTables, describe
 from .compiler import IpuProgram, bytes_cycles, cache_bytes, compile_scenario
 
-#: Seconds between flushes of the result file.
-FLUSH_SECONDS = 1.0
 #: Bytes of a token id.
 ID_BYTES = 4
 
@@ -142,32 +139,23 @@ class IpuDecodeState:
         return self.dp.context + self.tokens_done - 1 if self.tokens_done else 0
 
 
-class IpuDecodeWriter(ResultFile):
+class IpuDecodeWriter(TokenTables):
     """An ipu generation's file: the tokens/ table, the cache's bytes per IPU after each token, the step's
     superstep templates, and per-tile busy cycles and memory."""
 
     def __init__(self, final_path, scenario, dp: DecodeProgram, *, threads: int, compression_level: int):
-        from .output import IpuResultWriter
+        from .output import write_templates
 
         super().__init__(final_path, scenario, "ipu", threads, 0, compression_level)
         f, prog = self.f, dp.prog
         n, tiles = prog.stages, prog.spec.tiles
         f.attrs["stages"] = n
-        self.n = 0
         self.stage = self._scale(f, "stage", np.arange(n, dtype=np.int32), "1", "IPU (pipeline stage) of a replica")
         self.tile = self._scale(f, "tile", np.arange(tiles, dtype=np.int32), "1", "tile of an IPU")
         self.template = self._scale(f, "template", np.arange(len(prog.templates), dtype=np.int64), "1",
                                     "superstep template (row of templates/)")
-        g = f.create_group("tokens")
-        g.attrs["description"] = "one row per output token, in order (docs/ipu.md, \"Generation\")"
-        self.token = self._scale(g, "token_row", np.zeros(0, np.int64), "1", "output token", grow=True)
-        self.cols = {}
-        for name, (units, desc) in TOKEN_COLUMNS.items():
-            ds = g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(8192,), **self.comp)
-            describe(ds, units, desc)
-            ds.dims[0].attach_scale(self.token)
-            self.cols[name] = ds
-        IpuResultWriter._write_templates(self, prog)
+        self._tokens(TOKEN_COLUMNS, "one row per output token, in order (docs/ipu.md, \"Generation\")", "output token")
+        write_templates(self, prog)
         occ = f["occupancy"]
         self.cache = occ.create_dataset("cache_bytes", shape=(0, n), maxshape=(None, n), dtype=np.int64,
                                         chunks=(max(1, 8192 // n), n), **self.comp)
@@ -189,26 +177,8 @@ class IpuDecodeWriter(ResultFile):
         self.tile_busy.dims[1].attach_scale(self.tile)
         f.create_group("summary").attrs["description"] = "the run's figures (docs/ipu.md, \"Generation\")"
 
-    def _resumed(self) -> None:
-        self.n = int(self.token.shape[0])
-
-    def append(self, table, caches) -> None:
-        """Rows of the tokens just generated, after those written before; the count moves last."""
-        n0 = self.n
-        self._put(self.token, n0, np.arange(n0, n0 + len(table), dtype=np.int64))
-        for i, name in enumerate(TOKEN_COLUMNS):
-            self._put(self.cols[name], n0, table[:, i])
-        self._put(self.cache, n0, caches)
-        self.n = n0 + len(table)
-
     def write_totals(self, tile_busy) -> None:
         self.tile_busy[...] = np.asarray(tile_busy, np.int64)
-
-    def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
-        self._finishing()
-        if complete:
-            self.f.attrs["cycles_requested"] = cycles_done
-        return super().finish(summary, cycles_done, complete)
 
 
 def summarise(dp: DecodeProgram, state: IpuDecodeState, wall: float, kernel_seconds: float, threads: int,
@@ -290,47 +260,17 @@ def summarise(dp: DecodeProgram, state: IpuDecodeState, wall: float, kernel_seco
     }
 
 
-class IpuDecodeRun(Run):
+class IpuDecodeRun(TokenRun):
     """An ipu generation between calls: some tokens a call, their rows written as they come."""
 
     def __init__(self, scenario, dp: DecodeProgram, per_call: int | None = None):
+        super().__init__(IpuDecodeState(dp), dp.output_tokens, per_call or 4096)
         self.scenario = scenario
         self.dp = dp
-        self.state = IpuDecodeState(dp)
-        self.per_call = per_call or 4096
-        self.total = dp.output_tokens
-        self._rows = None
 
     def open_writer(self, path, scenario, threads: int) -> IpuDecodeWriter:
         return IpuDecodeWriter(path, scenario, self.dp, threads=threads,
                                compression_level=scenario.get("output", "compression_level"))
-
-    @property
-    def finished(self) -> bool:
-        return self.state.finished
-
-    @property
-    def done(self) -> int:
-        return self.state.tokens_done
-
-    @property
-    def cycle(self) -> int:
-        return self.state.cycle
-
-    def advance(self) -> int:
-        before = self.state.tokens_done
-        self._rows = self.state.advance(self.per_call)
-        return self.state.tokens_done - before
-
-    def record(self, writer) -> None:
-        writer.append(*self._rows)
-
-    def catch_up(self, writer) -> None:
-        if writer.n < self.state.tokens_done:
-            writer.append(*self._rows)
-
-    def flush_due(self, seconds_since_flush: float) -> bool:
-        return seconds_since_flush >= FLUSH_SECONDS
 
     def prepare_flush(self, writer) -> None:
         writer.write_totals(step_busy(self.dp.prog) * self.state.steps_run())

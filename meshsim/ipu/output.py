@@ -101,7 +101,7 @@ class IpuResultWriter(ResultFile):
                                     chunks=(8192,), **self.comp)
         describe(self.lat, "cycles", "from the pipeline step IPU 0 starts it to the end of its last superstep")
         self.lat.dims[0].attach_scale(self.lat_row)
-        self._write_templates(prog)
+        write_templates(self, prog)
         u = f.create_group("units")
         u.attrs["description"] = "per-tile totals over the steps done (units = the tiles of every IPU of a replica)"
         ds = u.create_dataset("memory_bytes", data=prog.memory, chunks=True, **self.comp)
@@ -115,30 +115,6 @@ class IpuResultWriter(ResultFile):
         self.tile_busy.dims[0].attach_scale(self.stage)
         self.tile_busy.dims[1].attach_scale(self.tile)
         f.create_group("summary").attrs["description"] = "the run's figures (DESIGN.md section 5)"
-
-    def _write_templates(self, prog: IpuProgram) -> None:
-        g = self.f.create_group("templates")
-        g.attrs["description"] = ("one row per superstep template: stage by stage, its forward list, then its "
-                                  "backward list")
-        for name, (dtype, units, desc) in TEMPLATES.items():
-            key = {"compute_cycles": "compute", "sync_cycles": "sync", "exchange_cycles": "exchange",
-                   "sent_max_bytes": "sent_max", "received_max_bytes": "received_max"}.get(name, name)
-            ds = g.create_dataset(name, data=np.array([getattr(t, key) for t in prog.templates], dtype=dtype),
-                                  chunks=True, **self.comp)
-            describe(ds, units, desc)
-            ds.dims[0].attach_scale(self.template)
-        ds = g.create_dataset("name", data=np.array([t.name for t in prog.templates], dtype=h5py.string_dtype()),
-                              chunks=True, **self.comp)
-        describe(ds, "1", "operator (\"layer<i>.<op>\", with .backward or .recompute; \"embedding\")")
-        ds.dims[0].attach_scale(self.template)
-        occ = self.f.create_group("occupancy")
-        occ.attrs["description"] = "busy cycles of every tile in one instance of each superstep template"
-        rows = min(len(prog.templates), max(1, 65536 // prog.spec.tiles))
-        ds = occ.create_dataset("tile_busy_cycles", data=prog.busy, chunks=(rows, prog.spec.tiles), **self.comp)
-        describe(ds, "cycles", "busy cycles of each tile of the template's stage in one instance (the same in every "
-                               "instance)")
-        ds.dims[0].attach_scale(self.template)
-        ds.dims[1].attach_scale(self.tile)
 
     def _resumed(self) -> None:
         self.n_ss, self.n_pl, self.n_lat = (int(d.shape[0]) for d in (self.ss_row, self.pl_row, self.lat_row))
@@ -166,3 +142,31 @@ class IpuResultWriter(ResultFile):
         if complete:
             self.f.attrs["cycles_requested"] = cycles_done
         return super().finish(summary, cycles_done, complete)
+
+
+def write_templates(w, prog: IpuProgram) -> None:
+    """The templates/ table and occupancy/tile_busy_cycles of writer `w` (an ipu run's, or a generation's,
+    meshsim.ipu.decode): one row per superstep template, with every tile's busy cycles in one instance."""
+    g = w.f.create_group("templates")
+    g.attrs["description"] = ("one row per superstep template: stage by stage, its forward list, then its "
+                              "backward list")
+    for name, (dtype, units, desc) in TEMPLATES.items():
+        key = {"compute_cycles": "compute", "sync_cycles": "sync", "exchange_cycles": "exchange",
+               "sent_max_bytes": "sent_max", "received_max_bytes": "received_max"}.get(name, name)
+        ds = g.create_dataset(name, data=np.array([getattr(t, key) for t in prog.templates], dtype=dtype),
+                              chunks=True, **w.comp)
+        describe(ds, units, desc)
+        ds.dims[0].attach_scale(w.template)
+    ds = g.create_dataset("name", data=np.array([t.name for t in prog.templates], dtype=h5py.string_dtype()),
+                          chunks=True, **w.comp)
+    describe(ds, "1", "operator (\"layer<i>.<op>\", with .backward or .recompute; \"embedding\")")
+    ds.dims[0].attach_scale(w.template)
+    occ = w.f.create_group("occupancy")
+    occ.attrs["description"] = "busy cycles of every tile in one instance of each superstep template"
+    rows = min(len(prog.templates), max(1, 65536 // prog.spec.tiles))
+    ds = occ.create_dataset("tile_busy_cycles", data=prog.busy, chunks=(rows, prog.spec.tiles), **w.comp)
+    describe(ds, "cycles", "busy cycles of each tile of the template's stage in one instance (the same in every "
+                           "instance)")
+    ds.dims[0].attach_scale(w.template)
+    ds.dims[1].attach_scale(w.tile)
+

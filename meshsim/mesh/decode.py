@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 
@@ -17,14 +16,12 @@ from kernels import decode as K
 
 from .. import metrics
 from ..errors import InputError
-from ..machine import Run
-from ..output import ResultFile, describe
+from ..machine import TokenRun
+from ..output import TokenTables, describe
 from ..transformer import MLP_SHAPES, model_from_workload
 
 #: The cache's policies (docs/decode.md, "The key-value cache").
 POLICIES = ("shift", "append")
-#: Seconds between flushes of the result file.
-FLUSH_SECONDS = 1.0
 
 
 def default_group(p: int) -> int:
@@ -267,24 +264,16 @@ TOKEN_COLUMNS = {
 }
 
 
-class DecodeResultWriter(ResultFile):
+class DecodeResultWriter(TokenTables):
     """A decode run's file: the tokens/ table, the cache's rows per token, per-PE busy cycles."""
 
     def __init__(self, final_path, scenario, spec: DecodeSpec, *, threads: int, compression_level: int):
         super().__init__(final_path, scenario, "mesh", threads, 0, compression_level)
         f, p = self.f, spec.p
-        self.n = 0
         self.row = self._scale(f, "row", np.arange(p, dtype=np.int32), "1", "row of PEs (the cache's sequence axis)")
         self.col = self._scale(f, "col", np.arange(p, dtype=np.int32), "1", "column of PEs")
-        g = f.create_group("tokens")
-        g.attrs["description"] = "one row per decoded token, in order (docs/decode.md, \"Result file\")"
-        self.token = self._scale(g, "token_row", np.zeros(0, np.int64), "1", "decoded token", grow=True)
-        self.cols = {}
-        for name, (units, desc) in TOKEN_COLUMNS.items():
-            ds = g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(8192,), **self.comp)
-            describe(ds, units, desc)
-            ds.dims[0].attach_scale(self.token)
-            self.cols[name] = ds
+        self._tokens(TOKEN_COLUMNS, "one row per decoded token, in order (docs/decode.md, \"Result file\")",
+                     "decoded token")
         occ = f.create_group("occupancy")
         occ.attrs["description"] = "the key-value cache's tokens on each row of PEs after each decoded token"
         self.cache = occ.create_dataset("cache_tokens", shape=(0, p), maxshape=(None, p), dtype=np.int32,
@@ -303,27 +292,9 @@ class DecodeResultWriter(ResultFile):
         self.busy.dims[1].attach_scale(self.col)
         f.create_group("summary").attrs["description"] = "the run's figures (docs/decode.md, \"Result file\")"
 
-    def _resumed(self) -> None:
-        self.n = int(self.token.shape[0])
-
-    def append(self, table, caches) -> None:
-        """Rows of the tokens just decoded, after those written before; the count moves last."""
-        n0 = self.n
-        self._put(self.token, n0, np.arange(n0, n0 + len(table), dtype=np.int64))
-        for i, name in enumerate(TOKEN_COLUMNS):
-            self._put(self.cols[name], n0, table[:, i])
-        self._put(self.cache, n0, caches.astype(np.int32))
-        self.n = n0 + len(table)
-
     def write_busy(self, busy_rows) -> None:
         """busy_rows: int64[regions, rows], every PE of a row of a region alike."""
         self.busy[...] = np.repeat(np.asarray(busy_rows, np.int64).reshape(-1, 1), self.busy.shape[1], axis=1)
-
-    def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
-        self._finishing()
-        if complete:
-            self.f.attrs["cycles_requested"] = cycles_done
-        return super().finish(summary, cycles_done, complete)
 
 
 def summarise(spec: DecodeSpec, state: DecodeState, wall: float, kernel_seconds: float, threads: int,
@@ -404,50 +375,17 @@ def _prefill_figures(spec: DecodeSpec) -> dict:
     }
 
 
-class DecodeRun(Run):
+class DecodeRun(TokenRun):
     """A decode run between kernel calls: some tokens a call, their rows written as they come."""
 
     def __init__(self, scenario, spec: DecodeSpec, per_call: int | None = None):
+        super().__init__(DecodeState(spec), spec.output_tokens, per_call or 4)
         self.scenario = scenario
         self.spec = spec
-        self.state = DecodeState(spec)
-        self.per_call = per_call or 4
-        self.total = spec.output_tokens
-        self._rows = None
 
     def open_writer(self, path, threads: int) -> DecodeResultWriter:
         return DecodeResultWriter(path, self.scenario, self.spec, threads=threads,
                                   compression_level=self.scenario.get("output", "compression_level"))
-
-    @property
-    def finished(self) -> bool:
-        return self.state.finished
-
-    @property
-    def done(self) -> int:
-        return self.state.tokens_done
-
-    @property
-    def cycle(self) -> int:
-        return self.state.cycle
-
-    def advance(self) -> int:
-        before = self.state.tokens_done
-        self._rows = self.state.advance(self.per_call)
-        return self.state.tokens_done - before
-
-    def record(self, writer) -> None:
-        writer.append(*self._rows)
-
-    def record_nothing(self) -> None:
-        return None
-
-    def catch_up(self, writer) -> None:
-        if writer.n < self.state.tokens_done:
-            writer.append(*self._rows)
-
-    def flush_due(self, seconds_since_flush: float) -> bool:
-        return seconds_since_flush >= FLUSH_SECONDS
 
     def prepare_flush(self, writer) -> None:
         writer.write_busy(self.state.busy)

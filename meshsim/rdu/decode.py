@@ -9,14 +9,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 
 from .. import metrics
 from ..errors import InputError
-from ..machine import Run
-from ..output import ResultFile, describe
+from ..machine import TokenRun
+from ..output import TokenTables, describe
 from ..transformer import NORMS, TP_ALLREDUCE_AFTER, Model, compute_rate, model_from_workload, operators, tensor_split
 from .checks import parse_parallelism
 
@@ -238,13 +237,14 @@ class RduDecodeState:
         self.latencies: list = []  # the steps of the tokens after the first
         self.bytes_read = 0  # by the steps after the prompt's
         self.bound = 0  # their max terms, summed
+        self.prompt = step(spec, spec.context, 0)  # the prompt's step, which gives token 0
 
     def advance(self, n: int) -> tuple:
         spec = self.spec
         rows, caches = [], []
         while len(rows) < n and self.tokens_done < spec.output_tokens:
             k = self.tokens_done
-            s = step(spec, spec.context, 0) if k == 0 else step(spec, 1, spec.context + k - 1)
+            s = self.prompt if k == 0 else step(spec, 1, spec.context + k - 1)
             rows.append((k, self.cycle, s.cycles, s.stream, s.compute, s.launch, s.allreduce, spec.context + k))
             caches.append(np.full(spec.t, (spec.context + k) * spec.kv_bytes_per_position, np.int64))
             if k:
@@ -261,23 +261,14 @@ class RduDecodeState:
         return self.tokens_done >= self.spec.output_tokens
 
 
-class RduDecodeWriter(ResultFile):
+class RduDecodeWriter(TokenTables):
     """An rdu generation's file: the tokens/ table, the cache's bytes per socket, the sockets' busy cycles."""
 
     def __init__(self, final_path, scenario, spec: DecodeSpec, *, threads: int, compression_level: int):
         super().__init__(final_path, scenario, "rdu", threads, 0, compression_level)
         f, t = self.f, spec.t
-        self.n = 0
         self.socket = self._scale(f, "socket", np.arange(t, dtype=np.int32), "1", "socket of a tensor group")
-        g = f.create_group("tokens")
-        g.attrs["description"] = "one row per output token, in order (docs/rdu.md, \"Generation\")"
-        self.token = self._scale(g, "token_row", np.zeros(0, np.int64), "1", "output token", grow=True)
-        self.cols = {}
-        for name, (units, desc) in TOKEN_COLUMNS.items():
-            ds = g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(8192,), **self.comp)
-            describe(ds, units, desc)
-            ds.dims[0].attach_scale(self.token)
-            self.cols[name] = ds
+        self._tokens(TOKEN_COLUMNS, "one row per output token, in order (docs/rdu.md, \"Generation\")", "output token")
         occ = f.create_group("occupancy")
         occ.attrs["description"] = "the key-value cache on each socket of a tensor group after each token"
         self.cache = occ.create_dataset("cache_bytes", shape=(0, t), maxshape=(None, t), dtype=np.int64,
@@ -292,22 +283,8 @@ class RduDecodeWriter(ResultFile):
         self.busy.dims[0].attach_scale(self.socket)
         f.create_group("summary").attrs["description"] = "the run's figures (docs/rdu.md, \"Generation\")"
 
-    def append(self, table, caches) -> None:
-        n0 = self.n
-        self._put(self.token, n0, np.arange(n0, n0 + len(table), dtype=np.int64))
-        for i, name in enumerate(TOKEN_COLUMNS):
-            self._put(self.cols[name], n0, table[:, i])
-        self._put(self.cache, n0, caches)
-        self.n = n0 + len(table)
-
     def write_busy(self, busy: int) -> None:
         self.busy[...] = np.full(self.busy.shape, busy, np.int64)
-
-    def finish(self, summary: dict, cycles_done: int, complete: bool) -> Path:
-        self._finishing()
-        if complete:
-            self.f.attrs["cycles_requested"] = cycles_done
-        return super().finish(summary, cycles_done, complete)
 
 
 def summarise(spec: DecodeSpec, state: RduDecodeState, wall: float, kernel_seconds: float, threads: int) -> dict:
@@ -316,7 +293,7 @@ def summarise(spec: DecodeSpec, state: RduDecodeState, wall: float, kernel_secon
     hz = spec.clock_ghz * 1e9
     ms = 1e3 / hz
     done, cycles = state.tokens_done, state.cycle
-    first = step(spec, spec.context, 0)
+    first = state.prompt
     lat = np.array(state.latencies, np.int64)
     la = metrics.sample_latency_stats(lat)
     decode_cycles = int(lat.sum())
@@ -372,57 +349,24 @@ def summarise(spec: DecodeSpec, state: RduDecodeState, wall: float, kernel_secon
     }
 
 
-class RduDecodeRun(Run):
+class RduDecodeRun(TokenRun):
     """An rdu generation: every token's step at once (each is arithmetic), written in one go."""
 
     def __init__(self, scenario, spec: DecodeSpec, per_call: int | None = None):
+        super().__init__(RduDecodeState(spec), spec.output_tokens, per_call or 1_000_000)
         self.scenario = scenario
         self.spec = spec
-        self.state = RduDecodeState(spec)
-        self.per_call = per_call or 1_000_000
-        self.total = spec.output_tokens
-        self._rows = None
 
     def open_writer(self, path, scenario, threads: int) -> RduDecodeWriter:
         return RduDecodeWriter(path, scenario, self.spec, threads=threads,
                                compression_level=scenario.get("output", "compression_level"))
-
-    @property
-    def finished(self) -> bool:
-        return self.state.finished
-
-    @property
-    def done(self) -> int:
-        return self.state.tokens_done
-
-    @property
-    def cycle(self) -> int:
-        return self.state.cycle
-
-    def advance(self) -> int:
-        before = self.state.tokens_done
-        self._rows = self.state.advance(self.per_call)
-        return self.state.tokens_done - before
-
-    def record(self, writer) -> None:
-        writer.append(*self._rows)
-
-    def record_nothing(self) -> None:
-        return None
-
-    def catch_up(self, writer) -> None:
-        if writer.n < self.state.tokens_done:
-            writer.append(*self._rows)
-
-    def flush_due(self, seconds_since_flush: float) -> bool:
-        return seconds_since_flush >= 1.0
 
     def prepare_flush(self, writer) -> None:
         writer.write_busy(self._busy())
 
     def _busy(self) -> int:
         s = self.state
-        return (step(self.spec, self.spec.context, 0).bound + s.bound) if s.tokens_done else 0
+        return (s.prompt.bound + s.bound) if s.tokens_done else 0
 
     def summarise(self, timing) -> dict:
         return summarise(self.spec, self.state, timing.wall, timing.kernel_total, timing.threads)
