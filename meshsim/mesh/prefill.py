@@ -30,12 +30,11 @@ class Prefill:
     bytes_per_pe: int
     regions: int = 1
     pass_cycles: int = 0  # the prompt's activations from one prefill region to the next
+    batch: int = 1  # B prompts, one after another
 
     @property
     def layer_cycles(self) -> int:
         return sum(self.layer_steps)
-
-    batch: int = 1  # B prompts, one after another
 
     @property
     def cycles(self) -> int:
@@ -80,10 +79,9 @@ def prefill_of(spec, model, pp: int, group: int, decode_rows: np.ndarray) -> Pre
     if pp != spec.p:
         reshuffle = (o + 2 * spec.most_layers * spec.batch * int(decode_rows.max()) * spec.kp
                      + hop * (pp + spec.p - 2))
-    products = ((s, h, q), (s, d, s), (s, s, d), (s, d, h), (s, h, g * f), (s, f, h))
-    work = max(2 * (_cdiv(m, pp) * _cdiv(k, pp) + _cdiv(k, pp) * _cdiv(n, pp)) + _cdiv(m, pp) * _cdiv(n, pp)
-               for m, k, n in products)
     c = _cdiv
+    products = ((s, h, q), (s, d, s), (s, s, d), (s, d, h), (s, h, g * f), (s, f, h))
+    work = max(2 * (c(m, pp) * c(k, pp) + c(k, pp) * c(n, pp)) + c(m, pp) * c(n, pp) for m, k, n in products)
     weights = spec.most_layers * (c(h, pp) * c(q, pp) + c(d, pp) * c(h, pp) + c(h, pp) * c(g * f, pp)
                                + c(f, pp) * c(h, pp) + 2 * c(h, pp))
     elements = weights + 2 * spec.most_layers * spec.batch * st * c(kv, pp) + a * st * st + work
