@@ -18,7 +18,7 @@ from .. import metrics
 from ..errors import InputError
 from ..machine import TokenRun
 from ..output import TokenTables, describe
-from .compiler import IpuProgram, bytes_cycles, cache_bytes, compile_scenario
+from .compiler import MAX_CYCLES, IpuProgram, bytes_cycles, cache_bytes, compile_scenario
 
 #: Bytes of a token id.
 ID_BYTES = 4
@@ -74,16 +74,15 @@ def decode_program(scenario) -> DecodeProgram:
         m = spec.micro
         back = sync + bytes_cycles(m.tokens * m.hidden_size * m.element_bytes, gbps, spec.clock_ghz)
     transfers = (n - 1) * prog.transfer + back
+    step = int(stage.sum()) + transfers
     w = scenario.values["workload"]
-    from .compiler import MAX_CYCLES
-
     steps = w["context"] + w["output_tokens"] - 1
-    if (int(stage.sum()) + transfers) * steps > MAX_CYCLES:
+    if step * steps > MAX_CYCLES:
         raise InputError(f"{scenario.path or '<scenario>'}: workload.output_tokens = {w['output_tokens']:,}: "
-                         f"{steps:,} steps of {int(stage.sum()) + transfers:,} cycles pass {MAX_CYCLES:,} cycles; "
+                         f"{steps:,} steps of {step:,} cycles pass {MAX_CYCLES:,} cycles; "
                          "fewer tokens (workload.context, workload.output_tokens)")
     io = bytes_cycles(ID_BYTES * spec.micro.batch * w["context"], spec.streaming_memory_gbps, spec.clock_ghz)
-    return DecodeProgram(prog=prog, step_cycles=int(stage.sum()) + transfers, stage_cycles=stage,
+    return DecodeProgram(prog=prog, step_cycles=step, stage_cycles=stage,
                          transfers=transfers, prompt_io=io, context=w["context"], output_tokens=w["output_tokens"])
 
 
