@@ -19,11 +19,12 @@ STEP_LINES = np.array([COLUMN, COLUMN, ROW, COLUMN, COLUMN, COLUMN, ROW, COLUMN,
 
 
 @njit(cache=True)
-def _chain(q, at, m, hop, add, phase, first, last, step, t_up, t_out):
-    """One side of a phase: the chain over members `first`, `first + step`, ... up to the root
-    (exclusive `last`), member j ready at q[j] and standing at position at[j] (phase 1: the group's
-    PEs, one hop apart; phase 2: the group roots, through the routers between). t_out ends as the
-    last member's leaving cycles (t_up is scratch). Returns whether the chain had any member."""
+def _chain(q, at, m, hop, add, phase, first, last, step, t_up, t_out, free, member):
+    """One side of a group's phase: the chain over entries `first`, `first + step`, ... up to the root
+    (exclusive `last`), entry j ready at q[j] and standing at position at[j] (the level's members, through
+    the routers between, or every PE between them where the level is relayed). t_out ends as the last
+    entry's leaving cycles (t_up is scratch); where entry j is a member of the level (member[j]; not a
+    relay), free[at[j]] becomes its phase done. Returns whether the chain had any entry."""
     had = False
     j = first
     while j != last:
@@ -38,6 +39,8 @@ def _chain(q, at, m, hop, add, phase, first, last, step, t_up, t_out):
             t_out[e] = t
         for e in range(m):
             t_up[e] = t_out[e]
+        if member[j]:
+            free[at[j]] = t_out[m - 1] + 1
         had = True
         j += step
     return had
@@ -65,38 +68,67 @@ def _root(q, m, phase, left, has_left, hops_left, right, has_right, hops_right, 
 
 
 @njit(cache=True)
-def line_collective(ready, m, group, hop, add, phase, out):
+def _side(members, first, last, relayed, free, at, q, member):
+    """The entries of one side of a group, from member `first` toward the root member `last` (excluded):
+    the members themselves, or, where the level is relayed, every position between (docs/decode.md,
+    "Routes and relays"). Fills at[] with their positions, q[] with the cycles they are ready (each
+    PE's last phase of the collective done; a relay does not change it) and member[] with whether
+    each is the level's member; returns how many."""
+    s = 1 if last > first else -1
+    count = 0
+    j = first
+    while j != last:
+        pos = members[j]
+        stop = members[j + s] if relayed else pos + s
+        while pos != stop:
+            at[count] = pos
+            q[count] = free[pos]
+            member[count] = pos == members[j]
+            count += 1
+            pos += s
+        j += s
+    return count
+
+
+@njit(cache=True)
+def line_collective(ready, m, group, levels, routed, hop, add, phase, out):
     """One line's collective (docs/decode.md, "A collective on a line"): out[i] = the cycle it completes
-    on position i, from ready[i]."""
+    on position i, from ready[i]; a K-tree of `levels` levels, its levels above `routed` relayed."""
     n = ready.shape[0]
     if m == 0:
         for i in range(n):
             out[i] = ready[i]
         return
-    n_groups = (n + group - 1) // group
-    roots = np.empty(n_groups, np.int64)
-    done1 = np.empty(n_groups, np.int64)
+    free = ready.copy()  # each PE's last phase done: the cycle it is ready for its next
+    members = np.arange(n)
     t_up = np.empty(m, np.int64)
     left = np.empty(m, np.int64)
     right = np.empty(m, np.int64)
-    at = np.arange(n)
-    for j in range(n_groups):
-        lo = j * group
-        size = min(group, n - lo)
-        r = lo + size // 2
-        roots[j] = r
-        has_l = _chain(ready, at, m, hop, add, phase, lo, r, 1, t_up, left)
-        has_r = _chain(ready, at, m, hop, add, phase, lo + size - 1, r, -1, t_up, right)
-        done1[j] = _root(ready[r], m, phase, left, has_l, 1, right, has_r, 1, hop, add)
-    jr = n_groups // 2
-    # phase 2: the roots' chains from both ends toward the line's root
-    has_l = _chain(done1, roots, m, hop, add, phase, 0, jr, 1, t_up, left)
-    has_r = _chain(done1, roots, m, hop, add, phase, n_groups - 1, jr, -1, t_up, right)
-    hl = roots[jr] - roots[jr - 1] if has_l else 0
-    hr = roots[jr + 1] - roots[jr] if has_r else 0
-    q_b = _root(done1[jr], m, phase, left, has_l, hl, right, has_r, hr, hop, add)
-    last = q_b + phase + m - 1  # b(m - 1)
-    root = roots[jr]
+    at = np.empty(n, np.int64)
+    q = np.empty(n, np.int64)
+    member = np.empty(n, np.bool_)
+    for level in range(1, levels + 1):
+        count = members.shape[0]
+        size = group if level < levels else count
+        n_groups = (count + size - 1) // size
+        roots = np.empty(n_groups, np.int64)
+        relayed = level > routed
+        for j in range(n_groups):
+            lo = j * size
+            s = min(size, count - lo)
+            r = lo + s // 2
+            root = members[r]
+            k = _side(members, lo, r, relayed, free, at, q, member)
+            has_l = _chain(q, at, m, hop, add, phase, 0, k, 1, t_up, left, free, member)
+            hl = root - at[k - 1] if has_l else 0
+            k = _side(members, lo + s - 1, r, relayed, free, at, q, member)
+            has_r = _chain(q, at, m, hop, add, phase, 0, k, 1, t_up, right, free, member)
+            hr = at[k - 1] - root if has_r else 0
+            free[root] = _root(free[root], m, phase, left, has_l, hl, right, has_r, hr, hop, add)
+            roots[j] = root
+        members = roots
+    root = members[0]
+    last = free[root] + phase + m - 1  # b(m - 1)
     for i in range(n):
         out[i] = last + hop * abs(i - root) + 1
 
@@ -137,7 +169,7 @@ def _step_shape(step, dp, qp, fp, g, heads, n_y, batch):
 
 
 @njit(cache=True, parallel=True)
-def layer(done, dp, qp, fp, g, heads, rows_tokens, group, hop, add, phase, rate_num, rate_den, batch):
+def layer(done, dp, qp, fp, g, heads, rows_tokens, group, levels, routed, hop, add, phase, rate_num, rate_den, batch):
     """One layer (docs/decode.md, "One layer") of `batch` sequences: `done[y, x]` holds the cycle the
     layer starts on each PE and ends holding the cycle it completes there."""
     p = done.shape[0]
@@ -151,7 +183,7 @@ def layer(done, dp, qp, fp, g, heads, rows_tokens, group, hop, add, phase, rate_
                 for y in range(p):
                     macs, m = _step_shape(step, dp, qp, fp, g, heads, rows_tokens[y], batch)
                     ready[y] = done[y, x] + _local(macs, rate_num, rate_den)
-                line_collective(ready, m, group, hop, add, phase, out)
+                line_collective(ready, m, group, levels, routed, hop, add, phase, out)
                 for y in range(p):
                     done[y, x] = out[y]
         else:
@@ -161,30 +193,31 @@ def layer(done, dp, qp, fp, g, heads, rows_tokens, group, hop, add, phase, rate_
                 macs, m = _step_shape(step, dp, qp, fp, g, heads, rows_tokens[y], batch)
                 for x in range(p):
                     ready[x] = done[y, x] + _local(macs, rate_num, rate_den)
-                line_collective(ready, m, group, hop, add, phase, out)
+                line_collective(ready, m, group, levels, routed, hop, add, phase, out)
                 for x in range(p):
                     done[y, x] = out[x]
 
 
 @njit(cache=True)
-def token(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, hop, add, phase, rate_num, rate_den, layer_done,
-          batch):
+def token(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, levels, routed, hop, add, phase, rate_num, rate_den,
+          layer_done, batch):
     """One token of `batch` sequences (docs/decode.md, "A token"): its cycles; layer_done[k] = layer k's
     completion, the latest over the PEs. With a token in every row it takes `_token_by_lines`, else the
     whole grid."""
     if rows_tokens.min() >= 1:
-        return _token_by_lines(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, hop, add, phase, rate_num,
-                               rate_den, layer_done, batch)
+        return _token_by_lines(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, levels, routed, hop, add, phase,
+                               rate_num, rate_den, layer_done, batch)
     done = np.zeros((p, p), np.int64)
     for k in range(n_layers):
-        layer(done, dp, qp, fp, g, heads, rows_tokens, group, hop, add, phase, rate_num, rate_den, batch)
+        layer(done, dp, qp, fp, g, heads, rows_tokens, group, levels, routed, hop, add, phase, rate_num, rate_den,
+              batch)
         layer_done[k] = done.max()
     return layer_done[n_layers - 1] if n_layers else 0
 
 
 @njit(cache=True)
-def _token_by_lines(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, hop, add, phase, rate_num, rate_den,
-                    layer_done, batch):
+def _token_by_lines(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, levels, routed, hop, add, phase, rate_num,
+                    rate_den, layer_done, batch):
     """`token` computed one line a step. The collectives' recurrences are shift-equivariant (every
     ready cycle later by s makes every cycle later by s), and each PE's local work depends on its row
     alone, so the completion cycles stay the sum of a row part and a column part, done[y, x] = a[y] +
@@ -205,7 +238,7 @@ def _token_by_lines(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, hop, 
                 a[y] += _local(macs, rate_num, rate_den)
                 lens[y] = m
             if STEP_LINES[step] == COLUMN:
-                line_collective(a, lens[0], group, hop, add, phase, out)
+                line_collective(a, lens[0], group, levels, routed, hop, add, phase, out)
                 for y in range(p):
                     a[y] = out[y]
             else:
@@ -215,7 +248,7 @@ def _token_by_lines(p, dp, qp, fp, g, heads, n_layers, rows_tokens, group, hop, 
                 shift = 0
                 for y in range(p):
                     if lens[y] != last_m:
-                        line_collective(b, lens[y], group, hop, add, phase, out)
+                        line_collective(b, lens[y], group, levels, routed, hop, add, phase, out)
                         last_m = lens[y]
                         shift = out.min()
                     a[y] += shift

@@ -24,8 +24,8 @@ TYPES = ("int", "float", "str", "bool", "regions", "ints")
 #: Keys of the mesh's decode workload (docs/decode.md) that the ipu's and the rdu's generations do not use:
 #: their conditions name the workload type alone, so those machines refuse them by name.
 MESH_DECODE_KEYS = ("workload.kv_policy", "workload.decode_group", "workload.prefill_region", "workload.decode_regions",
-                    "machine.decode_add_cycles", "machine.decode_phase_cycles", "machine.pe_flops_per_cycle",
-                    "machine.sram_kib")
+                    "workload.decode_tree_levels", "machine.route_budget", "machine.decode_add_cycles",
+                    "machine.decode_phase_cycles", "machine.pe_flops_per_cycle", "machine.sram_kib")
 
 
 def refuse_mesh_decode_keys(ok, get, add) -> None:

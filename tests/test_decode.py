@@ -117,6 +117,8 @@ def test_a_run_is_the_same_on_one_thread_and_two(tmp_path):
                              "row has room for 36"),
     ("workload.prefill_region=12", "workload.prefill_region = 12: the prefill needs 6,314 bytes on each PE of a 12 "
                                    "x 12 region"),
+    ("machine.route_budget=12", "machine.route_budget = 12: must be an integer in [13, 4096] (routes)"),
+    ("workload.decode_tree_levels=0", "workload.decode_tree_levels = 0: must be an integer in [1, 8] (levels)"),
 ])
 def test_bad_decode_scenarios_are_refused_naming_the_key(tmp_path, override, message):
     (tmp_path / "d.toml").write_text("")
@@ -146,8 +148,12 @@ def test_the_shipped_scenario_is_valid_and_says_what_the_cache_holds(tmp_path):
     ("workload.prefill_region=0", "machine.sram_kib=48", "workload.decode_group=5"),
     ("workload.prefill_region=9", "machine.sram_kib=48", "workload.context=7", "machine.hop_latency_cycles=2",
      "workload.mlp=gelu", "workload.n_kv_heads=4"),
+    ("workload.decode_tree_levels=3",),
+    ("workload.decode_tree_levels=3", "machine.route_budget=29", "workload.decode_group=2"),
+    ("workload.decode_tree_levels=1",),
+    ("machine.route_budget=13",),
 ], ids=["beside", "no-prompt", "two-regions", "fewest-regions", "larger-prompt", "batch", "batch-regions",
-        "same-region", "smaller-region"])
+        "same-region", "smaller-region", "three-levels-relayed", "three-levels", "one-level", "relayed"])
 def test_the_prefill_is_the_reference_s(extra):
     from kernels.reference.prefill_ref import simulate_prefill
 
@@ -218,6 +224,37 @@ def test_a_layers_time_splits_into_local_work_set_up_and_the_network(tmp_path):
         diff = fa["tokens/layer_cycles"][()] - fb["tokens/layer_cycles"][()]
     assert (diff == 3 * 30 * 252).all()
     assert a["layer_local_fraction"] < 0.2  # decode on the wafer waits on its collectives, not on arithmetic
+    # K + 1 phases a collective: one level, 20 o a layer
+    c = meshsim.run({}, [*SMALL, "workload.decode_tree_levels=1"], out=tmp_path / "c.h5").summary
+    d = meshsim.run({}, [*SMALL, "workload.decode_tree_levels=1", "machine.decode_phase_cycles=0"],
+                    out=tmp_path / "d.h5").summary
+    assert c["cycles_per_layer"] - d["cycles_per_layer"] == 20 * 252
+    assert c["layer_setup_fraction"] == pytest.approx(20 * 252 / c["cycles_per_layer"], rel=0.05)
+
+
+@pytest.mark.parametrize("levels,budget,group", [(3, 24, 2), (3, 29, 2), (2, 13, 3), (1, 24, 0)])
+def test_trees_of_other_levels_and_relayed_levels_run_as_the_reference_says(tmp_path, levels, budget, group):
+    tree = [f"workload.decode_tree_levels={levels}", f"machine.route_budget={budget}", f"workload.decode_group={group}"]
+    s = meshsim.run({}, [*SMALL, *tree, "workload.output_tokens=3"], out=tmp_path / "t.h5").summary
+    spec = spec_of(*tree)
+    relayed = levels - (min(levels, (budget - 5) // 8))
+    assert (s["decode_tree_levels"], s["decode_routes"], s["relayed_levels"]) == (levels, 8 * levels + 5, relayed)
+    assert s["decode_group"] == spec.group == (group or 12)
+    with h5py.File(tmp_path / "t.h5") as f:
+        layers, cache = f["tokens/layer_cycles"][()], f["occupancy/cache_tokens"][()]
+    for i in range(3):
+        ref = R.token(12, 96, 96 + 2 * 48, 256, True, 4, 3, cache[i].tolist(), spec.group, 1, 1, spec.phase,
+                      Fraction(4), levels=levels, route_budget=budget)
+        assert layers[i] == ref["cycles"]
+
+
+def test_a_level_without_routes_is_slower_than_with_them(tmp_path):
+    # the same three-level tree, its top level relayed through the PEs between its members or routed past them
+    base = [*SMALL, "workload.decode_tree_levels=3", "workload.decode_group=2", "workload.output_tokens=2"]
+    relayed = meshsim.run({}, base, out=tmp_path / "r.h5").summary
+    routed = meshsim.run({}, [*base, "machine.route_budget=29"], out=tmp_path / "o.h5").summary
+    assert relayed["relayed_levels"] == 1 and routed["relayed_levels"] == 0
+    assert relayed["cycles_per_layer"] > routed["cycles_per_layer"]
 
 
 def test_sequences_decode_together_each_step_b_times_one_sequences(tmp_path):

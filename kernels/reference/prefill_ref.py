@@ -15,7 +15,8 @@ Public:
 - `simulate_prefill(values)`: from a resolved scenario's values (`values["machine"]`,
   `values["workload"]`) to `{"pp", "layer_steps", "layer_cycles", "prefill_cycles",
   "reshuffle_cycles", "ttft_cycles", "bytes_per_pe", "fits", "regions", "layers", "pass_cycles"}`;
-  `workload.batch` (B) prompts pass one after another (Choice 17).
+  `workload.batch` (B) prompts pass one after another (Choice 17); the reductions are
+  `workload.decode_tree_levels`-level trees under `machine.route_budget` routes (Choice 18).
 
 Choices made where docs/decode.md is ambiguous or silent (each is also noted at its spot below):
 
@@ -28,7 +29,10 @@ Choices made where docs/decode.md is ambiguous or silent (each is also noted at 
    cycle and the collective's time from "all ready at 0" applies shifted.
 3. The group size of the prefill's reductions is `workload.decode_group` when it is not 0 (even if
    it is larger than `Pp`: one group, as decode_ref's choice 13), else the whole number nearest
-   `sqrt(Pp)` (never a tie for a whole `Pp`; at least 1).
+   `Pp^(1/K)` (`K` the tree's levels, Choice 18; `sqrt(Pp)` at `K = 2`; computed exactly in
+   integers, never a tie for a whole `Pp` since `(2 k + 1)^K` is odd and `2^K Pp` even; at least
+   1).  With `K = 1` it is `Pp` itself, and level 1 is one group of the whole row whatever `G`
+   (decode_ref's levels).
 4. The multiply-add rate is `machine.pe_flops_per_cycle / 2`, taken exactly (a float at its
    shortest decimal string, as decode_ref's choice 9); `local(x) = ceil(x / rate)`, 0 for x = 0.
 5. The MeshGEMM formula is taken as written for every product: the alignment is `floor(Pp / 2)`
@@ -95,6 +99,13 @@ Choices made where docs/decode.md is ambiguous or silent (each is also noted at 
     Choice 13's row room takes `2 kp L_0 B` elements a token, the fullest row's token count
     `ceil((S + 1) / P)` being one sequence's (every sequence spread alike).  With `S = 0` all is
     still 0 (Choice 11), whatever `B`.
+18. The reductions' tree: `K = workload.decode_tree_levels` (read with 2 when the values lack it;
+    `sh["levels"]` here, as `sh["K"]` is the key-value width, Choice 5)
+    and the routes `machine.route_budget` (read with 24 when lacking) are decode's, passed to
+    `decode_ref.line_collective` as they are: the same levels, the same routed and relayed levels
+    (decode_ref's Choices 15, 16), and a budget below 13 refused (asserted there, and here before any
+    work).  Only the reductions use them: the MeshGEMM's routes are not counted (docs/decode.md "Not
+    modelled yet"), so a relayed level changes only steps 1, 4, 5 and 8.
 """
 
 import math
@@ -112,11 +123,13 @@ def _exact(x):
     return Fraction(x)
 
 
-def _nearest_sqrt(n):
-    """The whole number nearest sqrt(n), n >= 1 (Choice 3): k or k + 1, k = isqrt(n)."""
-    k = math.isqrt(n)
-    # sqrt(n) >= k + 1/2  <=>  n >= k^2 + k + 1/4  <=>  n >= k^2 + k + 1 for whole n
-    return k + 1 if n >= k * k + k + 1 else max(k, 1)
+def _nearest_root(n, K):
+    """The whole number nearest n^(1/K), n >= 1, K >= 1 (Choice 3): k or k + 1, k = floor(n^(1/K)), exactly."""
+    k = 0
+    while (k + 1) ** K <= n:  # slow and exact: the largest k with k^K <= n
+        k += 1
+    # n^(1/K) >= k + 1/2  <=>  2^K n >= (2 k + 1)^K (never equal: the right side is odd)
+    return k + 1 if 2 ** K * n >= (2 * k + 1) ** K else max(k, 1)
 
 
 def _shape(values):
@@ -141,6 +154,8 @@ def _shape(values):
         "Pp": int(w["prefill_region"]) or int(m["rows"]),
         "regions": int(w.get("decode_regions", 1)),  # Choice 12: 0 is resolved by `_regions`
         "B": int(w.get("batch", 1)),  # Choice 17: the sequences, their prompts one after another
+        "levels": int(w.get("decode_tree_levels", 2)),  # Choice 18: the reductions' levels
+        "budget": int(m.get("route_budget", 24)),  # Choice 18: the routes a router holds
     }
 
 
@@ -167,7 +182,7 @@ def _reduction(m, op, sh, cache):
     """Cycles of a reduction of `m` elements along a row of `Pp` PEs, every PE ready at 0 (Choice 1)."""
     key = (m, op)
     if key not in cache:
-        done = line_collective([0] * sh["Pp"], m, sh["G"], sh["h"], sh["c"], sh["o"], op)
+        done = line_collective([0] * sh["Pp"], m, sh["G"], sh["h"], sh["c"], sh["o"], op, sh["levels"], sh["budget"])
         cache[key] = max(done)  # the last PE to complete
     return cache[key]
 
@@ -286,8 +301,9 @@ def simulate_prefill(values):
     sh = _shape(values)
     assert sh["Pp"] >= 1 and sh["P"] >= 1 and sh["S"] >= 0, (sh["Pp"], sh["P"], sh["S"])  # Choice 11
     assert sh["B"] >= 1, sh["B"]  # Choice 17
+    assert sh["levels"] >= 1 and sh["budget"] >= 13, (sh["levels"], sh["budget"])  # Choice 18
     sh["St"] = math.ceil(sh["S"] / sh["Pp"])
-    sh["G"] = sh["group"] or _nearest_sqrt(sh["Pp"])  # Choice 3
+    sh["G"] = sh["group"] or _nearest_root(sh["Pp"], sh["levels"])  # Choice 3
     R = _regions(sh)
     layers = _split_layers(sh["L"], R)
     sh["L0"] = layers[0]  # the fullest region's layers

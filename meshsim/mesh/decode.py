@@ -24,9 +24,32 @@ from ..transformer import MLP_SHAPES, model_from_workload
 POLICIES = ("shift", "append")
 
 
-def default_group(p: int) -> int:
-    """The tree's group when workload.decode_group is 0: the whole number nearest sqrt(P)."""
-    return max(1, round(math.sqrt(p)))
+#: Routes the decode kernel takes besides its collectives' (docs/decode.md, "Routes and relays").
+OTHER_ROUTES = 1
+
+
+def default_group(p: int, levels: int = 2) -> int:
+    """The tree's group when workload.decode_group is 0: the whole number nearest P ** (1 / K), sqrt(P) for
+    two levels."""
+    k = math.isqrt(p) if levels == 2 else int(round(p ** (1 / levels)))
+    while k ** levels > p:  # k: the largest whole number whose K-th power is at most P, computed exactly
+        k -= 1
+    while (k + 1) ** levels <= p:
+        k += 1
+    # P ** (1 / K) >= k + 1/2 exactly when 2^K P >= (2 k + 1)^K, never equal (the right side is odd)
+    return max(1, k + 1 if 2 ** levels * p >= (2 * k + 1) ** levels else k)
+
+
+def tree_routes(levels: int) -> int:
+    """Routes a router holds for a K-level tree: four a level and two for the broadcast on each axis, and
+    the kernel's other (8 K + 5; WaferLLM's 21 at K = 2)."""
+    return 2 * (4 * levels + 2) + OTHER_ROUTES
+
+
+def routed_levels(levels: int, budget: int) -> int:
+    """The levels that have routes within `budget`: the broadcast, the other route and level 1 first, then
+    each level's eight while they last; the levels above are relayed."""
+    return min(levels, (budget - tree_routes(0)) // 8)
 
 
 @dataclass(frozen=True)
@@ -42,6 +65,9 @@ class DecodeSpec:
     heads: int
     n_layers: int
     group: int
+    levels: int  # K: the collectives' tree levels (docs/decode.md, "A collective on a line")
+    routed: int  # the levels within the route budget; those above are relayed ("Routes and relays")
+    route_budget: int
     hop: int
     add: int
     phase: int
@@ -111,11 +137,14 @@ def decode_spec(scenario) -> DecodeSpec:
     m, w = scenario.values["machine"], scenario.values["workload"]
     model = model_from_workload(w, batch=1)  # one sequence's shape; B of them decode together
     p = int(m["rows"])
+    levels = int(w["decode_tree_levels"])
     rate = Fraction(repr(float(m["pe_flops_per_cycle"]))) / 2
     q = model.attention_size + 2 * model.kv_size
     spec = DecodeSpec(p=p, dp=-(-model.hidden_size // p), qp=-(-q // p), fp=-(-model.ffn_size // p),
                       kp=-(-model.kv_size // p), g=MLP_SHAPES[model.mlp][0], heads=model.n_heads,
-                      n_layers=model.n_layers, group=int(w["decode_group"]) or default_group(p),
+                      n_layers=model.n_layers, group=int(w["decode_group"]) or default_group(p, levels),
+                      levels=levels, routed=routed_levels(levels, int(m["route_budget"])),
+                      route_budget=int(m["route_budget"]),
                       hop=int(m["hop_latency_cycles"]), add=int(m["decode_add_cycles"]),
                       phase=int(m["decode_phase_cycles"]), rate_num=rate.numerator, rate_den=rate.denominator,
                       context=int(w["context"]), output_tokens=int(w["output_tokens"]), policy=str(w["kv_policy"]),
@@ -142,7 +171,7 @@ def decode_spec(scenario) -> DecodeSpec:
     from .prefill import check_prefill, prefill_of
 
     pp = int(w.get("prefill_region", 0)) or p
-    pre = prefill_of(spec, model, pp, int(w["decode_group"]) or default_group(pp), spread(p, spec.context))
+    pre = prefill_of(spec, model, pp, int(w["decode_group"]) or default_group(pp, levels), spread(p, spec.context))
     check_prefill(pre, spec.sram_bytes, int(w.get("prefill_region", 0)))
     return replace(spec, prefill=pre)
 
@@ -188,8 +217,8 @@ def token_busy(spec: DecodeSpec, rows: np.ndarray) -> np.ndarray:
 
 def layer_parts(spec: DecodeSpec, rows: np.ndarray) -> tuple[int, int]:
     """(local, set-up) cycles of a layer's time as docs/decode.md, "Where a token's time goes", attributes
-    them: each step's longest local work, and the set-up of the ten collectives' three phases, 30 o."""
-    return int(sum(int(c.max()) for c in _step_cycles(spec, rows))), 30 * spec.phase
+    them: each step's longest local work, and the set-up of the ten collectives' K + 1 phases, 10 (K + 1) o."""
+    return int(sum(int(c.max()) for c in _step_cycles(spec, rows))), 10 * (spec.levels + 1) * spec.phase
 
 
 def token_cycles(spec: DecodeSpec, rows: np.ndarray) -> int:
@@ -200,7 +229,8 @@ def token_cycles(spec: DecodeSpec, rows: np.ndarray) -> int:
         count = spec.region_layers.count(layers)
         done = np.zeros(layers, np.int64)
         total += count * int(K.token(spec.p, spec.dp, spec.qp, spec.fp, spec.g, spec.heads, layers, rows, spec.group,
-                                     spec.hop, spec.add, spec.phase, spec.rate_num, spec.rate_den, done, spec.batch))
+                                     spec.levels, spec.routed, spec.hop, spec.add, spec.phase, spec.rate_num,
+                                     spec.rate_den, done, spec.batch))
     return total
 
 
@@ -324,6 +354,11 @@ def summarise(spec: DecodeSpec, state: DecodeState, wall: float, kernel_seconds:
         "decode_cache_full": bool(state.full),
         "kv_policy": spec.policy,
         "region": p,
+        "decode_tree_levels": spec.levels,
+        "decode_group": spec.group,
+        "decode_routes": tree_routes(spec.levels),
+        "relayed_levels": spec.levels - spec.routed,
+        "route_budget": spec.route_budget,
         "time_per_token_ms_mean": float(lat.mean()) * ms if done else nan,
         "time_per_token_ms_p50": la["p50"] * ms if done else nan,
         "time_per_token_ms_p99": la["p99"] * ms if done else nan,
@@ -430,6 +465,19 @@ def _regions(s: dict) -> str:
             "next)")
 
 
+def _tree_line(s: dict) -> list:
+    """The collectives' tree, when the file has it: its levels, groups and routes, and what is relayed."""
+    if "decode_tree_levels" not in s:
+        return []
+    from ..report import fmt as _f
+
+    k, relayed = int(s["decode_tree_levels"]), int(s["relayed_levels"])
+    said = (f"; the top {relayed} level(s) relayed through the PEs between their members (the route budget holds "
+            f"{_f(s.get('route_budget', 0))})" if relayed else "")
+    return [f"collectives   a {k}-level tree, groups of {_f(s['decode_group'])}, {_f(s['decode_routes'])} routes a "
+            f"router{said}"]
+
+
 def summary_lines(s: dict) -> list:
     """The one-screen summary of a decode run."""
     from ..report import fmt as _f
@@ -455,6 +503,7 @@ def summary_lines(s: dict) -> list:
         f"a layer       local work {_f(s['layer_local_fraction'])}, the collectives' set-up "
         f"{_f(s['layer_setup_fraction'])}, their hops and streaming {_f(s['layer_network_fraction'])} (the last "
         "token's)",
+        *_tree_line(s),
         f"cache         {s['kv_policy']}: LI {_f(s['cache_li'])} over the rows (mean/max tokens); the fullest row "
         f"holds {_f(s['cache_max_row_tokens'])} of {_f(s['cache_row_capacity'])}; longest context "
         f"{_f(s['decode_longest_context'])} tokens; {_f(s['migrated'])} tokens shifted between rows",

@@ -91,6 +91,11 @@ PARAMS: tuple[Param, ...] = (
     Param("machine", "decode_add_cycles", "int", "cycles", 1,
           "decode: cycles from a wavelet's arrival at a PE to its sum's leaving it, in a collective's chain "
           "(docs/decode.md).", (0, 64), _DECODE),
+    Param("machine", "route_budget", "int", "routes", 24,
+          "decode: routes (colours) a PE's router can tell apart, 24 on the WSE-2; the collectives of a "
+          "K-level tree need 8 K + 5, and a level left without routes is relayed through the PEs between its "
+          "members, at a set-up and an add's cycles each (docs/decode.md, \"Routes and relays\").",
+          (13, 4096), _DECODE),
     Param("machine", "decode_phase_cycles", "int", "cycles", DECODE_PHASE_CYCLES,
           "decode: cycles from a PE's being ready for a phase of a collective to its first wavelet (its task "
           "and DSDs set up); fitted to WaferLLM's LLaMA3-8B measurements (docs/decode.md, \"Calibration\").",
@@ -111,8 +116,13 @@ PARAMS: tuple[Param, ...] = (
           "one after another (a model whose weights do not fit one region); 0: the fewest that hold the model "
           "(docs/decode.md, \"A model over several regions\").", (0, 4096), _DECODE),
     Param("workload", "decode_group", "int", "PEs", 0,
-          "decode: PEs of a group of the collectives' two-level tree; 0: the whole number nearest "
-          "sqrt(machine.rows).", (0, 4096), _DECODE),
+          "decode: members of a group at each level of the collectives' tree but the top one; 0: the whole "
+          "number nearest machine.rows ** (1 / workload.decode_tree_levels), sqrt(machine.rows) for two "
+          "levels.", (0, 4096), _DECODE),
+    Param("workload", "decode_tree_levels", "int", "levels", 2,
+          "decode: levels of the collectives' K-tree (WaferLLM's K; 2, its choice): the line's PEs reduce in "
+          "groups, the groups' roots in groups, and so on, the top level's members in one chain "
+          "(docs/decode.md, \"A collective on a line\").", (1, 8), _DECODE),
     Param("migration", "policy", "str", "", "least_loaded", policies.description(), policies.names(), _MESH),
     Param("migration", "threshold", "int", "tasks", 4,
           "A PE migrates only while its queue holds more than this many tasks (work_stealing: gives a "
