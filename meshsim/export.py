@@ -239,10 +239,16 @@ def generation_events(f, tl: Timeline, unit: str) -> None:
         if shuffle:
             tl.slice(1, 2, "reshuffle", pre, shuffle, cat="prefill")
         offset = pre + shuffle
+    # a pipelined generation's micro-batches overlap in time: each has a track of its own
+    mbs = cols.get("microbatch")
+    for j in sorted(set(mbs.tolist())) if mbs is not None else ():
+        tl.thread(1, 10 + j, f"tokens of micro-batch {j}")
     shown = min(n, max(0, tl.slices_left - 2))
     for i in range(shown):
-        name = "prompt and token 0" if i == 0 and not wafer else f"token {int(cols['token'][i])}"
-        tl.slice(1, 1, name, offset + int(cols["start_cycle"][i]), int(cols["cycles"][i]), cat="token",
+        tok = int(cols["token"][i])
+        name = "prompt and token 0" if tok == 0 and not wafer else f"token {tok}"
+        tl.slice(1, 1 if mbs is None else 10 + int(mbs[i]), name, offset + int(cols["start_cycle"][i]),
+                 int(cols["cycles"][i]), cat="token",
                  args={k: v[i] for k, v in cols.items() if k not in ("token", "start_cycle", "cycles")})
     if shown < n:
         tl.notes.append(f"tokens: the first {shown:,} of {n:,}")

@@ -678,6 +678,8 @@ def generation(path, out, fmt: str = "png") -> list[Path]:
         if unit is None:
             unit = "socket" if "socket" in f else "IPU"
         cycles = f["tokens/cycles"][()]
+        token = f["tokens/token"][()] if "token" in f["tokens"] else np.arange(cycles.size)
+        piped = "microbatch" in f["tokens"]  # a pipelined generation: a row per token of each micro-batch
         clock = float(f["summary"].attrs["clock_ghz"])
         machine = f.attrs.get("machine", "")
         machine = machine.decode() if isinstance(machine, bytes) else str(machine)
@@ -687,7 +689,8 @@ def generation(path, out, fmt: str = "png") -> list[Path]:
     a1, a3, a2 = fig.subplots(1, 3)
     im = a1.imshow(cache.T, cmap="cividis", interpolation="none", aspect="auto", origin="lower")
     fig.colorbar(im, ax=a1, label=f"cache ({what})")
-    a1.set_xlabel("token (index)")
+    xlabel = "row of tokens/ (a token of each micro-batch in turn)" if piped else "token (index)"
+    a1.set_xlabel(xlabel)
     a1.set_ylabel(f"{unit} (index)")
     a1.set_title("the key-value cache")
     # the fullest unit against the mean: a cache that piles up on one unit shows here when a map's
@@ -695,20 +698,22 @@ def generation(path, out, fmt: str = "png") -> list[Path]:
     tokens = np.arange(cache.shape[0])
     a3.plot(tokens, cache.max(axis=1), color="#D55E00", label=f"the fullest {unit}")
     a3.plot(tokens, cache.mean(axis=1), color="#0072B2", label="the mean")
-    a3.set_xlabel("token (index)")
+    a3.set_xlabel(xlabel)
     a3.set_ylabel(f"cache ({what})")
     a3.set_title(f"LI at the end {cache[-1].mean() / max(1, cache[-1].max()):.3g}")
     legend_beside(a3)
     ms = cycles / (clock * 1e6)
     a2.plot(np.arange(len(ms)), ms, color="#0072B2", drawstyle="steps-mid", label="time of each token")
-    # on the ipu and the rdu the first token's time holds the prompt's: the figures are of the rest, as the
-    # summary's time per token is (the wafer's prefill is apart from its tokens)
-    prompt = machine in ("ipu", "rdu") and len(ms) > 1
-    rest = ms[1:] if prompt else ms
+    # on the ipu and the rdu the first token's time holds the prompt's (each micro-batch's first, pipelined):
+    # the figures are of the rest, as the summary's time per token is (the wafer's prefill is apart from its
+    # tokens)
+    first = token == 0
+    prompt = machine in ("ipu", "rdu") and bool((~first).any())
+    rest = ms[~first] if prompt else ms
     mean, p99 = float(rest.mean()), float(np.quantile(rest, 0.99, method="inverted_cdf"))
     a2.axhline(mean, color="#D55E00", label=f"mean {mean:.4g} ms")
     a2.axhline(p99, color="#CC79A7", ls="--", label=f"p99 {p99:.4g} ms")
-    a2.set_xlabel("token (index)")
+    a2.set_xlabel(xlabel)
     a2.set_ylabel("time (ms)")
     if prompt and ms[0] > 10 * mean:  # a log axis shows the prompt's step and the others both
         a2.set_yscale("log")

@@ -919,9 +919,10 @@ def simulate(values: dict) -> dict:
 # "Topology"); what differs in a decode step is below.
 #
 # Choices made reading docs/ipu.md, Generation:
-#  1. The batch of a step is `B = batch / (replicas x microbatches)` ("Batches"; `microbatches` must be
-#     1, asserted), so `T = B` tokens with `S = 1`; the scenario refuses `workload.replicas` for decode,
-#     so `B` is `workload.batch`.  The same `B` is in the cache's bytes, the filled cache and the prompt's token
+#  1. The batch of a step is `B = batch / (replicas x microbatches)` ("Batches"; with `m = 1`, the
+#     sharded generation, `B` is `workload.batch` since the scenario refuses `workload.replicas` for
+#     decode), so `T = B` tokens with `S = 1`.  With `m > 1` this `B` is the micro-batch's `B_m` (Choice
+#     14).  With `m = 1` the same `B` is in the cache's bytes, the filled cache and the prompt's token
 #     ids (`4 B context` bytes, streamed once on IPU 0 of the simulated replica).
 #  2. `workload.training` (and so recomputation, the optimiser and the pipeline schedule) is ignored:
 #     "there is no training"; a step is forward only and memory is the inference rule.
@@ -962,21 +963,65 @@ def simulate(values: dict) -> dict:
 #     token k is known: `context + k` steps have run, each writing the position of the token it took.
 # 13. A tensor-parallel stage (t > 1) adds the all-reduce of the forward `out_proj` and `ffn_down` to
 #     their exchange, as in a transformer step, with `T = B` (Choices 16, 24).
+#
+# A pipelined generation ("A pipelined generation" and the paragraph after it):
+# 14. `m = workload.microbatches`, `1 <= m <= n` asserted, `B_m = batch / (replicas x m)` exact (asserted),
+#     `output_tokens >= 1` asserted.  The step is compiled for one micro-batch (`T = B_m`): `templates`,
+#     `stage_cycles` (`c_s`), `transfers`, `step_cycles`, `shares` and `tile_busy` are that step's (one
+#     micro-batch, one pass of every IPU), as in the sharded step.  `prompt_io` is the doc's `io`:
+#     `bytes_cycles(4 m B_m context, streaming_memory_gbps)` (the old value with `m = 1`).
+# 15. The pipeline steps are walked one by one from `p = 0`, the first starting at `io`, each where the one
+#     before ended: in step `p` IPU `s` runs micro-batch `j = (p - s) mod n` when `j < m` and `0 <= p - s - j
+#     < n passes` (its pass `i = (p - s - j) / n`), `passes = context + output_tokens - 1`; the walk stops
+#     after the step in which the last micro-batch's last pass ran on the last IPU (every micro-batch's
+#     passes done there), and its count is asserted to be `m - 1 + n passes`.  Every step has at least one
+#     IPU running (asserted).  The walk is done for `m = 1` too (Choice 19).
+# 16. A pipeline step lasts the largest `c_s` among the IPUs that run a micro-batch in it (an IPU with
+#     `c_s = 0` counts, with 0), plus when `n > 1` the largest of: `x_f` when some IPU `s < n - 1` ran,
+#     `x_b` when IPU `n - 1` ran.  `x_f` is Choice 9's forward transfer (Choice 25's link), `x_b` its back
+#     one, each for `T H e = B_m H e` bytes (`transfers[0]` and `transfers[-1]`).  No transfer with `n = 1`.
+# 17. Token `k` of micro-batch `j` is known at the end (start + length, its transfer included) of the
+#     pipeline step in which IPU `n - 1` runs pass `context - 1 + k` of `j` (taken from the walk, asserted
+#     to be step `j + n (context - 1 + k) + n - 1`).
+# 18. Rows (`m > 1`), in the doc's order (token `k` of micro-batches `0 .. m - 1`, then `k + 1`): `known`
+#     (Choice 17); `start_cycle` for `k >= 1` the start of the pipeline step in which IPU 0 ran pass
+#     `context - 1 + k` of `j`, for `k = 0` cycle 0 (the doc: "token 0: 0, as in the sharded table",
+#     the prompt's io included in its `cycles`), for every micro-batch; `cycles = known - start_cycle`.
+# 19. Rows (`m = 1`): the sharded table as before: token 0 starts at cycle 0 (the prompt's io included),
+#     token `k` where token `k - 1` is known; `known` is `io + (context + k) step`, asserted equal to the
+#     walk's (the doc: "with m = 1 this is the sharded generation, step for step").  `cache_filled` is
+#     then the old `[token][stage]` list, one entry per row.
+# 20. `cache_filled` per row (`m > 1`): at the end of the row's pipeline step, each micro-batch's passes
+#     completed, a pass being completed in the pipeline step in which IPU `n - 1` runs it (or before);
+#     IPU `s` holds `layers_s x 2 x B_m x (sum over micro-batches of their completed passes) x K' x e`
+#     bytes (one position a pass, on every IPU alike).  With `m = 1` this is `context + k` positions.
+# 21. The cache's buffer (`cache_bytes`, and its share in `memory`) holds `m B_m` sequences of `C`
+#     positions; the activations are one micro-batch's (the inference rule with `T = B_m`).
+# 22. `ttft` is the known cycle of token 0 of micro-batch `m - 1`; `token_end` the rows' known cycles, in
+#     row order; `cycles` the last row's known cycle (asserted to be the last pipeline step's end).
+# 23. `latencies`: for every row with `k >= 1`, in row order, its known cycle minus that of token `k - 1`
+#     of the same micro-batch (`m = 1`: `output_tokens - 1` times `step_cycles`).
+# 24. `pipeline_steps` is the walk's count (`n passes` with `m = 1`), `pipeline_step_cycles` the list of
+#     their lengths (for every `m`, `m = 1` included), `stage_runs[s]` the number of pipeline steps in
+#     which IPU `s` runs a micro-batch (`m passes` each); `tile_busy` stays one step's (one pass of one
+#     micro-batch), so a tile's busy cycles over the generation are `tile_busy x stage_runs`.
 # ---------------------------------------------------------------------------------------------------
 
 
 def _decode_names(values: dict) -> SimpleNamespace:
     """The names of docs/ipu.md for a decode step (Choices 1-3 of Generation): `_names` with `S = 1`,
     `T = B`, `L = C = context + output_tokens`, no training."""
-    nm = _names(values)
+    nm = _names(values)  # B_m = batch / (replicas x m), exact (asserted there)
     wl = values["workload"]
-    assert nm.m == 1, "decode: workload.microbatches must be 1"
+    # Choice 14: 1 <= m <= n, the IPUs of a replica.
+    assert 1 <= nm.m <= nm.n, ("decode: workload.microbatches must be 1 .. n", nm.m, nm.n)
     nm.training = False
     nm.recompute = False
     nm.interleaved = False
     nm.context = int(wl["context"])
     nm.output_tokens = int(wl["output_tokens"])
     assert nm.context >= 1, nm.context
+    assert nm.output_tokens >= 1, nm.output_tokens
     nm.C = nm.context + nm.output_tokens
     nm.S = 1
     nm.L = nm.C
@@ -1017,9 +1062,11 @@ def _decode_stage_operators(nm, layers_of_stages) -> list:
     return stage_fops
 
 
-def _cache_bytes(nm, layers, positions) -> int:
-    """`layers x 2 x B x positions x K' x e`: keys and values of `positions` positions (Choices 11-12)."""
-    return layers * 2 * nm.B_m * positions * nm.K_ipu * nm.e
+def _cache_bytes(nm, layers, positions, sequences=None) -> int:
+    """`layers x 2 x sequences x positions x K' x e`: keys and values of `positions` positions of
+    `sequences` sequences (None: one micro-batch's `B_m`; Choices 11-12, 20-21)."""
+    sequences = nm.B_m if sequences is None else sequences
+    return layers * 2 * sequences * positions * nm.K_ipu * nm.e
 
 
 def _decode_memory(nm, stage_fops, layers_of_stages) -> list:
@@ -1029,7 +1076,7 @@ def _decode_memory(nm, stage_fops, layers_of_stages) -> list:
     problems = []
     for s in range(nm.n):
         split = _stage_memory(nm, s, stage_fops[s])
-        cache = _cache_bytes(nm, len(layers_of_stages[s]), nm.C)
+        cache = _cache_bytes(nm, len(layers_of_stages[s]), nm.C, nm.m * nm.B_m)  # Choice 21: every micro-batch
         cache_share = _ceil_div(cache, nm.N)
         mem = [code + wsh + act + cache_share for code, wsh, act in split]
         memory.append(mem)
@@ -1069,13 +1116,93 @@ def _decode_transfers(nm, top) -> list:
     return [sync_L + _bytes_cycles(nm, nm.T * nm.H * nm.e, gbps_L) for gbps_L, sync_L in links]
 
 
+def _decode_walk(nm, c, x_f, x_b, io) -> SimpleNamespace:
+    """docs/ipu.md "A pipelined generation": the pipeline steps walked one by one from cycle `io`
+    (Choices 15-17, 20), `c[s]` IPU s's part of a step, `x_f` / `x_b` the forward / back transfer.
+    Returns per pipeline step its `starts` and `lengths`, `completed_after` (the passes completed on the
+    last IPU by the end of it, summed over the micro-batches), `runs` per IPU, and per (micro-batch, pass)
+    the pipeline step in which IPU 0 runs it (`ipu0_step`) and the one in which IPU n - 1 does
+    (`last_step`); `end` is where the last pipeline step ends."""
+    n, m = nm.n, nm.m
+    passes = nm.context + nm.output_tokens - 1
+    walk = SimpleNamespace(starts=[], lengths=[], completed_after=[], runs=[0] * n, ipu0_step={}, last_step={})
+    completed = [0] * m  # per micro-batch, its passes completed (run on the last IPU)
+    cycle = io
+    p = 0
+    while any(done < passes for done in completed):
+        longest = -1
+        before_last_ran = False
+        last_ran = False
+        for s in range(n):
+            j = (p - s) % n
+            if j >= m or not (0 <= p - s - j < n * passes):
+                continue  # IPU s idles in pipeline step p
+            i = (p - s - j) // n
+            walk.runs[s] += 1
+            longest = max(longest, c[s])  # Choice 16: an IPU that runs counts, even with c_s = 0
+            if s == 0:
+                walk.ipu0_step[(j, i)] = p
+            if s == n - 1:
+                last_ran = True
+                assert completed[j] == i, (p, j, i, completed[j])
+                completed[j] += 1
+                walk.last_step[(j, i)] = p
+            else:
+                before_last_ran = True
+        assert longest >= 0, ("a pipeline step where no IPU runs", p)
+        # Choice 16: the longest transfer among those that follow the step (none with n = 1).
+        transfer = 0
+        if nm.n > 1:
+            transfer = max([x_f if before_last_ran else 0, x_b if last_ran else 0])
+        walk.starts.append(cycle)
+        walk.lengths.append(longest + transfer)
+        walk.completed_after.append(sum(completed))
+        cycle += longest + transfer
+        p += 1
+    # Choice 15: the doc's count, m - 1 + n passes.
+    assert p == m - 1 + n * passes, (p, m, n, passes)
+    walk.end = cycle
+    return walk
+
+
+def _decode_rows(nm, walk, layers_of_stages, io, step_cycles) -> list:
+    """The `tokens/` rows (Choices 17-20): token k of micro-batches 0 .. m - 1, then k + 1; each a dict
+    token, microbatch, start_cycle, cycles, known, and the row's `cache_filled` (per stage, bytes)."""
+    n, m = nm.n, nm.m
+    rows = []
+    for k in range(nm.output_tokens):
+        for j in range(m):
+            i = nm.context - 1 + k  # the pass that gives token k
+            P = walk.last_step[(j, i)]
+            assert P == j + n * (nm.context - 1 + k) + n - 1, (j, k, P)  # Choice 17: the doc's step
+            known = walk.starts[P] + walk.lengths[P]
+            start = walk.starts[walk.ipu0_step[(j, i)]]
+            if k == 0:
+                start = 0  # Choice 18: token 0 starts at 0, as in the sharded table
+            if m == 1:
+                # Choice 19: the sharded table; the walk gives the sharded step's cycles, step for step.
+                assert known == io + (nm.context + k) * step_cycles, (k, known, io, step_cycles)
+                start = 0 if k == 0 else rows[-1]["known"]
+                assert k == 0 or start == walk.starts[walk.ipu0_step[(j, i)]]
+            # Choice 20: every micro-batch's completed passes, one position each, B_m sequences each.
+            positions = walk.completed_after[P]
+            filled = [_cache_bytes(nm, len(layers_of_stages[s]), positions) for s in range(n)]
+            rows.append(dict(token=k, microbatch=j, start_cycle=start, cycles=known - start, known=known,
+                             cache_filled=filled))
+    return rows
+
+
 def simulate_decode(values: dict) -> dict:
     """Run an ipu `decode` scenario (its resolved values; docs/ipu.md "Generation") and return: the
     step's `templates` (stage by stage, each stage's list in order), `stage_cycles` (each IPU's
-    supersteps in one step), `transfers`, `step_cycles`, `prompt_io`, `ttft`, `token_end` (per output
-    token, the cycle it is known), `memory` [stage][tile] (the cache's share included), `cache_bytes`
-    (per stage, the whole buffer), `cache_filled` [token][stage], `tile_busy` [stage][tile] (one step)
-    and the step's `shares` (compute, sync, exchange summed over every stage; transfer)."""
+    supersteps in one step, `c_s`), `transfers`, `step_cycles`, `prompt_io` (the doc's `io`, every
+    micro-batch's ids), `memory` [stage][tile] (the cache's share included), `cache_bytes` (per stage,
+    the whole buffer of every micro-batch), `tile_busy` [stage][tile] (one step), the step's `shares`
+    (compute, sync, exchange summed over every stage; transfer); and the generation ("A pipelined
+    generation", Choices 14-24; with m = 1 the sharded one): `microbatches`, `pipeline_steps`,
+    `pipeline_step_cycles`, `stage_runs`, `rows` (per output token of each micro-batch: token,
+    microbatch, start_cycle, cycles, known), `cache_filled` [row][stage], `token_end` [row] (known),
+    `ttft`, `latencies` and `cycles` (the last row's known cycle)."""
     nm = _decode_names(values)
     top = _topology(nm)
     layers_of_stages = _stage_layers(nm)
@@ -1103,23 +1230,37 @@ def simulate_decode(values: dict) -> dict:
     shares["transfer"] = sum(transfers)
     # Choice 10: the step is every IPU's supersteps in turn plus the transfers.
     step_cycles = sum(stage_cycles) + sum(transfers)
-    prompt_io = _bytes_cycles(nm, 4 * nm.B_m * nm.context, nm.streaming_gbps)
-    token_end = [prompt_io + (nm.context + k) * step_cycles for k in range(nm.output_tokens)]
-    cache_bytes = [_cache_bytes(nm, len(layers_of_stages[s]), nm.C) for s in range(nm.n)]
-    # Choice 12: once token k is known, context + k + 1 positions.
-    cache_filled = [[_cache_bytes(nm, len(layers_of_stages[s]), nm.context + k) for s in range(nm.n)]
-                    for k in range(nm.output_tokens)]
+    # Choice 14: io streams every micro-batch's prompt ids (4 m B_m context bytes) once, before anything.
+    prompt_io = _bytes_cycles(nm, 4 * nm.m * nm.B_m * nm.context, nm.streaming_gbps)
+    cache_bytes = [_cache_bytes(nm, len(layers_of_stages[s]), nm.C, nm.m * nm.B_m) for s in range(nm.n)]
+    # Choices 15-17: the pipeline steps, walked; x_f the forward transfer, x_b the back one (n > 1).
+    x_f, x_b = (transfers[0], transfers[-1]) if nm.n > 1 else (0, 0)
+    walk = _decode_walk(nm, stage_cycles, x_f, x_b, prompt_io)
+    rows = _decode_rows(nm, walk, layers_of_stages, prompt_io, step_cycles)
+    # Choice 22: the first token of the last micro-batch; the end is the last row's known cycle.
+    ttft = [r["known"] for r in rows if r["token"] == 0][-1]
+    assert rows[-1]["known"] == walk.end, (rows[-1]["known"], walk.end)
+    # Choice 23: consecutive tokens of one micro-batch, every token after its micro-batch's first.
+    known = {(r["microbatch"], r["token"]): r["known"] for r in rows}
+    latencies = [r["known"] - known[(r["microbatch"], r["token"] - 1)] for r in rows if r["token"] >= 1]
     return dict(
         templates=templates,
         stage_cycles=stage_cycles,
         transfers=transfers,
         step_cycles=step_cycles,
         prompt_io=prompt_io,
-        ttft=prompt_io + nm.context * step_cycles,
-        token_end=token_end,
+        ttft=ttft,
+        token_end=[r["known"] for r in rows],
         memory=memory,
         cache_bytes=cache_bytes,
-        cache_filled=cache_filled,
+        cache_filled=[r["cache_filled"] for r in rows],
         tile_busy=tile_busy,
         shares=shares,
+        microbatches=nm.m,
+        pipeline_steps=len(walk.lengths),
+        pipeline_step_cycles=walk.lengths,
+        stage_runs=walk.runs,
+        rows=[{key: r[key] for key in ("token", "microbatch", "start_cycle", "cycles", "known")} for r in rows],
+        latencies=latencies,
+        cycles=rows[-1]["known"],
     )

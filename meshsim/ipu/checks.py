@@ -25,10 +25,12 @@ def _check_decode(ok, get, add, shown) -> None:
     if ok("workload.context") and get("workload.context") < 1:
         add("workload.context", [wtype], "must be at least 1 for decode on the ipu: the prompt's last token gives "
                                          "the first output token")
-    if ok("workload.microbatches") and get("workload.microbatches") != 1:
-        add("workload.microbatches", [wtype], "must be 1 for decode on the ipu: a generation is sharded, every "
-                                              "sequence of the batch going through the IPUs together (pipelined "
-                                              "generation is not modelled)")
+    lpi = "workload.layers_per_stage"
+    if ok("workload.microbatches", lpi) and get("workload.microbatches") > max(1, len(get(lpi))):
+        n = max(1, len(get(lpi)))
+        add("workload.microbatches", [wtype, lpi], f"must be at most the IPUs of a replica ({n}) for decode on the "
+                                                   "ipu: a pipelined generation's micro-batches each occupy one IPU "
+                                                   "at a time (docs/ipu.md, \"A pipelined generation\")")
     if ok("workload.training") and get("workload.training"):
         add("workload.training", [wtype], "must be false for decode, which generates tokens")
     from ..params import refuse_mesh_decode_keys

@@ -340,13 +340,14 @@ def _stage_ops(spec: IpuSpec) -> list[list[tuple[Operator, str]]]:
     return out
 
 
-def cache_bytes(spec: IpuSpec, layers: int, filled: int | None = None) -> int:
-    """Bytes of the key-value cache an IPU holding `layers` blocks keeps for its micro-batch's sequences:
-    keys and values of `filled` positions (the whole static buffer when None), of the n_kv_heads / t heads
-    it holds (docs/ipu.md, "Generation")."""
+def cache_bytes(spec: IpuSpec, layers: int, filled: int | None = None, microbatches: int | None = None) -> int:
+    """Bytes of the key-value cache an IPU holding `layers` blocks keeps for the sequences of `microbatches`
+    micro-batches (every one a replica runs when None): keys and values of `filled` positions (the whole
+    static buffer when None), of the n_kv_heads / t heads it holds (docs/ipu.md, "Generation")."""
     m = spec.micro
     positions = spec.cache_tokens if filled is None else filled
-    return layers * 2 * m.batch * positions * (m.kv_size // spec.tensor_parallel) * m.element_bytes
+    mbs = spec.microbatches if microbatches is None else microbatches
+    return layers * 2 * mbs * m.batch * positions * (m.kv_size // spec.tensor_parallel) * m.element_bytes
 
 
 #: Limits that keep a compile, a run, and report and plot on its file within memory (docs/ipu.md,

@@ -35,6 +35,9 @@ class DecodeProgram:
     prompt_io: int  # the prompt's token ids streamed in before the first step
     context: int
     output_tokens: int
+    microbatches: int = 1  # m: micro-batches in the ring ("A pipelined generation")
+    forward_transfer: int = 0  # x_f: a micro-batch's hidden state from one IPU to the next
+    back_transfer: int = 0  # x_b: from the last IPU back to IPU 0
 
     @property
     def spec(self):
@@ -42,20 +45,89 @@ class DecodeProgram:
 
     @property
     def steps(self) -> int:
-        """Steps of the whole generation: one a prompt token (the last one gives the first output
-        token), then one for each output token after the first."""
+        """Steps (passes of the ring) of each micro-batch's generation: one a prompt token (the last one gives
+        the first output token), then one for each output token after the first."""
         return self.context + self.output_tokens - 1
 
+    @property
+    def rows(self) -> int:
+        """Rows of the tokens/ table: every output token of every micro-batch."""
+        return self.output_tokens * self.microbatches
+
     def token_end(self, k: int) -> int:
-        """The cycle output token k (from 0) is known: the end of step context - 1 + k."""
+        """The cycle output token k (from 0) is known: the end of step context - 1 + k (one micro-batch)."""
         return self.prompt_io + (self.context + k) * self.step_cycles
 
-    def filled_bytes(self, k: int) -> np.ndarray:
-        """int64[stages]: the cache's filled bytes on each IPU once output token k is known: the context + k
-        positions of the tokens the steps so far took."""
-        spec = self.spec
-        return np.array([cache_bytes(spec, len(layers), self.context + k) for layers in self.prog.stage_layers],
-                        np.int64)
+    # -- a pipelined generation (docs/ipu.md, "A pipelined generation"): m micro-batches in lockstep pipeline
+    #    steps, micro-batch j running its pass i on IPU s in pipeline step j + n i + s
+
+    @property
+    def pipeline_steps(self) -> int:
+        return self.microbatches - 1 + self.prog.stages * self.steps
+
+    def pipeline_step_cycles(self, q: int) -> int:
+        """Pipeline step q's cycles: its busiest running IPU's part, and the longest transfer after it."""
+        n, m = self.prog.stages, self.microbatches
+        c, x = 0, 0
+        for s in range(n):
+            j = (q - s) % n
+            if j < m and 0 <= q - s - j < n * self.steps:
+                c = max(c, int(self.stage_cycles[s]))
+                if n > 1:
+                    x = max(x, self.back_transfer if s == n - 1 else self.forward_transfer)
+        return c + x
+
+    def pipeline_end(self, p: int) -> int:
+        """The cycle pipeline step p ends (p = -1: the prompt's ids streamed, before the first). Between the
+        fill and the drain a pipeline step's IPUs depend on p mod n alone, so whole periods of n are summed
+        at once."""
+        n, m = self.prog.stages, self.microbatches
+        lo, hi = n + m - 2, n * self.steps  # the steady pipeline steps are lo ... hi - 1
+        total = self.prompt_io
+        if p < lo or hi - lo < n:
+            return total + sum(self.pipeline_step_cycles(q) for q in range(p + 1))
+        total += sum(self.pipeline_step_cycles(q) for q in range(lo))
+        upto = min(p + 1, hi)
+        periods, rest = divmod(upto - lo, n)
+        total += periods * sum(self.pipeline_step_cycles(q) for q in range(lo, lo + n))
+        total += sum(self.pipeline_step_cycles(q) for q in range(lo + periods * n, upto))
+        return total + sum(self.pipeline_step_cycles(q) for q in range(hi, p + 1))
+
+    def row_step(self, r: int) -> int:
+        """The pipeline step at whose end row r (token r // m of micro-batch r mod m) is known."""
+        k, j = divmod(r, self.microbatches)
+        n = self.prog.stages
+        return j + n * (self.context - 1 + k) + n - 1
+
+    def row_end(self, r: int) -> int:
+        """The cycle row r's token is known."""
+        if self.microbatches == 1:
+            return self.token_end(r)
+        return self.pipeline_end(self.row_step(r))
+
+    def row_start(self, r: int) -> int:
+        """The cycle row r's pass began on IPU 0 (0 for a first token)."""
+        k = r // self.microbatches
+        if k == 0:
+            return 0
+        if self.microbatches == 1:
+            return self.token_end(k - 1)
+        return self.pipeline_end(self.row_step(r) - self.prog.stages)
+
+    def passes_done(self, r: int) -> np.ndarray:
+        """int64[m]: each micro-batch's passes completed once row r is known (row -1: none)."""
+        m, n = self.microbatches, self.prog.stages
+        if r < 0:
+            return np.zeros(m, np.int64)
+        e = self.row_step(r)
+        return np.array([min(self.steps, max(0, (e - j + 1) // n)) for j in range(m)], np.int64)
+
+    def filled_bytes(self, r: int) -> np.ndarray:
+        """int64[stages]: the cache's filled bytes on each IPU once row r is known: every micro-batch's
+        positions, one a pass completed (with one micro-batch: the context + k positions of token k)."""
+        spec, done = self.spec, self.passes_done(r)
+        return np.array([sum(cache_bytes(spec, len(layers), int(d), 1) for d in done)
+                         for layers in self.prog.stage_layers], np.int64)
 
 
 def decode_program(scenario) -> DecodeProgram:
@@ -75,15 +147,22 @@ def decode_program(scenario) -> DecodeProgram:
         back = sync + bytes_cycles(m.tokens * m.hidden_size * m.element_bytes, gbps, spec.clock_ghz)
     transfers = (n - 1) * prog.transfer + back
     step = int(stage.sum()) + transfers
+    mbs = spec.microbatches
     w = scenario.values["workload"]
     steps = w["context"] + w["output_tokens"] - 1
     if step * steps > MAX_CYCLES:
         raise InputError(f"{scenario.path or '<scenario>'}: workload.output_tokens = {w['output_tokens']:,}: "
                          f"{steps:,} steps of {step:,} cycles pass {MAX_CYCLES:,} cycles; "
                          "fewer tokens (workload.context, workload.output_tokens)")
-    io = bytes_cycles(ID_BYTES * spec.micro.batch * w["context"], spec.streaming_memory_gbps, spec.clock_ghz)
-    return DecodeProgram(prog=prog, step_cycles=step, stage_cycles=stage,
-                         transfers=transfers, prompt_io=io, context=w["context"], output_tokens=w["output_tokens"])
+    io = bytes_cycles(ID_BYTES * mbs * spec.micro.batch * w["context"], spec.streaming_memory_gbps, spec.clock_ghz)
+    dp = DecodeProgram(prog=prog, step_cycles=step, stage_cycles=stage, transfers=transfers, prompt_io=io,
+                       context=w["context"], output_tokens=w["output_tokens"], microbatches=mbs,
+                       forward_transfer=prog.transfer if n > 1 else 0, back_transfer=back)
+    if mbs > 1 and dp.row_end(dp.rows - 1) > MAX_CYCLES:
+        raise InputError(f"{scenario.path or '<scenario>'}: workload.output_tokens = {w['output_tokens']:,}: "
+                         f"{dp.pipeline_steps:,} pipeline steps pass {MAX_CYCLES:,} cycles; "
+                         "fewer tokens (workload.context, workload.output_tokens)")
+    return dp
 
 
 def step_busy(prog: IpuProgram) -> np.ndarray:
@@ -103,39 +182,61 @@ TOKEN_COLUMNS = {
     "context": ("tokens", "cache positions filled once it is known"),
 }
 
+#: A pipelined generation's tokens/ table: one row per output token of each micro-batch.
+PIPELINED_COLUMNS = {"token": TOKEN_COLUMNS["token"],
+                     "microbatch": ("1", "micro-batch of the row's sequences, from 0"),
+                     "start_cycle": ("cycle", "cycle its pass began on IPU 0 (token 0: the first pipeline step's)"),
+                     "cycles": TOKEN_COLUMNS["cycles"],
+                     "context": ("tokens", "cache positions of its micro-batch filled once it is known")}
+
+
+def token_columns(dp: DecodeProgram) -> dict:
+    """The tokens/ table's columns of a generation (docs/ipu.md, "Generation", "A pipelined generation")."""
+    return PIPELINED_COLUMNS if dp.microbatches > 1 else TOKEN_COLUMNS
+
 
 class IpuDecodeState:
     """A generation between calls: output tokens done."""
 
     def __init__(self, dp: DecodeProgram):
         self.dp = dp
-        self.tokens_done = 0
+        self.tokens_done = 0  # rows of the tokens/ table: output tokens, of every micro-batch
 
     @property
     def cycle(self) -> int:
-        return self.dp.token_end(self.tokens_done - 1) if self.tokens_done else 0
+        return self.dp.row_end(self.tokens_done - 1) if self.tokens_done else 0
 
     def advance(self, n: int) -> tuple:
-        """Up to n more output tokens: (their rows of the tokens/ table; the cache's filled bytes per
-        IPU after each)."""
+        """Up to n more rows (output tokens, of every micro-batch in turn): (their rows of the tokens/ table;
+        the cache's filled bytes per IPU after each)."""
         dp = self.dp
-        ks = range(self.tokens_done, min(dp.output_tokens, self.tokens_done + n))
+        rs = range(self.tokens_done, min(dp.rows, self.tokens_done + n))
         rows = []
-        for k in ks:
-            start = 0 if k == 0 else dp.token_end(k - 1)
-            rows.append((k, start, dp.token_end(k) - start, dp.context + k))
-        caches = [dp.filled_bytes(k) for k in ks]
-        self.tokens_done += len(ks)
-        return (np.array(rows, np.int64).reshape(len(rows), len(TOKEN_COLUMNS)),
+        for r in rs:
+            k, j = divmod(r, dp.microbatches)
+            start, end = dp.row_start(r), dp.row_end(r)
+            rows.append((k, start, end - start, dp.context + k) if dp.microbatches == 1 else
+                        (k, j, start, end - start, dp.context + k))
+        caches = [dp.filled_bytes(r) for r in rs]
+        self.tokens_done += len(rs)
+        return (np.array(rows, np.int64).reshape(len(rows), len(token_columns(dp))),
                 np.array(caches, np.int64).reshape(len(rows), dp.prog.stages))
 
     @property
     def finished(self) -> bool:
-        return self.tokens_done >= self.dp.output_tokens
+        return self.tokens_done >= self.dp.rows
 
     def steps_run(self) -> int:
-        """Steps run so far: the prompt's (with the first token), then one a token."""
-        return self.dp.context + self.tokens_done - 1 if self.tokens_done else 0
+        """Passes of the ring run so far, every micro-batch's (one micro-batch: the prompt's steps, with the
+        first token, then one a token)."""
+        return int(self.dp.passes_done(self.tokens_done - 1).sum())
+
+    def latencies(self) -> np.ndarray:
+        """int64: the time between two consecutive tokens of one micro-batch, over the rows so far."""
+        dp, m = self.dp, self.dp.microbatches
+        ends = np.array([dp.row_end(r) for r in range(self.tokens_done)], np.int64)
+        return np.concatenate([np.diff(ends[j::m]) for j in range(m)]) if self.tokens_done > m else \
+            np.zeros(0, np.int64)
 
 
 class IpuDecodeWriter(TokenTables):
@@ -153,7 +254,12 @@ class IpuDecodeWriter(TokenTables):
         self.tile = self._scale(f, "tile", np.arange(tiles, dtype=np.int32), "1", "tile of an IPU")
         self.template = self._scale(f, "template", np.arange(len(prog.templates), dtype=np.int64), "1",
                                     "superstep template (row of templates/)")
-        self._tokens(TOKEN_COLUMNS, "one row per output token, in order (docs/ipu.md, \"Generation\")", "output token")
+        if dp.microbatches > 1:
+            self._tokens(PIPELINED_COLUMNS, "one row per output token of each micro-batch, in the order they are "
+                                            "known (docs/ipu.md, \"A pipelined generation\")", "output token")
+        else:
+            self._tokens(TOKEN_COLUMNS, "one row per output token, in order (docs/ipu.md, \"Generation\")",
+                         "output token")
         write_templates(self, prog)
         occ = f["occupancy"]
         self.cache = occ.create_dataset("cache_bytes", shape=(0, n), maxshape=(None, n), dtype=np.int64,
@@ -190,8 +296,9 @@ def summarise(dp: DecodeProgram, state: IpuDecodeState, wall: float, kernel_seco
     steps = state.steps_run()
     busy = step_busy(prog) * steps
     ms = 1e3 / (spec.clock_ghz * 1e9)
-    # every step is the same: the time per output token is the step's, after the first token
-    lat = np.full(max(0, done - 1), dp.step_cycles, np.int64)
+    # sharded, every step is the same: the time per output token is the step's, after the first token;
+    # pipelined, the time between two tokens of one micro-batch
+    lat = np.full(max(0, done - 1), dp.step_cycles, np.int64) if dp.microbatches == 1 else state.latencies()
     la = metrics.sample_latency_stats(lat)
     per_step = prog.t_comp + prog.t_sync + prog.t_exch
     parts = {name: int(a.sum()) for name, a in (("compute", prog.t_comp), ("sync", prog.t_sync),
@@ -201,7 +308,8 @@ def summarise(dp: DecodeProgram, state: IpuDecodeState, wall: float, kernel_seco
     st = dp.stage_cycles
     stage_lb = metrics.load_balance(st)
     cap = spec.tile_sram_kib * 1024
-    sequences = spec.micro.batch * spec.replicas
+    sequences = spec.micro.batch * spec.replicas * dp.microbatches
+    per_token = float(lat.mean()) if lat.size else float(dp.step_cycles)
     flops = sum(t.flops for t in prog.templates) * steps
     return {
         "cycles": cycles,
@@ -219,19 +327,21 @@ def summarise(dp: DecodeProgram, state: IpuDecodeState, wall: float, kernel_seco
         "stages": n,
         "replicas": spec.replicas,
         "tensor_parallel": spec.tensor_parallel,
-        "decode_tokens": done,
+        "decode_tokens": done // dp.microbatches,
         "decode_steps": steps,
         "decode_context_start": dp.context,
-        "decode_context_end": dp.context + done - 1 if done else dp.context,
+        "decode_context_end": dp.context + done // dp.microbatches - 1 if done else dp.context,
+        "microbatches": dp.microbatches,
+        "pipeline_steps": dp.pipeline_steps if dp.microbatches > 1 else 0,
         "cache_positions": spec.cache_tokens,
         "sequences": sequences,
         "step_cycles": dp.step_cycles,
-        "time_to_first_token_ms": dp.token_end(0) * ms,
+        "time_to_first_token_ms": dp.row_end(dp.microbatches - 1) * ms,
         "time_per_token_ms_mean": float(lat.mean()) * ms if lat.size else nan,
         "time_per_token_ms_p50": la["p50"] * ms if lat.size else nan,
         "time_per_token_ms_p99": la["p99"] * ms if lat.size else nan,
-        "tokens_per_second": 1e3 / (dp.step_cycles * ms),
-        "tokens_per_second_total": sequences * 1e3 / (dp.step_cycles * ms),
+        "tokens_per_second": 1e3 / (per_token * ms),
+        "tokens_per_second_total": sequences * 1e3 / (per_token * ms),
         "step_compute_fraction": parts["compute"] / dp.step_cycles,
         "step_sync_fraction": parts["sync"] / dp.step_cycles,
         "step_exchange_fraction": parts["exchange"] / dp.step_cycles,
@@ -263,7 +373,7 @@ class IpuDecodeRun(TokenRun):
     """An ipu generation between calls: some tokens a call, their rows written as they come."""
 
     def __init__(self, scenario, dp: DecodeProgram, per_call: int | None = None):
-        super().__init__(IpuDecodeState(dp), dp.output_tokens, per_call or 4096)
+        super().__init__(IpuDecodeState(dp), dp.rows, per_call or 4096)
         self.scenario = scenario
         self.dp = dp
 
@@ -294,9 +404,12 @@ def summary_lines(s: dict) -> list:
     """The one-screen summary of an ipu generation."""
     from ..report import fmt as _f
 
+    m = int(s.get("microbatches", 1))
+    how = (f"pipelined over {_f(s['stages'])} in {m} micro-batches, {_f(s['pipeline_steps'])} pipeline steps" if m > 1
+           else f"sharded over {_f(s['stages'])}")
     return [
         f"generation    {_f(s['decode_tokens'])} tokens for {_f(s['sequences'])} sequence(s) on {_f(s['ipus'])} "
-        f"IPU(s) (sharded over {_f(s['stages'])}), context {_f(s['decode_context_start'])} -> "
+        f"IPU(s) ({how}), context {_f(s['decode_context_start'])} -> "
         f"{_f(s['decode_context_end'])} of a static cache of {_f(s['cache_positions'])} positions",
         f"time          first token {_f(s['time_to_first_token_ms'])} ms ({_f(s['decode_context_start'])} prompt "
         f"steps); per token mean {_f(s['time_per_token_ms_mean'])} ms, p50 {_f(s['time_per_token_ms_p50'])}, p99 "
@@ -305,7 +418,8 @@ def summary_lines(s: dict) -> list:
         f"a step        {_f(s['step_cycles'])} cycles: compute {_f(s['step_compute_fraction'])}, sync "
         f"{_f(s['step_sync_fraction'])}, exchange {_f(s['step_exchange_fraction'])}, transfers between IPUs "
         f"{_f(s['step_transfer_fraction'])}; {_f(s['superstep_templates'])} supersteps",
-        f"stages        LI {_f(s['stage_li'])} (one IPU works at a time); busiest IPU {_f(s['busiest_stage'])} "
+        f"stages        LI {_f(s['stage_li'])}" + (" (one IPU works at a time)" if m == 1 else "")
+        + f"; busiest IPU {_f(s['busiest_stage'])} "
         f"({_f(s['stage_cycles_max'])} cycles a step)",
         f"cache         LI {_f(s['cache_li'])} over the IPUs; IPU {_f(s['cache_max_stage'])} holds the most, "
         f"{_f(s['cache_bytes_max_stage'])} bytes filled; its static buffer takes up to "
