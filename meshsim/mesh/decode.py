@@ -82,6 +82,7 @@ class DecodeSpec:
     prefill: object = None  # meshsim.mesh.prefill.Prefill: the prompt's pass and the reshuffle
     regions: int = 1  # R: regions the layers are split over (docs/decode.md, "A model over several regions")
     batch: int = 1  # B: sequences decoding together ("More than one sequence")
+    wafer: tuple | None = None  # (rows, cols) of the preset's usable fabric ("Placement on the wafer")
 
     @property
     def region_layers(self) -> tuple:
@@ -150,7 +151,7 @@ def decode_spec(scenario) -> DecodeSpec:
                       context=int(w["context"]), output_tokens=int(w["output_tokens"]), policy=str(w["kv_policy"]),
                       element_bytes=model.element_bytes, sram_bytes=int(m["sram_kib"]) * 1024,
                       clock_ghz=float(m["clock_ghz"]), regions=max(1, int(w.get("decode_regions", 1))),
-                      batch=int(w["batch"]))
+                      batch=int(w["batch"]), wafer=_fabric(m))
     need = int(spread(p, spec.context + 1).max())
     if int(w.get("decode_regions", 1)) == 0:  # the fewest regions that hold the model and the first token
         spec = next((replace(spec, regions=r) for r in range(1, spec.n_layers + 1)
@@ -174,6 +175,35 @@ def decode_spec(scenario) -> DecodeSpec:
     pre = prefill_of(spec, model, pp, int(w["decode_group"]) or default_group(pp, levels), spread(p, spec.context))
     check_prefill(pre, spec.sram_bytes, int(w.get("prefill_region", 0)))
     return replace(spec, prefill=pre)
+
+
+def _fabric(m: dict) -> tuple | None:
+    """(rows, cols) of the usable fabric of the machine's preset (docs/mesh.md, "Presets"); None for
+    another."""
+    from .keys import PRESETS
+
+    preset = PRESETS.get(str(m.get("preset", "")))
+    return (preset["rows"], preset["cols"]) if preset else None
+
+
+def wafers_needed(sides, rows: int, cols: int) -> int:
+    """Wafers of rows x cols PEs that square regions of these sides take, placed in shelves (docs/decode.md,
+    "Placement on the wafer"): largest first, left to right along a shelf as tall as its first region, a
+    new shelf above when a row is full, a new wafer when the shelves are; 0 when a region is larger than
+    the wafer. A shelf placement can leave room unused: the count is at most one more than the fewest."""
+    sides = sorted(sides, reverse=True)
+    if not sides:
+        return 0
+    if sides[0] > min(rows, cols):
+        return 0
+    wafers, base, height, x = 1, 0, sides[0], 0
+    for s in sides:
+        if x + s > cols:  # the shelf is full: a new one above it
+            base, height, x = base + height, s, 0
+        if base + s > rows:  # the wafer is full: a new one
+            wafers, base, height, x = wafers + 1, 0, s, 0
+        x += s
+    return wafers
 
 
 def spread(p: int, tokens: int) -> np.ndarray:
@@ -373,6 +403,7 @@ def summarise(spec: DecodeSpec, state: DecodeState, wall: float, kernel_seconds:
         "cache_row_capacity": spec.row_capacity,
         "weight_bytes_per_pe": spec.weight_bytes_per_pe,
         **_prefill_figures(spec),
+        **_placement(spec),
         "clock_ghz": spec.clock_ghz,
         "simulated_seconds": cycles * ms / 1e3,
         "wall_seconds": wall,
@@ -393,6 +424,17 @@ def _layer_shares(spec: DecodeSpec, state) -> dict:
     local, setup = layer_parts(spec, state.rows)
     return dict(layer_local_fraction=local / per_layer, layer_setup_fraction=setup / per_layer,
                 layer_network_fraction=(per_layer - local - setup) / per_layer)
+
+
+def _placement(spec: DecodeSpec) -> dict:
+    """The regions on the preset's wafer (docs/decode.md, "Placement on the wafer"): the decode regions,
+    and the prefill's when it has its own."""
+    sides = [spec.p] * spec.regions
+    if spec.prefill.pp != spec.p and spec.context:
+        sides += [spec.prefill.pp] * spec.regions
+    if spec.wafer is None:
+        return dict(wafers=-1)
+    return dict(wafers=wafers_needed(sides, *spec.wafer), wafer_rows=spec.wafer[0], wafer_cols=spec.wafer[1])
 
 
 def _prefill_figures(spec: DecodeSpec) -> dict:
@@ -465,6 +507,19 @@ def _regions(s: dict) -> str:
             "next)")
 
 
+def _placement_line(s: dict) -> list:
+    """Where the regions lie, when the file says: how many of the preset's wafers they take."""
+    if int(s.get("wafers", -1)) < 0:
+        return []
+    from ..report import fmt as _f
+
+    n, side = int(s["wafers"]), f"{_f(s['wafer_rows'])} x {_f(s['wafer_cols'])}"
+    if n == 0:
+        return [f"placement     a region is larger than the wafer's {side} PEs"]
+    more = " (the passes between wafers are timed as on one)" if n > 1 else ""
+    return [f"placement     the regions take {n} wafer(s) of {side} PEs, placed in shelves{more}"]
+
+
 def _tree_line(s: dict) -> list:
     """The collectives' tree, when the file has it: its levels, groups and routes, and what is relayed."""
     if "decode_tree_levels" not in s:
@@ -504,6 +559,7 @@ def summary_lines(s: dict) -> list:
         f"{_f(s['layer_setup_fraction'])}, their hops and streaming {_f(s['layer_network_fraction'])} (the last "
         "token's)",
         *_tree_line(s),
+        *_placement_line(s),
         f"cache         {s['kv_policy']}: LI {_f(s['cache_li'])} over the rows (mean/max tokens); the fullest row "
         f"holds {_f(s['cache_max_row_tokens'])} of {_f(s['cache_row_capacity'])}; longest context "
         f"{_f(s['decode_longest_context'])} tokens; {_f(s['migrated'])} tokens shifted between rows",
