@@ -81,10 +81,11 @@ def first_run_then_the_same_with(tmp_path, text, runs=tuple((n, f"t{n}") for n i
     return first
 
 
-# Three policies in the default run (the threads split rows alike whatever the policy); the other two
-# under -m slow.
+# Two policies in the default run (the threads split rows alike whatever the policy; work stealing's
+# requests and least-loaded's hysteresis are the most stateful); the other three under -m slow.
 @pytest.mark.parametrize("policy, hysteresis", [
-    ("diffusion", 0), pytest.param("random_lower", 0, marks=pytest.mark.slow), ("least_loaded", 1),
+    pytest.param("diffusion", 0, marks=pytest.mark.slow), pytest.param("random_lower", 0, marks=pytest.mark.slow),
+    ("least_loaded", 1),
     pytest.param("gradient", 0, marks=pytest.mark.slow), ("work_stealing", 0)])
 def test_results_are_bit_identical_with_1_2_and_3_threads_and_on_rerun(tmp_path, policy, hysteresis):
     first = first_run_then_the_same_with(tmp_path, SCENARIO.format(policy=policy, hysteresis=hysteresis),
@@ -127,7 +128,8 @@ flush_every_cycles = 90
 """
 
 
-@pytest.mark.parametrize("pattern", ["uniform", "hotspot"])
+# hotspot under -m slow: the same kernel path as uniform's, other destinations
+@pytest.mark.parametrize("pattern", ["uniform", pytest.param("hotspot", marks=pytest.mark.slow)])
 def test_routed_traffic_is_bit_identical_with_1_2_and_3_threads(tmp_path, pattern):
     assert first_run_then_the_same_with(tmp_path, TRAFFIC.format(pattern=pattern))["summary@packets_delivered"] > 0
 
@@ -166,7 +168,8 @@ flush_every_cycles = 150
 """
 
 
-@pytest.mark.parametrize("policy", ["none", "gradient"])
+# without migration under -m slow: the gradient case runs the same pipeline and migrates in it too
+@pytest.mark.parametrize("policy", [pytest.param("none", marks=pytest.mark.slow), "gradient"])
 def test_layer_pipeline_is_bit_identical_with_1_2_and_3_threads(tmp_path, policy):
     first = first_run_then_the_same_with(tmp_path, PIPELINE.format(policy=policy))
     assert first["summary@chunks_finished"] > 0

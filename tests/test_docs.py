@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from meshsim.cli import main
 from meshsim.docs import END_MARKER, START_MARKER, parameter_reference_markdown
 from meshsim.scenario import load_scenario
@@ -147,6 +149,7 @@ def test_the_first_hour_commands_run(tmp_path):
     assert (cwd / "results" / "sweeps" / "smoke_threshold" / "summary.csv").exists()
 
 
+@pytest.mark.slow  # 20 s; the resume itself is tests/test_resume.py's, from the command line too
 def test_the_first_hour_resume_runs(tmp_path):
     """README, "Your first hour", "Resume a stopped run": the run is started as written and stopped with
     SIGINT (Ctrl-C) once its first checkpoint is written, then the resume command runs as written."""

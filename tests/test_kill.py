@@ -187,6 +187,7 @@ def test_twenty_kills_each_leave_a_readable_file(tmp_path, machine):
     assert found.count("flushed") >= sum(m.startswith("flush") for m, _ in moments) >= 10, found
 
 
+@pytest.mark.slow  # the rdu's kill before and after its first flush is in the default run, above
 def test_an_rdu_run_killed_mid_way_leaves_a_file_report_reads(tmp_path):
     """An rdu run of about a second (its kernel calls a few tenths each) is flushed after its first
     call: killed there, mid-way, its file holds a summary of what ran, which report reads."""

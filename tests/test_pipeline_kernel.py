@@ -80,7 +80,9 @@ CYCLES = {"three_layers_uneven": 320, "training": 340, "slow_links": 240, "wide_
 # Under -m slow alone: cases the default run largely covers otherwise (the unfused pipeline is every
 # migration case's below; two replicas repeat one replica's placement side by side; quiet segments are
 # skipped by the code the task path's quiet-segment case in tests/test_mesh_kernel.py checks).
-SLOW_CASES = {"unfused", "two_replicas", "wide_quiet_segments"}
+# Three layers of uneven widths: the placement two_layers and whole_step check, one layer more; training:
+# whole_step's backward without its embedding and head.
+SLOW_CASES = {"unfused", "two_replicas", "wide_quiet_segments", "three_layers_uneven", "training"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES else c
@@ -100,7 +102,14 @@ def test_kernel_equals_reference_cycle_by_cycle(case):
 MIGRATION_POLICIES = [p for p in policies.names() if p != "none"]  # (every policy of the table)
 
 
-@pytest.mark.parametrize("policy", MIGRATION_POLICIES)
+#: In the default run: work stealing (requests between neighbours) and gradient (a field over the region);
+#: the others, each a rule on the same neighbour depths, under -m slow (tests/test_mesh_kernel.py checks
+#: every policy on the task path).
+PIPELINE_DEFAULT_POLICIES = {"work_stealing", "gradient"}
+
+
+@pytest.mark.parametrize("policy", [p if p in PIPELINE_DEFAULT_POLICIES else pytest.param(p, marks=pytest.mark.slow)
+                                    for p in MIGRATION_POLICIES])
 def test_kernel_equals_reference_with_migration_in_the_pipeline(policy):
     """Each policy inside the regions of an unfused pipeline (docs/mesh.md, "Migration in the
     pipeline"). A region's PEs get the same tasks, a hop apart along its lines; with depths known two
