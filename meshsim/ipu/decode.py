@@ -88,7 +88,7 @@ class DecodeProgram:
             return total + sum(self.pipeline_step_cycles(q) for q in range(p + 1))
         total += sum(self.pipeline_step_cycles(q) for q in range(lo))
         upto = min(p + 1, hi)
-        periods, rest = divmod(upto - lo, n)
+        periods = (upto - lo) // n
         total += periods * sum(self.pipeline_step_cycles(q) for q in range(lo, lo + n))
         total += sum(self.pipeline_step_cycles(q) for q in range(lo + periods * n, upto))
         return total + sum(self.pipeline_step_cycles(q) for q in range(hi, p + 1))
@@ -185,7 +185,7 @@ TOKEN_COLUMNS = {
 #: A pipelined generation's tokens/ table: one row per output token of each micro-batch.
 PIPELINED_COLUMNS = {"token": TOKEN_COLUMNS["token"],
                      "microbatch": ("1", "micro-batch of the row's sequences, from 0"),
-                     "start_cycle": ("cycle", "cycle its pass began on IPU 0 (token 0: the first pipeline step's)"),
+                     "start_cycle": ("cycle", "cycle its pass began on IPU 0 (token 0: 0)"),
                      "cycles": TOKEN_COLUMNS["cycles"],
                      "context": ("tokens", "cache positions of its micro-batch filled once it is known")}
 

@@ -190,7 +190,7 @@ def wafers_needed(sides, rows: int, cols: int) -> int:
     """Wafers of rows x cols PEs that square regions of these sides take, placed in shelves (docs/decode.md,
     "Placement on the wafer"): largest first, left to right along a shelf as tall as its first region, a
     new shelf above when a row is full, a new wafer when the shelves are; 0 when a region is larger than
-    the wafer. A shelf placement can leave room unused: the count is at most one more than the fewest."""
+    the wafer. A shelf placement can leave room unused: the wafers hold the regions, not always the fewest."""
     sides = sorted(sides, reverse=True)
     if not sides:
         return 0
