@@ -4,10 +4,6 @@ split of a run into kernel calls)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import h5py
 import numpy as np
 import pytest
@@ -21,17 +17,6 @@ THREAD_COUNTS = (1, 2, 3)
 #: Attributes that measure the host, not the model: they legitimately differ between runs.
 VOLATILE = frozenset({"threads", "created", "run_id", "wall_seconds", "kernel_seconds", "first_call_seconds",
                       "pe_cycles_per_second", "output_seconds"})
-
-
-def pytest_sessionstart(session) -> None:
-    """With worker processes (pytest-xdist), compile the kernels into Numba's disk cache first, once
-    (tests/warm.py): each worker, and each command-line test started before a kernel is cached, would
-    otherwise compile it itself."""
-    config = session.config
-    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
-        return
-    subprocess.run([sys.executable, str(Path(__file__).with_name("warm.py"))], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=False)
 
 
 @pytest.fixture(params=THREAD_COUNTS, ids=lambda n: f"{n}threads")
