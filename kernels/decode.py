@@ -19,19 +19,18 @@ STEP_LINES = np.array([COLUMN, COLUMN, ROW, COLUMN, COLUMN, COLUMN, ROW, COLUMN,
 
 
 @njit(cache=True)
-def _chain(q, at, m, hop, add, phase, first, last, step, t_up, t_out, free, member):
-    """One side of a group's phase: the chain over entries `first`, `first + step`, ... up to the root
-    (exclusive `last`), entry j ready at q[j] and standing at position at[j] (the level's members, through
+def _chain(q, at, m, hop, add, phase, count, t_up, t_out, free, member):
+    """One side of a group's phase: the chain over entries 0 ... count - 1 toward the root, entry j ready at
+    q[j] and standing at position at[j] (the level's members, through
     the routers between, or every PE between them where the level is relayed). t_out ends as the last
     entry's leaving cycles (t_up is scratch); where entry j is a member of the level (member[j]; not a
     relay), free[at[j]] becomes its phase done. Returns whether the chain had any entry."""
     had = False
-    j = first
-    while j != last:
+    for j in range(count):
         for e in range(m):
             t = q[j] + phase + e
             if had:
-                a = t_up[e] + hop * abs(at[j] - at[j - step]) + add
+                a = t_up[e] + hop * abs(at[j] - at[j - 1]) + add
                 if a > t:
                     t = a
             if e > 0 and t_out[e - 1] + 1 > t:
@@ -42,7 +41,6 @@ def _chain(q, at, m, hop, add, phase, first, last, step, t_up, t_out, free, memb
         if member[j]:
             free[at[j]] = t_out[m - 1] + 1
         had = True
-        j += step
     return had
 
 
@@ -119,10 +117,10 @@ def line_collective(ready, m, group, levels, routed, hop, add, phase, out):
             r = lo + s // 2
             root = members[r]
             k = _side(members, lo, r, relayed, free, at, q, member)
-            has_l = _chain(q, at, m, hop, add, phase, 0, k, 1, t_up, left, free, member)
+            has_l = _chain(q, at, m, hop, add, phase, k, t_up, left, free, member)
             hl = root - at[k - 1] if has_l else 0
             k = _side(members, lo + s - 1, r, relayed, free, at, q, member)
-            has_r = _chain(q, at, m, hop, add, phase, 0, k, 1, t_up, right, free, member)
+            has_r = _chain(q, at, m, hop, add, phase, k, t_up, right, free, member)
             hr = at[k - 1] - root if has_r else 0
             free[root] = _root(free[root], m, phase, left, has_l, hl, right, has_r, hr, hop, add)
             roots[j] = root
