@@ -7,6 +7,7 @@ import numpy as np
 
 from kernels import ipu as K
 
+from ..compiled import call
 from .compiler import IpuProgram
 
 
@@ -53,11 +54,11 @@ def run_steps(prog: IpuProgram, first: int, k: int, start: int, count, shares):
     ss = np.zeros((k * prog.rows_per_step, K.N_SS), np.int64)
     pl = np.zeros((k * prog.pipeline_rows_per_step, K.N_PL), np.int64)
     lat = np.zeros(k * prog.spec.microbatches, np.int64)
-    end = K.run_steps(first_step=first, n_steps=k, start=start, n=prog.stages, m=prog.spec.microbatches,
-                      training=prog.spec.training, fwd_ptr=prog.fwd_ptr, fwd_idx=prog.fwd_idx, bwd_ptr=prog.bwd_ptr,
-                      bwd_idx=prog.bwd_idx, t_comp=prog.t_comp, t_sync=prog.t_sync, t_exch=prog.t_exch, io0=prog.io0,
-                      transfer=prog.transfer, allreduce=prog.allreduce, update=prog.update, count=count, out_ss=ss,
-                      out_pl=pl, out_lat=lat, shares=shares, interleaved=prog.spec.interleaved)
+    end = call(K.run_steps, first_step=first, n_steps=k, start=start, n=prog.stages, m=prog.spec.microbatches,
+               training=prog.spec.training, fwd_ptr=prog.fwd_ptr, fwd_idx=prog.fwd_idx, bwd_ptr=prog.bwd_ptr,
+               bwd_idx=prog.bwd_idx, t_comp=prog.t_comp, t_sync=prog.t_sync, t_exch=prog.t_exch, io0=prog.io0,
+               transfer=prog.transfer, allreduce=prog.allreduce, update=prog.update, count=count, out_ss=ss,
+               out_pl=pl, out_lat=lat, shares=shares, interleaved=prog.spec.interleaved)
     return int(end), (ss, pl, lat)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from kernels import decode as K
 
 from .. import metrics
+from ..compiled import call
 from ..errors import InputError
 from ..machine import TokenRun
 from ..output import TokenTables, describe
@@ -258,9 +259,9 @@ def token_cycles(spec: DecodeSpec, rows: np.ndarray) -> int:
     for layers in sorted(set(spec.region_layers)):
         count = spec.region_layers.count(layers)
         done = np.zeros(layers, np.int64)
-        total += count * int(K.token(spec.p, spec.dp, spec.qp, spec.fp, spec.g, spec.heads, layers, rows, spec.group,
-                                     spec.levels, spec.routed, spec.hop, spec.add, spec.phase, spec.rate_num,
-                                     spec.rate_den, done, spec.batch))
+        total += count * int(call(K.token, spec.p, spec.dp, spec.qp, spec.fp, spec.g, spec.heads, layers, rows,
+                                  spec.group, spec.levels, spec.routed, spec.hop, spec.add, spec.phase, spec.rate_num,
+                                  spec.rate_den, done, spec.batch))
     return total
 
 

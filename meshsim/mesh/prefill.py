@@ -12,6 +12,7 @@ import numpy as np
 
 from kernels import decode as K
 
+from ..compiled import call
 from ..errors import InputError
 
 
@@ -67,7 +68,7 @@ def prefill_of(spec, model, pp: int, group: int, decode_rows: np.ndarray) -> Pre
 
     def reduce(m: int) -> int:
         out = np.zeros(pp, np.int64)
-        K.line_collective(np.zeros(pp, np.int64), m, group, spec.levels, spec.routed, hop, spec.add, o, out)
+        call(K.line_collective, np.zeros(pp, np.int64), m, group, spec.levels, spec.routed, hop, spec.add, o, out)
         return int(out.max())
 
     dp = _cdiv(h, pp)

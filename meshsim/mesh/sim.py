@@ -15,6 +15,7 @@ from kernels import mesh as K
 from kernels.workload import lognormal_rates, rate_thresholds
 
 from .. import threads
+from ..compiled import call
 from ..errors import InputError
 from ..threads import available_cores  # noqa: F401 (meshsim.mesh exports it)
 from . import policies
@@ -239,10 +240,10 @@ class MeshSim:
             self._ev_lo[: n + 1] = np.searchsorted(inp.ev_cycle, np.arange(t0, t0 + n + 1))
         else:
             self._ev_lo[: n + 1] = 0
-        bad = K.run_cycles(st=self.state, cfg=inp.cfg, seed=np.uint64(inp.seed), t0=t0, n_cycles=n,
-                           ev_cycle_lo=self._ev_lo, ev_unit=inp.ev_unit, ev_work=inp.ev_work, block_rows=self.blocks,
-                           series=self.series, depth_series=self.depth_series,
-                           lat_hist_blocks=self.lat_hist_blocks, cum=self.cum)
+        bad = call(K.run_cycles, st=self.state, cfg=inp.cfg, seed=np.uint64(inp.seed), t0=t0, n_cycles=n,
+                   ev_cycle_lo=self._ev_lo, ev_unit=inp.ev_unit, ev_work=inp.ev_work, block_rows=self.blocks,
+                   series=self.series, depth_series=self.depth_series, lat_hist_blocks=self.lat_hist_blocks,
+                   cum=self.cum)
         if bad >= 0:
             raise RuntimeError(f"conservation of tasks violated at cycle {bad}: this is a bug in meshsim")
         self.cycle = t0 + n

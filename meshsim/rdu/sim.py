@@ -7,6 +7,7 @@ import numpy as np
 
 from kernels import rdu as K
 
+from ..compiled import call
 from .compiler import RduProgram
 
 
@@ -52,8 +53,8 @@ class RduSim:
     def advance(self) -> int:
         """Run up to one chunk of intervals; returns how many were recorded. Sets `finished`."""
         p = self.prog
-        n, status = K.run_intervals(
-            stage=p.stage, section=p.section, instance=p.instance, n_instances=p.n_instances,
+        n, status = call(
+            K.run_intervals, stage=p.stage, section=p.section, instance=p.instance, n_instances=p.n_instances,
             buffer_tiles=p.buffer_tiles, switch_cycles=p.switch_cycles, prefetch=p.prefetch, burst_bytes=p.burst_bytes,
             bytes_per_kcycle=p.ddr_bytes_per_kcycle, cs=self.cs, started=self.started, done=self.done, left=self.left,
             tile_start=self.tile_start, clock=self.clock, tile_offset=self.tile_offset, finish=self.finish,
