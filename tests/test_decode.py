@@ -249,13 +249,27 @@ def test_trees_of_other_levels_and_relayed_levels_run_as_the_reference_says(tmp_
         assert layers[i] == ref["cycles"]
 
 
-def test_a_level_without_routes_is_slower_than_with_them(tmp_path):
+def test_a_level_without_routes_is_slower_than_with_them(tmp_path, capsys):
     # the same three-level tree, its top level relayed through the PEs between its members or routed past them
     base = [*SMALL, "workload.decode_tree_levels=3", "workload.decode_group=2", "workload.output_tokens=2"]
     relayed = meshsim.run({}, base, out=tmp_path / "r.h5").summary
     routed = meshsim.run({}, [*base, "machine.route_budget=29"], out=tmp_path / "o.h5").summary
     assert relayed["relayed_levels"] == 1 and routed["relayed_levels"] == 0
     assert relayed["cycles_per_layer"] > routed["cycles_per_layer"]
+    # where a token's time goes: the relays' share is what the last token's layers lose to them
+    with h5py.File(tmp_path / "r.h5") as fr, h5py.File(tmp_path / "o.h5") as fo:
+        lr, lo = fr["tokens/layer_cycles"][-1], fo["tokens/layer_cycles"][-1]
+    assert relayed["layer_relay_fraction"] == pytest.approx((lr - lo) / lr) and routed["layer_relay_fraction"] == 0
+    parts = ("layer_local_fraction", "layer_setup_fraction", "layer_relay_fraction", "layer_network_fraction")
+    assert sum(relayed[k] for k in parts) == pytest.approx(1)
+    assert relayed["layer_network_fraction"] == pytest.approx(routed["layer_network_fraction"] * lo / lr)
+    from meshsim.cli import main
+
+    said = {}
+    for name in ("r", "o"):
+        assert main(["report", str(tmp_path / f"{name}.h5")]) == 0
+        said[name] = capsys.readouterr().out
+    assert f"relays {relayed['layer_relay_fraction']:.4g} (over routes)" in said["r"] and "relays" not in said["o"]
 
 
 def test_regions_are_placed_in_shelves_on_the_presets_wafer():

@@ -417,14 +417,20 @@ def summarise(spec: DecodeSpec, state: DecodeState, wall: float, kernel_seconds:
 
 def _layer_shares(spec: DecodeSpec, state) -> dict:
     """The last token's layers split as docs/decode.md, "Where a token's time goes", says: local work,
-    the collectives' set-up and the rest, their hops and streaming (shares of its layer cycles)."""
+    the collectives' set-up, what relays add over routes, and the rest, their hops and streaming
+    (shares of its layer cycles)."""
     nan = float("nan")
     if not state.tokens_done:
-        return dict(layer_local_fraction=nan, layer_setup_fraction=nan, layer_network_fraction=nan)
+        return dict(layer_local_fraction=nan, layer_setup_fraction=nan, layer_relay_fraction=nan,
+                    layer_network_fraction=nan)
     per_layer = (state.last_layers - spec.pass_cycles * (spec.regions - 1)) / spec.n_layers
     local, setup = layer_parts(spec, state.rows)
+    relay = 0.0
+    if spec.routed < spec.levels:  # the same token with every level routed
+        relay = (state.last_layers - token_cycles(replace(spec, routed=spec.levels), state.rows)) / spec.n_layers
     return dict(layer_local_fraction=local / per_layer, layer_setup_fraction=setup / per_layer,
-                layer_network_fraction=(per_layer - local - setup) / per_layer)
+                layer_relay_fraction=relay / per_layer,
+                layer_network_fraction=(per_layer - local - setup - relay) / per_layer)
 
 
 def _placement(spec: DecodeSpec) -> dict:
@@ -557,8 +563,9 @@ def summary_lines(s: dict) -> list:
            else "") + "; "
         f"{_f(s['cycles_per_layer'])} cycles a layer",
         f"a layer       local work {_f(s['layer_local_fraction'])}, the collectives' set-up "
-        f"{_f(s['layer_setup_fraction'])}, their hops and streaming {_f(s['layer_network_fraction'])} (the last "
-        "token's)",
+        f"{_f(s['layer_setup_fraction'])}, "
+        + (f"relays {_f(s['layer_relay_fraction'])} (over routes), " if s.get("relayed_levels") else "")
+        + f"their hops and streaming {_f(s['layer_network_fraction'])} (the last token's)",
         *_tree_line(s),
         *_placement_line(s),
         f"cache         {s['kv_policy']}: LI {_f(s['cache_li'])} over the rows (mean/max tokens); the fullest row "
