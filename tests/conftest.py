@@ -19,6 +19,26 @@ VOLATILE = frozenset({"threads", "created", "run_id", "wall_seconds", "kernel_se
                       "pe_cycles_per_second", "output_seconds"})
 
 
+#: Test files that compile no mesh kernel, run early (pytest_collection_modifyitems).
+NO_MESH_KERNEL = ("test_ipu.py", "test_decode.py", "test_splice.py", "test_decode_kernel.py", "test_rdu_reference.py",
+                  "test_rdu_compile.py", "test_rdu_run.py", "test_rdu_decode.py", "test_ipu_decode.py")
+#: Tests of those files that do run the mesh.
+RUNS_THE_MESH = ("test_report_compares_the_three_machines_side_by_side",)
+
+
+def pytest_collection_modifyitems(items):
+    """One mesh kernel test first, then the files that compile no mesh kernel, then the rest, each in
+    its own order. The mesh's kernels take about 110 s to compile in a fresh clone, and a process that
+    wants them while another compiles them waits for it (meshsim/compiled.py): the first worker
+    compiles them in the first test while the other works through tests that need none. Which
+    tests run where changes no result; with the kernels cached, the order costs nothing."""
+    first = [i for i in items if i.path.name == "test_mesh_kernel.py"][:1]
+    early = [i for i in items if i.path.name in NO_MESH_KERNEL and i.originalname not in RUNS_THE_MESH]
+    early.sort(key=lambda i: NO_MESH_KERNEL.index(i.path.name))
+    taken = {id(i) for i in first + early}
+    items[:] = first + early + [i for i in items if id(i) not in taken]
+
+
 @pytest.fixture(params=THREAD_COUNTS, ids=lambda n: f"{n}threads")
 def thread_count(request) -> int:
     """Each of THREAD_COUNTS in turn."""
