@@ -27,12 +27,12 @@ RUNS_THE_MESH = ("test_report_compares_the_three_machines_side_by_side",)
 
 
 def pytest_collection_modifyitems(items):
-    """One mesh kernel test first, then the files that compile no mesh kernel, then the rest, each in
+    """One test that runs the mesh's kernel first, then the files that compile no mesh kernel, then the rest, each in
     its own order. The mesh's kernels take about 110 s to compile in a fresh clone, and a process that
     wants them while another compiles them waits for it (meshsim/compiled.py): the first worker
     compiles them in the first test while the other works through tests that need none. Which
     tests run where changes no result; with the kernels cached, the order costs nothing."""
-    first = [i for i in items if i.path.name == "test_mesh_kernel.py"][:1]
+    first = [i for i in items if i.originalname == "test_kernel_equals_reference_uniform_work"][:1]
     early = [i for i in items if i.path.name in NO_MESH_KERNEL and i.originalname not in RUNS_THE_MESH]
     early.sort(key=lambda i: NO_MESH_KERNEL.index(i.path.name))
     taken = {id(i) for i in first + early}
