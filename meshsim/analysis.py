@@ -216,26 +216,30 @@ def format_report(a: dict) -> str:
 
 
 def format_comparison(items: list[dict]) -> str:
-    """Whole-run figures of several analyses side by side."""
-    names = [Path(a["file"]).name for a in items]
-    width = max(14, *(len(n) + 2 for n in names))
+    """Whole-run figures of several analyses side by side: every column as wide as its widest cell
+    and two spaces more, so that no two cells run together."""
     keys = [k for k in dict.fromkeys(k for a in items for k in a["whole"])]
-    lines = [f"{'':<28}" + "".join(f"{n:>{width}}" for n in names)]
-    lines.append(f"{'machine':<28}" + "".join(f"{a['machine']:>{width}}" for a in items))
-    lines.append(f"{'cycles':<28}" + "".join(f"{a['cycles']:>{width},}" for a in items))
-    for k in keys:
-        lines.append(f"{k:<28}" + "".join(f"{_fmt(a['whole'].get(k, math.nan)):>{width}}" for a in items))
     verdicts = [f"{ {True: 'yes', False: 'no', None: 'n/a'}[a['diagnosis']['meets']]} "
                 f"({a['diagnosis']['target_li']:g})" for a in items]
-    lines.append(f"{'judged LI':<28}" + "".join(f"{a['diagnosis']['figure']:>{width}}" for a in items))
-    lines.append(f"{'':<28}" + "".join(f"{_fmt(a['diagnosis']['li']):>{width}}" for a in items))
-    lines.append(f"{'meets target LI':<28}" + "".join(f"{v:>{width}}" for v in verdicts))
-    lines.extend(lever_notes(items))
+    top = [("", [Path(a["file"]).name for a in items]), ("machine", [a["machine"] for a in items]),
+           ("cycles", [f"{a['cycles']:,}" for a in items])]
+    top += [(k, [_fmt(a["whole"].get(k, math.nan)) for a in items]) for k in keys]
+    top += [("judged LI", [a["diagnosis"]["figure"] for a in items]),
+            ("", [_fmt(a["diagnosis"]["li"]) for a in items]), ("meets target LI", verdicts)]
     model_keys = [k for k in MODEL_FIGURES if any(k in a.get("model", {}) for a in items)]
-    if model_keys:
+    model = [(k, [_fmt(a.get("model", {}).get(k, math.nan)) for a in items]) for k in model_keys]
+    rows = top + model
+    label = max(28, *(len(k) + 2 for k, _ in rows))
+    width = max(14, *(len(c) + 2 for _, cells in rows for c in cells))
+
+    def line(k, cells):
+        return f"{k:<{label}}" + "".join(f"{c:>{width}}" for c in cells)
+
+    lines = [line(k, cells) for k, cells in top]
+    lines.extend(lever_notes(items))
+    if model:
         lines.append("as the runs reported:")
-        for k in model_keys:
-            lines.append(f"{k:<28}" + "".join(f"{_fmt(a.get('model', {}).get(k, math.nan)):>{width}}" for a in items))
+        lines.extend(line(k, cells) for k, cells in model)
     return "\n".join(lines)
 
 

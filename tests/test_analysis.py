@@ -136,6 +136,16 @@ def test_report_compares_files_side_by_side(mesh_file, rdu_file, capsys):
     table = format_comparison([analyse(mesh_file), analyse(rdu_file)])
     cycles = next(line for line in table.splitlines() if line.startswith("cycles"))
     assert cycles.split()[1:] == ["400", f"{analyse(rdu_file)['cycles']:,}"]
+    # no two cells run together, however long a figure's name or value (li_active_steady under a.h5)
+    a, b = analyse(mesh_file), analyse(rdu_file)
+    a["file"], b["file"] = "a.h5", "b.h5"
+    a["whole"]["a_figure_name_longer_than_the_label_column"] = 1.0
+    a["diagnosis"]["figure"] = b["diagnosis"]["figure"] = "li_active_steady"
+    for line in format_comparison([a, b]).splitlines():
+        if line.startswith(("judged LI", "a_figure_name")):
+            assert len(line.split()) == (4 if line.startswith("judged") else 3), line
+    judged = next(line for line in format_comparison([a, b]).splitlines() if line.startswith("judged LI"))
+    assert judged.split()[2:] == [a["diagnosis"]["figure"], b["diagnosis"]["figure"]]
 
 
 def test_report_says_when_a_lever_cannot_move_the_judged_li(tmp_path, capsys):
