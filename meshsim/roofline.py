@@ -26,6 +26,7 @@ its FLOPs and bytes moved (weights, inputs and outputs), unless the machine plac
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, replace
 
@@ -172,6 +173,9 @@ def format_table(values: dict | None = None) -> str:
         lines += ["", f"{what} on {plat.name} (ridge {plat.ridge:.3g} FLOP/B{stream})",
                   f"{'kernel':<40}{'kind':<12}{'GFLOP':>10}{'MB':>10}{'FLOP/B':>10}{'roof TFLOP/s':>14}  bound"]
         for k in rows:
+            ai = f"{k['intensity']:>10,.3g}" if math.isfinite(k["intensity"]) else f"{'none':>10}"
             lines.append(f"{k['name'][:39]:<40}{k['kind']:<12}{k['flops'] / 1e9:>10,.2f}{k['bytes'] / 1e6:>10,.2f}"
-                         f"{k['intensity']:>10,.3g}{k['attainable_flops'] / 1e12:>14,.1f}  {k['bound']}")
+                         f"{ai}{k['attainable_flops'] / 1e12:>14,.1f}  {k['bound']}")
+        if any(not math.isfinite(k["intensity"]) for k in rows):
+            lines.append(f"FLOP/B none: the kernel moves no byte over {plat.memory}; only its own roof bounds it")
     return "\n".join(lines)

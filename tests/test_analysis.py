@@ -237,6 +237,18 @@ def test_roofline_command_prints_platforms_and_kernels(rdu_file, capsys):
     assert "kernels of one layer" in capsys.readouterr().out
 
 
+def test_a_section_that_moves_nothing_over_ddr_has_no_intensity_rather_than_an_infinite_one(capsys):
+    # GPT-2 at batch 1, one operator a section: attention's scores and softmax, and GELU, stay in PMUs
+    scenario = str(Path(__file__).resolve().parent.parent / "scenarios" / "rdu_gpt2_o0.toml")
+    assert main(["roofline", scenario, "workload.batch=1", "workload.training=false"]) == 0
+    out = capsys.readouterr().out
+    assert "inf" not in out.split()
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if " section " in line}
+    assert rows["layer0.attn_scores_softmax"][4] == "none" and rows["layer0.attn_scores_softmax"][3] == "0.00"
+    assert rows["layer0.qkv_proj"][4] == "708"
+    assert "FLOP/B none: the kernel moves no byte over DDR; only its own roof bounds it" in out
+
+
 def test_the_diagnosis_names_idle_units_ddr_waits_and_memory_bound_kernels(tmp_path):
     # a layer pipeline whose kernels leave PEs idle
     pipe = run_scenario(scenario_from_dict({
