@@ -154,14 +154,18 @@ def values_of_file(path) -> dict:
 
 def format_table(values: dict | None = None) -> str:
     """The presets' roofs and, for a scenario with a transformer, its kernels on its own machine."""
-    lines = [f"{'platform':<28}{'peak TFLOP/s':>14}{'bandwidth TB/s':>16}{'ridge FLOP/B':>14}  memory"]
-    plats = list(presets().values())
+    lines = [f"{'platform':<28}{'peak TFLOP/s':>14}{'bandwidth TB/s':>16}{'ridge FLOP/B':>14}  {'memory':<10}roof"]
+    plats = [(p, "datasheet") for p in presets().values()]
     own = platform_of(values) if values is not None else None
     if own is not None:
-        plats.append(own)
-    for p in plats:
+        plats.append((own, "this scenario's machine"))
+    for p, roof in plats:
         lines.append(f"{p.name:<28}{p.peak_flops / 1e12:>14,.1f}{p.bandwidth / 1e12:>16,.3f}{p.ridge:>14,.3g}  "
-                     f"{p.memory}")
+                     f"{p.memory:<10}{roof}")
+    if own is not None:
+        lines += ["datasheet: a chip's published peak and memory bandwidth; this scenario's machine: the roof the",
+                  "kernels below are placed on, from the scenario's keys and the memory they wait on (one chip, two "
+                  "ridges)"]
     rows = kernels_of(values, own) if own is not None else None
     if rows is not None:
         plat = own

@@ -227,10 +227,14 @@ def test_roofline_command_prints_platforms_and_kernels(rdu_file, capsys):
     assert main(["roofline"]) == 0
     out = capsys.readouterr().out
     assert "WSE-2" in out and "GC200" in out and "ridge" in out
+    assert all(line.endswith("datasheet") for line in out.splitlines()[1:])  # no scenario: the presets alone
     assert main(["roofline", str(rdu_file)]) == 0
     out = capsys.readouterr().out
     # the rdu's kernels are its compiled sections, on their DDR bytes (docs/rdu.md, "Roofline")
     assert "sections holding layer 0, as compiled" in out and "ffn_up" in out and " section " in out
+    # the chip's datasheet roof and the roof its kernels are placed on, each named as such
+    assert next(line for line in out.splitlines() if line.startswith("rdu ")).endswith("this scenario's machine")
+    assert "datasheet: a chip's published peak" in out
     assert {line.split()[-1] for line in out.splitlines() if " section " in line} <= {"memory", "compute", "on-chip",
                                                                                       "interconnect"}
     assert main(["roofline", str(Path(__file__).resolve().parent.parent / "scenarios" / "wse2_gpt2_small.toml")]) == 0
