@@ -771,7 +771,20 @@ def _precision_hint(value: str) -> str | None:
     return said + f'"{min(named, key=lambda n: PRECISION_BYTES[n])}"'
 
 
-_VALUE_HINTS = {"workload.precision": _precision_hint}
+def _machine_type_hint(value: str) -> str | None:
+    """What to write instead of a chip's name as machine.type ("wse2", "SN40L", "gc200"): the machine
+    that models it, with the chip as its preset; None for a name that is no machine's preset."""
+    from . import machine as machines
+
+    name = re.sub(r"[\s_\-]+", "", value.lower())
+    for m in machines.all_machines():
+        if name in m.presets:
+            return (f'"{value}" is a preset of the {m.name}: write machine.type = "{m.name}" and '
+                    f'machine.preset = "{name}"')
+    return None
+
+
+_VALUE_HINTS = {"workload.precision": _precision_hint, "machine.type": _machine_type_hint}
 """Keys whose wrong values call for more than a near spelling: what to write instead, or None."""
 
 

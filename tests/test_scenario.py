@@ -506,13 +506,35 @@ def test_hot_regions_outside_the_grid_are_named_by_index():
         "hot_regions = [[0, 0, 10, 20], [2, 5, 11, 6], [-1, 3, 4, 3]]\n"
     )
     assert problems == [
-        "s.toml: workload.hot_regions[1] = [2, 5, 11, 6]: row1 = 11 is beyond machine.rows = 10; "
-        "a region [row0, col0, row1, col1] needs 0 <= row0 < row1 <= 10 and "
+        "s.toml: workload.hot_regions: 2 of its 3 regions do not fit the 10 x 20 grid (give regions for this grid): "
+        "[1] = [2, 5, 11, 6]: row1 = 11 is beyond machine.rows = 10; [2] = [-1, 3, 4, 3]: row0 = -1 is negative, "
+        "col1 = 3 is not greater than col0 = 3; a region [row0, col0, row1, col1] needs 0 <= row0 < row1 <= 10 and "
         "0 <= col0 < col1 <= 20",
-        "s.toml: workload.hot_regions[2] = [-1, 3, 4, 3]: row0 = -1 is negative; "
-        "col1 = 3 is not greater than col0 = 3; a region [row0, col0, row1, col1] needs "
-        "0 <= row0 < row1 <= 10 and 0 <= col0 < col1 <= 20",
     ]
+    one = problems_of('[machine]\nrows = 10\ncols = 20\n[workload]\ntype = "hotspot"\n'
+                      "hot_regions = [[0, 0, 10, 20], [2, 5, 11, 6]]\n")
+    assert one == ["s.toml: workload.hot_regions[1] = [2, 5, 11, 6]: row1 = 11 is beyond machine.rows = 10; a region "
+                   "[row0, col0, row1, col1] needs 0 <= row0 < row1 <= 10 and 0 <= col0 < col1 <= 20"]
+
+
+def test_the_shipped_hotspot_scaled_down_is_one_message_not_one_per_region():
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[1] / "scenarios" / "wse2_hotspot.toml"
+    with pytest.raises(InputError) as e:
+        load_scenario(shipped, ["machine.rows=64", "machine.cols=64"])
+    assert len(e.value.problems) == 1 and "16 of its 16 regions do not fit the 64 x 64 grid" in e.value.problems[0]
+    assert "; and 13 more;" in e.value.problems[0]
+
+
+def test_a_chips_name_as_the_machine_type_says_which_machine_and_preset_to_write():
+    for chip, machine, preset in (("wse2", "mesh", "wse2"), ("WSE-3", "mesh", "wse3"), ("SN40L", "rdu", "sn40l"),
+                                  ("gc200", "ipu", "gc200")):
+        assert problems_of(f'[machine]\ntype = "{chip}"\n') == [
+            f's.toml: machine.type = "{chip}": must be one of "mesh", "rdu", "ipu"; "{chip}" is a preset of the '
+            f'{machine}: write machine.type = "{machine}" and machine.preset = "{preset}"']
+    assert problems_of('[machine]\ntype = "rdux"\n') == [
+        's.toml: machine.type = "rdux": must be one of "mesh", "rdu", "ipu"; did you mean "rdu"?']
 
 
 def test_a_trace_workload_needs_a_trace_file():

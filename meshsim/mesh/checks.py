@@ -62,24 +62,21 @@ def check_scenario(ok, get, add, shown, path=None) -> None:
     regions = "workload.hot_regions"
     if grid_ok and ok(wtype, regions) and get(wtype) == "hotspot":
         n_rows, n_cols = get(rows), get(cols)
-        for i, (r0, c0, r1, c1) in enumerate(get(regions)):
-            wrong = []
-            if r0 < 0:
-                wrong.append(f"row0 = {r0} is negative")
-            if c0 < 0:
-                wrong.append(f"col0 = {c0} is negative")
-            if r1 <= r0:
-                wrong.append(f"row1 = {r1} is not greater than row0 = {r0}")
-            if c1 <= c0:
-                wrong.append(f"col1 = {c1} is not greater than col0 = {c0}")
-            if r1 > n_rows:
-                wrong.append(f"row1 = {r1} is beyond {rows} = {n_rows}")
-            if c1 > n_cols:
-                wrong.append(f"col1 = {c1} is beyond {cols} = {n_cols}")
+        bad = []
+        for i, region in enumerate(get(regions)):
+            wrong = _region_problems(region, n_rows, n_cols)
             if wrong:
-                add(regions, [], None, text=f"{regions}[{i}] = {toml_repr([r0, c0, r1, c1])}: {'; '.join(wrong)}; a "
-                                            f"region [row0, col0, row1, col1] needs 0 <= row0 < row1 <= {n_rows} and "
-                                            f"0 <= col0 < col1 <= {n_cols}")
+                bad.append((i, f"{toml_repr(list(region))}: {', '.join(wrong)}"))
+        if bad:
+            # one message however many regions miss the grid (a scenario's regions kept as the grid shrinks)
+            if len(bad) == 1:
+                said = f"{regions}[{bad[0][0]}] = {bad[0][1]}"
+            else:
+                said = (f"{regions}: {len(bad)} of its {len(get(regions))} regions do not fit the {n_rows} x {n_cols} "
+                        f"grid (give regions for this grid): " + "; ".join(f"[{i}] = {w}" for i, w in bad[:3])
+                        + (f"; and {len(bad) - 3} more" if len(bad) > 3 else ""))
+            add(regions, [], None, text=f"{said}; a region [row0, col0, row1, col1] needs 0 <= row0 < row1 <= {n_rows} "
+                                        f"and 0 <= col0 < col1 <= {n_cols}")
 
     trace = "workload.trace_file"
     if ok(wtype, trace) and get(wtype) == "trace":
@@ -118,3 +115,23 @@ def _check_decode(ok, get, add, shown) -> None:
         add(cols, [rows], f"must equal {rows} = {shown(rows)}: decode runs on a square region of PEs")
     if ok("workload.training") and get("workload.training"):
         add("workload.training", ["workload.type"], "must be false for decode, which generates tokens")
+
+
+def _region_problems(region, n_rows: int, n_cols: int) -> list:
+    """What is wrong with a hot region [row0, col0, row1, col1] on an n_rows x n_cols grid."""
+    r0, c0, r1, c1 = region
+    rows, cols = "machine.rows", "machine.cols"
+    wrong = []
+    if r0 < 0:
+        wrong.append(f"row0 = {r0} is negative")
+    if c0 < 0:
+        wrong.append(f"col0 = {c0} is negative")
+    if r1 <= r0:
+        wrong.append(f"row1 = {r1} is not greater than row0 = {r0}")
+    if c1 <= c0:
+        wrong.append(f"col1 = {c1} is not greater than col0 = {c0}")
+    if r1 > n_rows:
+        wrong.append(f"row1 = {r1} is beyond {rows} = {n_rows}")
+    if c1 > n_cols:
+        wrong.append(f"col1 = {c1} is beyond {cols} = {n_cols}")
+    return wrong
