@@ -32,8 +32,11 @@ def pytest_collection_modifyitems(items):
     wants them while another compiles them waits for it (meshsim/compiled.py): the first worker
     compiles them in the first test while the other works through tests that need none. Which
     tests run where changes no result; with the kernels cached, the order costs nothing."""
-    first = [i for i in items if i.originalname == "test_kernel_equals_reference_uniform_work"][:1]
-    early = [i for i in items if i.path.name in NO_MESH_KERNEL and i.originalname not in RUNS_THE_MESH]
+    def name(i):
+        return getattr(i, "originalname", None)
+
+    first = [i for i in items if name(i) == "test_kernel_equals_reference_uniform_work"][:1]
+    early = [i for i in items if i.path.name in NO_MESH_KERNEL and name(i) not in RUNS_THE_MESH]
     early.sort(key=lambda i: NO_MESH_KERNEL.index(i.path.name))
     taken = {id(i) for i in first + early}
     items[:] = first + early + [i for i in items if id(i) not in taken]
