@@ -52,9 +52,10 @@ def signature(kernel, args: tuple, kwargs: dict) -> tuple:
     from numba import typeof, types
     from numba.core.typing.typeof import Purpose
 
-    bound = inspect.signature(kernel.py_func).bind(*args, **kwargs)
+    params = inspect.signature(kernel.py_func)
+    bound = params.bind(*args, **kwargs)
     out = []
-    for name, p in inspect.signature(kernel.py_func).parameters.items():
+    for name, p in params.parameters.items():
         if name in bound.arguments:
             out.append(typeof(bound.arguments[name], Purpose.argument))
         else:
